@@ -1,0 +1,1 @@
+"""The GGUF file format: type tables, header parser, facts, file name convention."""
