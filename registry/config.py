@@ -1,0 +1,175 @@
+"""One frozen settings object for the whole product.
+
+Each setting is a dataclass field with a default and a help text; that one declaration
+drives the TOML file (`config/registry.toml` documents every default), the environment
+overrides (`REGISTRY_<SECTION>_<KEY>`) and the docs. Precedence, lowest first: built-in
+defaults, the config file, the environment. Nothing here runs at import time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "REGISTRY_"
+DEFAULT_CONFIG_FILE = Path("config/registry.toml")
+
+
+def _setting(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class GeneralSettings:
+    data_dir: str = _setting("data", "Folder for the embedded database, download cache and other state.")
+
+
+@dataclass(frozen=True)
+class DatabaseSettings:
+    url: str = _setting(
+        "",
+        "SQLAlchemy async URL. Empty means a SQLite file `registry.db` in data_dir. "
+        "PostgreSQL: postgresql+asyncpg://user@host/db",
+    )
+    echo: bool = _setting(False, "Log every SQL statement.")
+
+
+@dataclass(frozen=True)
+class HubSettings:
+    endpoint: str = _setting("https://huggingface.co", "Base URL of the hub API (any server speaking it).")
+    token: str = _setting("", "Access token for the hub; sent only to the endpoint host, never to a CDN.")
+    first_window: int = _setting(2 * 1024 * 1024, "Bytes fetched by the first range request of a file header.")
+    max_header_bytes: int = _setting(64 * 1024 * 1024, "Largest header fetched per file before giving up.")
+
+
+@dataclass(frozen=True)
+class ParserSettings:
+    max_string_length: int = _setting(16 * 1024 * 1024, "Longest metadata string accepted.")
+    max_array_length: int = _setting(16 * 1024 * 1024, "Most elements in one metadata array.")
+    max_kv_count: int = _setting(1_000_000, "Most metadata keys in one file.")
+    max_tensor_count: int = _setting(1_000_000, "Most tensors in one file.")
+
+
+@dataclass(frozen=True)
+class Settings:
+    general: GeneralSettings = field(default_factory=GeneralSettings)
+    database: DatabaseSettings = field(default_factory=DatabaseSettings)
+    hub: HubSettings = field(default_factory=HubSettings)
+    parser: ParserSettings = field(default_factory=ParserSettings)
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.general.data_dir)
+
+    @property
+    def database_url(self) -> str:
+        if self.database.url:
+            return self.database.url
+        return f"sqlite+aiosqlite:///{(self.data_dir / 'registry.db').as_posix()}"
+
+
+class ConfigError(Exception):
+    """A configuration file or environment variable that cannot be used."""
+
+
+@dataclass(frozen=True)
+class SettingInfo:
+    section: str
+    key: str
+    type: type
+    default: Any
+    help: str
+
+    @property
+    def env_var(self) -> str:
+        return f"{ENV_PREFIX}{self.section.upper()}_{self.key.upper()}"
+
+
+def describe() -> Iterator[SettingInfo]:
+    """Every setting with its type, default and help: the source of the docs."""
+    hints = typing.get_type_hints(Settings)
+    for section in dataclasses.fields(Settings):
+        section_type = hints[section.name]
+        section_hints = typing.get_type_hints(section_type)
+        for f in dataclasses.fields(section_type):
+            yield SettingInfo(section.name, f.name, section_hints[f.name], f.default, f.metadata["help"])
+
+
+def _coerce(info: SettingInfo, raw: Any, source: str) -> Any:
+    target = info.type
+    if isinstance(target, types.UnionType):  # pragma: no cover - no optional settings yet
+        target = next(t for t in typing.get_args(target) if t is not type(None))
+    try:
+        if target is bool:
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in {"1", "true", "yes", "on"}:
+                return True
+            if text in {"0", "false", "no", "off"}:
+                return False
+            raise ValueError(f"not a boolean: {raw!r}")
+        if target is int:
+            if isinstance(raw, bool):
+                raise ValueError("expected an integer")
+            return int(raw)
+        if target is float:
+            return float(raw)
+        if target is str:
+            if not isinstance(raw, str | int | float):
+                raise ValueError(f"expected a string, got {type(raw).__name__}")
+            return str(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {info.section}.{info.key}: {exc}") from None
+    raise ConfigError(f"{source}: {info.section}.{info.key}: unsupported type {target}")  # pragma: no cover
+
+
+def load_settings(
+    config_file: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Settings:
+    """Defaults, then the config file (explicit, $REGISTRY_CONFIG, or ./config/registry.toml), then env."""
+    env = os.environ if env is None else env
+    values: dict[str, dict[str, Any]] = {}
+    known = {(i.section, i.key): i for i in describe()}
+
+    path = Path(config_file) if config_file else None
+    if path is None and env.get(f"{ENV_PREFIX}CONFIG"):
+        path = Path(env[f"{ENV_PREFIX}CONFIG"])
+    explicit = path is not None
+    if path is None and DEFAULT_CONFIG_FILE.is_file():
+        path = DEFAULT_CONFIG_FILE
+    if path is not None:
+        if not path.is_file():
+            if explicit:
+                raise ConfigError(f"config file not found: {path}")
+        else:
+            try:
+                data = tomllib.loads(path.read_text(encoding="utf-8"))
+            except (OSError, tomllib.TOMLDecodeError) as exc:
+                raise ConfigError(f"{path}: {exc}") from None
+            for section, table in data.items():
+                if not isinstance(table, dict):
+                    raise ConfigError(f"{path}: [{section}] must be a table")
+                for key, raw in table.items():
+                    info = known.get((section, key))
+                    if info is None:
+                        raise ConfigError(f"{path}: unknown setting {section}.{key}")
+                    values.setdefault(section, {})[key] = _coerce(info, raw, str(path))
+
+    by_env = {i.env_var: i for i in known.values()}
+    for name, raw in env.items():
+        info = by_env.get(name)
+        if info is not None:
+            values.setdefault(info.section, {})[info.key] = _coerce(info, raw, name)
+
+    hints = typing.get_type_hints(Settings)
+    sections = {s.name: hints[s.name](**values.get(s.name, {})) for s in dataclasses.fields(Settings)}
+    return Settings(**sections)
