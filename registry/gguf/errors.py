@@ -95,3 +95,13 @@ class InconsistentShards(GGUFError):
     """The headers of a split model do not belong together."""
 
     code = "inconsistent_shards"
+
+
+class PastEndOfFile(TruncatedFile, LimitExceeded):
+    """A declared length or count reaches past the end of a file whose size is known.
+
+    A truncated file and a hostile length look the same from the header, so this is both:
+    `except TruncatedFile` and `except LimitExceeded` each catch it.
+    """
+
+    code = "past_end_of_file"

@@ -8,12 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from registry.gguf.types import GGMLType, ValueType
-
-if TYPE_CHECKING:
-    from registry.gguf.array import GGUFArray
 
 Endianness = Literal["little", "big"]
 

@@ -1,0 +1,137 @@
+"""Header parsing side by side with gguf-py, and the reads a range-reading driver needs.
+
+Run from the repository root: `.venv/bin/python bench/parse.py [--runs N] [--ref-runs N]`.
+Targets: parse_header >= 50x faster than gguf.GGUFReader on both real headers, and at
+most 2 reads of growing windows (first 2 MiB, then up to NeedMoreData.needed + margin).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from registry.gguf.array import GGUFArray
+from registry.gguf.errors import NeedMoreData
+from registry.gguf.reader import next_window, parse_header
+from tests.models import GEMMA3, SMOLLM2, SampleModel, fetch
+
+FIRST_WINDOW = 2 * 1024 * 1024
+MARGIN = 64 * 1024
+SPEEDUP_TARGET = 50
+READS_TARGET = 2
+
+
+@dataclass
+class Row:
+    model: str
+    header_bytes: int
+    ours_ms: float
+    ours_decode_ms: float
+    ours_bytearray_ms: float
+    ref_ms: float
+    reads: int
+    windows: list[int]
+
+    @property
+    def speedup(self) -> float:
+        return self.ref_ms / self.ours_ms
+
+
+def median_ms(fn: Callable[[], object], runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000
+
+
+def driver_reads(path: Path) -> tuple[int, list[int]]:
+    """Reads a range-reading client makes: 2 MiB first, then up to needed + margin."""
+    size = path.stat().st_size
+    window = min(FIRST_WINDOW, size)
+    windows = [window]
+    with path.open("rb") as f:
+        data = f.read(window)
+        while True:
+            try:
+                parse_header(data, file_size=size)
+                return len(windows), windows
+            except NeedMoreData as exc:
+                window = min(next_window(exc, margin=MARGIN), size)
+                data += f.read(window - len(data))
+                windows.append(window)
+
+
+def decode_all(data: bytes) -> None:
+    header = parse_header(data)
+    for f in header.fields.values():
+        if isinstance(f.value, GGUFArray):
+            f.value.to_list()
+
+
+def measure(model: SampleModel, runs: int, ref_runs: int) -> Row:
+    import gguf  # the reference reader; only the benchmark and the tests import it
+
+    path = fetch(model)
+    with path.open("rb") as f:
+        data = f.read(16 * 1024 * 1024)
+    header_bytes = parse_header(data).data_offset
+    data = data[:header_bytes]
+    ours = median_ms(lambda: parse_header(data), runs)
+    decode = median_ms(lambda: decode_all(data), max(3, runs // 4))
+    mutable = bytearray(data)
+    from_bytearray = median_ms(lambda: parse_header(mutable), runs)  # includes the defensive copy
+    ref = median_ms(lambda: gguf.GGUFReader(path), ref_runs)
+    reads, windows = driver_reads(path)
+    return Row(model.filename, header_bytes, ours, decode, from_bytearray, ref, reads, windows)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=21, help="runs of parse_header per model")
+    parser.add_argument("--ref-runs", type=int, default=3, help="runs of gguf.GGUFReader per model")
+    args = parser.parse_args(argv)
+    rows = [measure(m, args.runs, args.ref_runs) for m in (SMOLLM2, GEMMA3)]
+
+    head = (
+        f"{'model':<34} {'header':>10} {'parse_header':>13} {'+decode all':>12} "
+        f"{'GGUFReader':>11} {'speedup':>8} {'reads':>6}  windows (bytes)"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(
+            f"{r.model:<34} {r.header_bytes:>10,} {r.ours_ms:>10.2f} ms {r.ours_decode_ms:>9.2f} ms "
+            f"{r.ref_ms:>8.0f} ms {r.speedup:>7.0f}x {r.reads:>6}  {' -> '.join(f'{w:,}' for w in r.windows)}"
+        )
+    print()
+    for r in rows:
+        print(
+            f"{r.model}: from a bytearray (copied once for safety) {r.ours_bytearray_ms:.2f} ms, "
+            f"copy cost {r.ours_bytearray_ms - r.ours_ms:+.2f} ms"
+        )
+    print()
+    speed_ok = all(r.speedup >= SPEEDUP_TARGET for r in rows)
+    reads_ok = all(r.reads <= READS_TARGET for r in rows)
+    print(f"speedup target >= {SPEEDUP_TARGET}x: {'met' if speed_ok else 'MISSED'}")
+    print(
+        f"reads target <= {READS_TARGET} (first {FIRST_WINDOW:,} B, margin {MARGIN:,} B): {'met' if reads_ok else 'MISSED'}"
+    )
+    print(
+        "parse_header: median over header bytes in memory; '+decode all' also turns every array into lists;"
+    )
+    print("GGUFReader: median of gguf.GGUFReader(path) on the file (memory-mapped).")
+    return 0 if speed_ok and reads_ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

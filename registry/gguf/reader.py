@@ -1,0 +1,682 @@
+"""Incremental, sans-IO parser of GGUF headers (versions 1 to 3, either byte order).
+
+`parse_header(data)` parses the header from the first bytes of a file. When the bytes end
+before the header does it raises `NeedMoreData` with an estimate of the whole header size,
+so a caller doing range reads can fetch the rest in one more round trip:
+
+    data = read(0, 2 * MiB)
+    while True:
+        try:
+            header = parse_header(data, file_size=size)
+            break
+        except NeedMoreData as exc:
+            data += read(len(data), next_window(exc, margin=64 * KiB) - len(data))
+
+Every count and length is checked against the configured `Limits`, against what is left of
+the file when its size is known, and against what the bytes seen so far can hold, before
+anything is built from it. Work is linear in the bytes given.
+
+Rules beyond the bare format, chosen where llama.cpp, gguf-py and the spec leave room:
+a dimension of 0 is rejected (zero elements); tensor data offsets must be aligned, in
+tensor-info order and non-overlapping (gaps allowed); keys must be non-empty ASCII; tensor
+names at most 63 bytes (GGML_MAX_NAME); `general.alignment` any integer type holding a
+power of two. String values are decoded as UTF-8 with replacement, as llama.cpp does not
+validate them. A declared length reaching past a known file end is `PastEndOfFile`, both a
+`TruncatedFile` and a `LimitExceeded`, since the two cannot be told apart.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, NoReturn
+
+from registry.gguf.array import GGUFArray
+from registry.gguf.errors import (
+    BadMagic,
+    DuplicateKey,
+    DuplicateTensor,
+    InvalidTensor,
+    InvalidValue,
+    LimitExceeded,
+    NeedMoreData,
+    PastEndOfFile,
+    TruncatedFile,
+    UnknownTensorType,
+    UnknownValueType,
+    UnsupportedVersion,
+)
+from registry.gguf.limits import DEFAULT_LIMITS, Limits
+from registry.gguf.model import Endianness, Field, GGUFHeader, TensorInfo
+from registry.gguf.types import (
+    DEFAULT_ALIGNMENT,
+    GGUF_MAGIC,
+    SCALAR_FORMATS,
+    GGMLType,
+    ValueType,
+    tensor_type_info,
+)
+
+__all__ = ["GGML_MAX_NAME", "Limits", "next_window", "parse_header"]
+
+_MAX_I64 = 2**63 - 1  # ggml keeps element counts and byte sizes in int64_t
+GGML_MAX_NAME = 64  # a tensor name plus its terminating NUL
+SUPPORTED_VERSIONS = (1, 2, 3)
+
+_INTEGER_TYPES = frozenset(
+    {
+        ValueType.UINT8,
+        ValueType.INT8,
+        ValueType.UINT16,
+        ValueType.INT16,
+        ValueType.UINT32,
+        ValueType.INT32,
+        ValueType.UINT64,
+        ValueType.INT64,
+    }
+)
+
+# Guesses that only size the next read after NeedMoreData; too big costs a few KiB of
+# transfer, too small costs a round trip, so they lean generous.
+_KV_GUESS = 256
+_TENSOR_INFO_GUESS = 96
+_CHAT_TEMPLATE_GUESS = 16 * 1024
+_PREAMBLE_GUESS = 64 * 1024
+_STRING_GUESS = 16
+# Means taken over the part read so far undershoot when later items are longer (tokens
+# further into a vocabulary, tensor names with more digits); 10% slack on the remainder
+# costs a little transfer and saves the round trip a low sample mean would cost.
+_SAMPLE_SLACK = 1.1
+
+# Vocabulary arrays that follow `tokenizer.ggml.tokens` with one 4-byte element per token.
+_PARALLEL_VOCAB_KEYS = ("tokenizer.ggml.scores", "tokenizer.ggml.token_type")
+_TOKENS_KEY = "tokenizer.ggml.tokens"
+_MERGES_KEY = "tokenizer.ggml.merges"
+
+_PREAMBLE, _KVS, _TENSORS = 0, 1, 2
+
+
+def parse_header(
+    data: bytes | bytearray | memoryview,
+    *,
+    file_size: int | None = None,
+    limits: Limits | None = None,
+) -> GGUFHeader:
+    """Parse the header at the start of `data`, the first bytes of a GGUF file.
+
+    Raises `NeedMoreData` when `data` ends before the header and the file may go on, and a
+    `GGUFError` subclass for anything wrong with the file. When `file_size` is given and
+    `data` holds the whole file, running out of bytes is a `TruncatedFile`.
+
+    A non-`bytes` input is copied once, so that arrays in the result cannot change if the
+    caller later mutates its buffer (a few MiB copy in about a millisecond).
+    """
+    buf = data if isinstance(data, bytes) else bytes(data)
+    if file_size is not None:
+        if file_size < 0:
+            raise ValueError(f"file_size must be >= 0, got {file_size}")
+        if len(buf) > file_size:
+            buf = buf[:file_size]
+    return _Parser(buf, file_size, limits or DEFAULT_LIMITS).parse()
+
+
+def next_window(exc: NeedMoreData, *, margin: int) -> int:
+    """How many bytes from the file start to have for the next attempt."""
+    return max(exc.needed + margin, exc.have + 1)
+
+
+class _Parser:
+    """One parse over one buffer. Holds the position bookkeeping used for estimates."""
+
+    def __init__(self, buf: bytes, file_size: int | None, limits: Limits) -> None:
+        self.limits = limits
+        # Bytes past max_header_bytes are never looked at, so a read past it fails the
+        # same way whether or not the caller sent them.
+        self.buf = buf if len(buf) <= limits.max_header_bytes else buf[: limits.max_header_bytes]
+        self.n = len(self.buf)
+        self.have = len(buf)
+        self.file_size = file_size
+        self.phase = _PREAMBLE
+        self.kv_count = 0
+        self.kv_index = 0
+        self.tensor_count = 0
+        self.tensor_index = 0
+        self.tensors_start = 0
+        self.tensor_pos = 0
+        self.key = ""
+        self.fields: dict[str, Field] = {}
+        self.vocab_count = 0
+        self.vocab_mean = float(_STRING_GUESS)
+        self.alignment = DEFAULT_ALIGNMENT
+        self._init_format("<", 8, 3)
+
+    def _init_format(self, prefix: str, length_width: int, version: int) -> None:
+        self.prefix = prefix
+        self.endianness: Endianness = "little" if prefix == "<" else "big"
+        self.version = version
+        self.lw = length_width
+        self.dim_width = 4 if version == 1 else 8
+        self.u32 = struct.Struct(prefix + "I")
+        self.u64 = struct.Struct(prefix + "Q")
+        self.length = struct.Struct(prefix + ("I" if length_width == 4 else "Q"))
+        self.scalars = {vt: struct.Struct(prefix + fmt) for vt, (fmt, _) in SCALAR_FORMATS.items()}
+
+    # -- entry -----------------------------------------------------------------------------
+
+    def parse(self) -> GGUFHeader:
+        pos = self._preamble()
+        pos = self._kvs(pos)
+        infos, end = self._tensor_infos(pos)
+        # Absolute offsets wait for the end of the last tensor info, which fixes data_offset.
+        data_offset = -(-end // self.alignment) * self.alignment
+        tensors = tuple(
+            TensorInfo(
+                t.name,
+                t.shape,
+                t.type,
+                t.offset,
+                data_offset + t.offset,
+                t.n_elements,
+                t.n_bytes,
+                t.info_offset,
+            )
+            for t in infos
+        )
+        if self.file_size is not None and tensors:
+            # Offsets are in order and never overlap, so the last tensor ends last.
+            last = len(tensors) - 1
+            t = tensors[last]
+            if t.file_offset + t.n_bytes > self.file_size:
+                raise TruncatedFile(
+                    f"tensor {t.name!r} data ends at {t.file_offset + t.n_bytes}, past the end of the "
+                    f"{self.file_size}-byte file",
+                    field=f"tensors[{last}].offset",
+                    offset=t.info_offset,
+                )
+        return GGUFHeader(
+            version=self.version,
+            endianness=self.endianness,
+            fields=self.fields,
+            tensors=tensors,
+            alignment=self.alignment,
+            data_offset=data_offset,
+            file_size=self.file_size,
+            _by_name={t.name: t for t in tensors},
+        )
+
+    def _preamble(self) -> int:
+        buf = self.buf
+        # Wrong leading bytes are a BadMagic even before all four have arrived.
+        if not GGUF_MAGIC.startswith(buf[:4]):
+            raise BadMagic(f"not a GGUF file: magic {bytes(buf[:4])!r}", field="magic", offset=0)
+        self._need(0, 4, "magic")
+        self._need(4, 4, "version")
+        little = int.from_bytes(buf[4:8], "little")
+        big = int.from_bytes(buf[4:8], "big")
+        # The version is the only field that tells the byte order: a big-endian file read
+        # as little-endian shows a version of 2**24 or more.
+        if little in SUPPORTED_VERSIONS:
+            prefix, version = "<", little
+        elif big in SUPPORTED_VERSIONS:
+            prefix, version = ">", big
+        else:
+            raise UnsupportedVersion(f"unsupported GGUF version {little}", field="version", offset=4)
+        self._init_format(prefix, 4 if version == 1 else 8, version)
+        lw = self.lw
+        self._need(8, 2 * lw, "tensor_count")
+        self.tensor_count = self.length.unpack_from(buf, 8)[0]
+        self.kv_count = self.length.unpack_from(buf, 8 + lw)[0]
+        pos = 8 + 2 * lw
+        self._check_counts(pos)
+        self.phase = _KVS
+        return pos
+
+    def _check_counts(self, pos: int) -> None:
+        lim = self.limits
+        lw = self.lw
+        if self.tensor_count > lim.max_tensor_count:
+            raise LimitExceeded(
+                f"tensor count {self.tensor_count} is above the limit {lim.max_tensor_count}",
+                field="tensor_count",
+                offset=8,
+            )
+        if self.kv_count > lim.max_kv_count:
+            raise LimitExceeded(
+                f"kv count {self.kv_count} is above the limit {lim.max_kv_count}",
+                field="kv_count",
+                offset=8 + lw,
+            )
+        # The smallest possible records: a one-byte key with a one-byte value, and a
+        # tensor with an empty name and one dimension.
+        min_kv = lw + 1 + 4 + 1
+        min_tensor = lw + 4 + self.dim_width + 4 + 8
+        for name, need, where in (
+            ("tensor_count", self.tensor_count * min_tensor, 8),
+            ("kv_count", self.kv_count * min_kv + self.tensor_count * min_tensor, 8 + lw),
+        ):
+            if self.file_size is not None and pos + need > self.file_size:
+                raise PastEndOfFile(
+                    f"{name} needs at least {need} bytes but the file has {self.file_size - pos} left",
+                    field=name,
+                    offset=where,
+                )
+            if pos + need > lim.max_header_bytes:
+                raise LimitExceeded(
+                    f"{name} needs at least {need} bytes, more than max_header_bytes {lim.max_header_bytes}",
+                    field=name,
+                    offset=where,
+                )
+
+    # -- bounds and estimates --------------------------------------------------------------
+
+    def _need(self, pos: int, size: int, field: str) -> None:
+        """Fixed-size read of `size` bytes at `pos`."""
+        if pos + size > self.n:
+            self._short(pos + size, pos + size, field, pos)
+
+    def _declared(self, pos: int, size: int, field: str, what: str) -> None:
+        """A length or count read from the file claims `size` bytes from `pos` on."""
+        end = pos + size
+        if self.file_size is not None and end > self.file_size:
+            raise PastEndOfFile(
+                f"{what} needs {size} bytes but the file has {max(self.file_size - pos, 0)} left",
+                field=field,
+                offset=pos,
+            )
+        if end > self.limits.max_header_bytes:
+            raise LimitExceeded(
+                f"{what} needs {size} bytes, past max_header_bytes {self.limits.max_header_bytes}",
+                field=field,
+                offset=pos,
+            )
+
+    def _short(self, end: int, estimate: int, field: str, offset: int) -> NoReturn:
+        """The structure at `offset` needs bytes up to `end`; we have fewer."""
+        if self.file_size is not None and end > self.file_size:
+            raise TruncatedFile(
+                f"the file ends at {self.file_size} bytes, inside {field}", field=field, offset=offset
+            )
+        if end > self.limits.max_header_bytes:
+            raise LimitExceeded(
+                f"the header goes on past max_header_bytes {self.limits.max_header_bytes}",
+                field=field,
+                offset=offset,
+            )
+        raise NeedMoreData(self._estimate(max(end, estimate)), have=self.have, field=field)
+
+    def _estimate(self, end: int) -> int:
+        """Best guess of the whole header size, given the current item ends near `end`."""
+        rest = 0
+        if self.phase == _PREAMBLE:
+            rest = _PREAMBLE_GUESS
+        elif self.phase == _KVS:
+            rest = (self.kv_count - self.kv_index - 1) * _KV_GUESS + self.tensor_count * _TENSOR_INFO_GUESS
+            rest += self._vocab_guess()
+            if "tokenizer.chat_template" not in self.fields and self.key != "tokenizer.chat_template":
+                rest += _CHAT_TEMPLATE_GUESS
+        else:
+            done = self.tensor_index
+            avg = (self.tensor_pos - self.tensors_start) / done if done else _TENSOR_INFO_GUESS
+            end = max(end, int(self.tensor_pos + avg))
+            rest = int((self.tensor_count - done - 1) * avg * _SAMPLE_SLACK)
+        needed = end + rest + self.alignment
+        cap = self.limits.max_header_bytes
+        if self.file_size is not None:
+            cap = min(cap, self.file_size)
+        return max(end, min(needed, cap), self.have + 1)
+
+    def _vocab_guess(self) -> int:
+        """Bytes of vocabulary arrays still to come, sized from the token count.
+
+        Real files put the scores, token types and merges right after the tokens, and they
+        are as long as the vocabulary; counting them avoids one round trip per array.
+        """
+        n = self.vocab_count
+        if not n:
+            return 0
+        guess = 0
+        for key in _PARALLEL_VOCAB_KEYS:
+            if key not in self.fields and key != self.key:
+                guess += 4 * n
+        model = self.fields.get("tokenizer.ggml.model")
+        if (
+            model is not None
+            and model.value == "gpt2"
+            and _MERGES_KEY not in self.fields
+            and self.key != _MERGES_KEY
+        ):
+            guess += int(n * (self.lw + 2 * self.vocab_mean + 1))
+        return guess
+
+    # -- key/value section -----------------------------------------------------------------
+
+    def _kvs(self, pos: int) -> int:
+        u32 = self.u32.unpack_from
+        for index in range(self.kv_count):
+            self.kv_index = index
+            key_offset = pos
+            key, pos = self._key(pos, index)
+            self.key = key
+            self._need(pos, 4, key)
+            type_id = u32(self.buf, pos)[0]
+            vtype = self._value_type(type_id, key, pos)
+            value, pos = self._value(pos + 4, vtype, key)
+            if key == "general.alignment":
+                self._check_alignment(vtype, value, key_offset)
+            self.fields[key] = Field(key, vtype, value, key_offset)
+        self.key = ""
+        return pos
+
+    def _key(self, pos: int, index: int) -> tuple[str, int]:
+        field = f"kv[{index}].key"
+        self._need(pos, self.lw, field)
+        size = self.length.unpack_from(self.buf, pos)[0]
+        if size == 0:
+            raise InvalidValue("empty key", field=field, offset=pos)
+        if size > self.limits.max_string_length:
+            raise LimitExceeded(
+                f"key length {size} is above the limit {self.limits.max_string_length}",
+                field=field,
+                offset=pos,
+            )
+        start = pos + self.lw
+        self._declared(start, size, field, "key")
+        self._need(start, size, field)
+        raw = self.buf[start : start + size]
+        if not raw.isascii():
+            raise InvalidValue(f"key {raw[:64]!r} is not ASCII", field=field, offset=pos)
+        key = raw.decode("ascii")
+        if key in self.fields:
+            raise DuplicateKey(f"key {key!r} appears twice", field=key, offset=pos)
+        return key, start + size
+
+    def _value_type(self, type_id: int, field: str, offset: int) -> ValueType:
+        try:
+            return ValueType(type_id)
+        except ValueError:
+            raise UnknownValueType(f"unknown value type id {type_id}", field=field, offset=offset) from None
+
+    def _value(self, pos: int, vtype: ValueType, field: str) -> tuple[Any, int]:
+        if vtype is ValueType.STRING:
+            return self._string(pos, field)
+        if vtype is ValueType.ARRAY:
+            etype, count, body, end = self._array(pos, field, 1)
+            value = GGUFArray(
+                self.buf, body, etype, count, end - body, endianness=self.endianness, length_width=self.lw
+            )
+            return value, end
+        packer = self.scalars[vtype]
+        self._need(pos, packer.size, field)
+        value = packer.unpack_from(self.buf, pos)[0]
+        if vtype is ValueType.BOOL:
+            byte = self.buf[pos]
+            if byte > 1:
+                raise InvalidValue(f"bool byte {byte}, expected 0 or 1", field=field, offset=pos)
+        return value, pos + packer.size
+
+    def _string(self, pos: int, field: str) -> tuple[str, int]:
+        self._need(pos, self.lw, field)
+        size = self.length.unpack_from(self.buf, pos)[0]
+        if size > self.limits.max_string_length:
+            raise LimitExceeded(
+                f"string length {size} is above the limit {self.limits.max_string_length}",
+                field=field,
+                offset=pos,
+            )
+        start = pos + self.lw
+        self._declared(start, size, field, "string")
+        self._need(start, size, field)
+        # llama.cpp does not validate UTF-8 in values; replacing keeps a catalog row
+        # readable instead of rejecting the whole file over one odd byte.
+        return self.buf[start : start + size].decode("utf-8", "replace"), start + size
+
+    def _array(self, pos: int, field: str, depth: int) -> tuple[ValueType, int, int, int]:
+        """Validate one array at `pos`: element type, count, body start, end offset."""
+        lim = self.limits
+        if depth > lim.max_nesting_depth:
+            raise LimitExceeded(
+                f"arrays nested deeper than the limit {lim.max_nesting_depth}", field=field, offset=pos
+            )
+        lw = self.lw
+        self._need(pos, 4 + lw, field)
+        etype = self._value_type(self.u32.unpack_from(self.buf, pos)[0], field, pos)
+        count = self.length.unpack_from(self.buf, pos + 4)[0]
+        body = pos + 4 + lw
+        if count > lim.max_array_length:
+            raise LimitExceeded(
+                f"array length {count} is above the limit {lim.max_array_length}", field=field, offset=pos + 4
+            )
+        if etype is ValueType.STRING:
+            self._declared(body, count * lw, field, f"array of {count} strings")
+            if field == _TOKENS_KEY:
+                self.vocab_count = count
+            return etype, count, body, self._skip_strings(body, count, field)
+        if etype is ValueType.ARRAY:
+            self._declared(body, count * (4 + lw), field, f"array of {count} arrays")
+            end = body
+            for i in range(count):
+                end = self._array(end, f"{field}[{i}]", depth + 1)[3]
+            return etype, count, body, end
+        size = count * SCALAR_FORMATS[etype][1]
+        self._declared(body, size, field, f"array of {count} {etype.name}")
+        self._need(body, size, field)
+        end = body + size
+        if etype is ValueType.BOOL:
+            self._check_bools(body, end, field)
+        return etype, count, body, end
+
+    def _check_bools(self, body: int, end: int, field: str) -> None:
+        chunk = self.buf[body:end]
+        if chunk.translate(None, b"\x00\x01"):
+            bad = next(i for i, b in enumerate(chunk) if b > 1)
+            raise InvalidValue(
+                f"bool byte {chunk[bad]}, expected 0 or 1", field=f"{field}[{bad}]", offset=body + bad
+            )
+
+    def _skip_strings(self, start: int, count: int, field: str) -> int:
+        """End of an array of `count` strings at `start`, walked without decoding.
+
+        The fast loop only adds lengths; reading past the buffer raises struct.error, and
+        any doubt (out of bytes, a string over the limit) falls back to the checked walk,
+        which finds the exact element at fault.
+        """
+        buf, unpack, lw = self.buf, self.length.unpack_from, self.lw
+        pos = start
+        try:
+            for _ in range(count):
+                pos += lw + unpack(buf, pos)[0]
+        except (struct.error, OverflowError):  # OverflowError: an offset beyond ssize_t
+            return self._skip_strings_checked(start, count, field)
+        # The sum of all string bytes bounds each one, so under the limit means all are.
+        if pos > self.n or pos - start - lw * count > self.limits.max_string_length:
+            return self._skip_strings_checked(start, count, field)
+        if field == _TOKENS_KEY and count:
+            self.vocab_mean = (pos - start) / count - lw
+        return pos
+
+    def _skip_strings_checked(self, start: int, count: int, field: str) -> int:
+        buf, unpack, lw, n = self.buf, self.length.unpack_from, self.lw, self.n
+        max_len = self.limits.max_string_length
+        pos = start
+        for i in range(count):
+            if pos + lw > n:
+                self._short_in_strings(start, pos, pos + lw, i, count, field)
+            size = unpack(buf, pos)[0]
+            if size > max_len:
+                raise LimitExceeded(
+                    f"string length {size} is above the limit {max_len}", field=f"{field}[{i}]", offset=pos
+                )
+            self._declared(pos + lw, size, f"{field}[{i}]", "string")
+            if pos + lw + size > n:
+                self._short_in_strings(start, pos, pos + lw + size, i, count, field)
+            pos += lw + size
+        return pos
+
+    def _short_in_strings(self, start: int, pos: int, end: int, i: int, count: int, field: str) -> NoReturn:
+        """Out of bytes at element `i`: estimate the array's end from the mean so far."""
+        mean = (pos - start) / i if i else self.lw + _STRING_GUESS
+        if field == _TOKENS_KEY:
+            self.vocab_mean = mean - self.lw
+        estimate = int(pos + mean * (count - i) * _SAMPLE_SLACK)
+        self._short(end, estimate, f"{field}[{i}]", pos)
+
+    def _check_alignment(self, vtype: ValueType, value: Any, offset: int) -> None:
+        field = "general.alignment"
+        if vtype not in _INTEGER_TYPES:
+            raise InvalidValue(f"alignment must be an integer, not {vtype.name}", field=field, offset=offset)
+        if value <= 0 or value & (value - 1):
+            raise InvalidValue(f"alignment {value} is not a power of two", field=field, offset=offset)
+        self.alignment = value
+
+    # -- tensor info section ---------------------------------------------------------------
+
+    def _tensor_infos(self, pos: int) -> tuple[list[TensorInfo], int]:
+        """Tensor infos with offsets aligned, in data order and not overlapping.
+
+        Gaps between tensors are allowed: the format does not forbid them and gguf-py
+        reads them, although llama.cpp's own loader wants the data packed exactly.
+        """
+        self.phase = _TENSORS
+        self.tensors_start = pos
+        infos: list[TensorInfo] = []
+        names: set[bytes] = set()
+        prev_offset, prev_end = 0, 0
+        for index in range(self.tensor_count):
+            self.tensor_index = index
+            self.tensor_pos = pos
+            info, pos = self._tensor_info(pos, index, names)
+            where = f"tensors[{index}].offset"
+            if info.offset < prev_offset:
+                raise InvalidTensor(
+                    f"tensor {info.name!r} at offset {info.offset} comes before the previous tensor's "
+                    f"offset {prev_offset}: tensor infos must be in data order",
+                    field=where,
+                    offset=info.info_offset,
+                )
+            if info.offset < prev_end:
+                raise InvalidTensor(
+                    f"tensor {info.name!r} at offset {info.offset} overlaps the previous tensor, "
+                    f"which ends at {prev_end}",
+                    field=where,
+                    offset=info.info_offset,
+                )
+            prev_offset, prev_end = info.offset, info.offset + info.n_bytes
+            infos.append(info)
+        return infos, pos
+
+    def _tensor_info(self, pos: int, index: int, names: set[bytes]) -> tuple[TensorInfo, int]:
+        buf, lw = self.buf, self.lw
+        base = f"tensors[{index}]"
+        info_offset = pos
+        self._need(pos, lw, base + ".name")
+        size = self.length.unpack_from(buf, pos)[0]
+        if size >= GGML_MAX_NAME:
+            raise InvalidTensor(
+                f"tensor name of {size} bytes; at most {GGML_MAX_NAME - 1} allowed",
+                field=base + ".name",
+                offset=pos,
+            )
+        pos += lw
+        self._need(pos, size, base + ".name")
+        raw = buf[pos : pos + size]
+        name = raw.decode("utf-8", "replace")
+        if raw in names:
+            raise DuplicateTensor(
+                f"tensor name {name!r} appears twice", field=base + ".name", offset=info_offset
+            )
+        names.add(raw)
+        pos += size
+
+        self._need(pos, 4, base + ".n_dims")
+        n_dims = self.u32.unpack_from(buf, pos)[0]
+        if not 1 <= n_dims <= self.limits.max_dims:
+            raise InvalidTensor(
+                f"tensor {name!r} has {n_dims} dimensions; 1..{self.limits.max_dims} allowed",
+                field=base + ".n_dims",
+                offset=pos,
+            )
+        pos += 4
+        dims_size = n_dims * self.dim_width
+        self._need(pos, dims_size, base + ".shape")
+        shape = struct.unpack_from(self.prefix + ("I" if self.dim_width == 4 else "Q") * n_dims, buf, pos)
+        n_elements = self._element_count(name, shape, base + ".shape", pos)
+        pos += dims_size
+
+        self._need(pos, 4, base + ".type")
+        ttype, n_bytes = self._tensor_type(name, shape, n_elements, base, pos)
+        pos += 4
+
+        self._need(pos, 8, base + ".offset")
+        offset = self.u64.unpack_from(buf, pos)[0]
+        if offset % self.alignment:
+            raise InvalidTensor(
+                f"tensor {name!r} offset {offset} is not a multiple of the alignment {self.alignment}",
+                field=base + ".offset",
+                offset=pos,
+            )
+        if offset + n_bytes > _MAX_I64:
+            raise InvalidTensor(
+                f"tensor {name!r} offset {offset} + {n_bytes} bytes overflows int64",
+                field=base + ".offset",
+                offset=pos,
+            )
+        pos += 8
+        info = TensorInfo(name, shape, ttype, offset, offset, n_elements, n_bytes, info_offset)
+        return info, pos
+
+    def _element_count(self, name: str, shape: tuple[int, ...], field: str, offset: int) -> int:
+        n_elements = 1
+        for dim in shape:
+            if dim == 0:
+                raise InvalidTensor(
+                    f"tensor {name!r} shape {shape} has zero elements", field=field, offset=offset
+                )
+            if dim > _MAX_I64:
+                raise InvalidTensor(
+                    f"tensor {name!r} dimension {dim} overflows int64", field=field, offset=offset
+                )
+            n_elements *= dim
+            if n_elements > _MAX_I64:
+                raise InvalidTensor(
+                    f"tensor {name!r} shape {shape} has an element count that overflows int64",
+                    field=field,
+                    offset=offset,
+                )
+        return n_elements
+
+    def _tensor_type(
+        self, name: str, shape: tuple[int, ...], n_elements: int, base: str, pos: int
+    ) -> tuple[GGMLType, int]:
+        field = base + ".type"
+        type_id = self.u32.unpack_from(self.buf, pos)[0]
+        info = tensor_type_info(type_id)
+        if info is None:
+            raise UnknownTensorType(
+                f"tensor {name!r} has unknown ggml type id {type_id}", field=field, offset=pos
+            )
+        if info.removed:
+            raise UnknownTensorType(
+                f"tensor {name!r} has type {info.name} (id {type_id}), which was removed from ggml",
+                field=field,
+                offset=pos,
+            )
+        if shape[0] % info.block_size:
+            raise InvalidTensor(
+                f"tensor {name!r} first dimension {shape[0]} is not a multiple of the {info.name} "
+                f"block size {info.block_size}",
+                field=base + ".shape",
+                offset=pos,
+            )
+        n_bytes = n_elements // info.block_size * info.type_size
+        if n_bytes > _MAX_I64:
+            raise InvalidTensor(
+                f"tensor {name!r} of {n_elements} {info.name} elements needs {n_bytes} bytes, overflowing int64",
+                field=field,
+                offset=pos,
+            )
+        if n_bytes > self.limits.max_tensor_bytes:
+            raise LimitExceeded(
+                f"tensor {name!r} needs {n_bytes} bytes, above the limit {self.limits.max_tensor_bytes}",
+                field=field,
+                offset=pos,
+            )
+        return info.type, n_bytes

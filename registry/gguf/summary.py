@@ -1,0 +1,195 @@
+"""Rendering of an artifact's facts and headers for people (text) and programs (JSON).
+
+Used by `registry inspect`. Pure functions from `Facts` and parsed headers to a string or
+a JSON-ready dict; no I/O.
+
+Tensor offsets are absolute byte offsets in their file (where the data really is);
+`header_bytes` says where the data section starts, for the relative offset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from registry.gguf.facts_model import Facts
+from registry.gguf.model import GGUFHeader
+
+
+def tensor_rows(headers: Sequence[GGUFHeader]) -> list[dict[str, Any]]:
+    """One dict per tensor over all shards, in file order; `shard` (1-based) when split."""
+    split = len(headers) > 1
+    rows = []
+    for shard, h in enumerate(headers, start=1):
+        for t in h.tensors:
+            row: dict[str, Any] = {
+                "name": t.name,
+                "type": t.type.name,
+                "shape": list(t.shape),
+                "offset": t.file_offset,
+                "n_bytes": t.n_bytes,
+            }
+            if split:
+                row["shard"] = shard
+            rows.append(row)
+    return rows
+
+
+def facts_json(
+    facts: Facts,
+    headers: Sequence[GGUFHeader],
+    *,
+    tensors: bool = False,
+    paths: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Every fact as one JSON-ready object, plus the files and (optionally) the tensors."""
+    out: dict[str, Any] = {}
+    if paths is not None:
+        out["path"] = paths[0]
+        out["files"] = [
+            {"path": p, "file_size": h.file_size, "header_bytes": h.data_offset}
+            for p, h in zip(paths, headers, strict=True)
+        ]
+    out.update(facts.to_dict())
+    if tensors:
+        out["tensors"] = tensor_rows(headers)
+    return out
+
+
+# -- text ------------------------------------------------------------------------------------
+
+
+def _n(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def _size(n_bytes: int | None) -> str:
+    if n_bytes is None:
+        return "unknown size"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:.1f} {unit} ({n_bytes:,} bytes)"
+    return f"{n_bytes:,} bytes"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
+
+    def fmt(cells: Sequence[str]) -> str:
+        parts = [
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  " + "  ".join(parts).rstrip()
+
+    return [fmt(header), *(fmt(r) for r in rows)]
+
+
+def _lines(facts: Facts) -> list[tuple[str, str]]:
+    f = facts
+    lines: list[tuple[str, str]] = []
+
+    def add(label: str, value: str | None) -> None:
+        if value:
+            lines.append((label, value))
+
+    add("name", f.name)
+    add("architecture", f.architecture)
+    add("kind", f.kind if f.kind != "model" else None)
+    add("basename", f.basename)
+    add("finetune", f.finetune)
+    add("version", f.version)
+    size = f.size_label or "-"
+    if f.size_label and f.size_label_source == "computed":
+        size += " (computed)"
+    add("size", f"{size}, {f.parameter_count:,} parameters")
+    if f.file_type:
+        bpw = f", {f.bits_per_weight:.2f} bits per weight" if f.bits_per_weight is not None else ""
+        source = " (inferred from tensor types)" if f.file_type_source == "inferred" else ""
+        add("file type", f"{f.file_type}{source}{bpw}")
+    lic = ", ".join(x for x in (f.license, f.license_name, f.license_link) if x)
+    add("license", lic)
+    if f.context_length is not None:
+        add("context", f"{f.context_length:,} tokens")
+    shape = [
+        f"{f.block_count} blocks" if f.block_count is not None else "",
+        f"embedding {f.embedding_length:,}" if f.embedding_length is not None else "",
+        f"feed forward {f.feed_forward_length:,}" if f.feed_forward_length is not None else "",
+    ]
+    add("layers", ", ".join(s for s in shape if s))
+    if f.head_count is not None:
+        kv = f", {f.head_count_kv} KV heads" if f.head_count_kv is not None else ""
+        add("attention", f"{f.head_count} heads{kv}")
+    if f.expert_count:
+        used = f", {f.expert_used_count} used per token" if f.expert_used_count else ""
+        add("experts", f"{f.expert_count}{used}")
+    add("rope", ", ".join(f"{k}={v}" for k, v in f.rope.items() if not isinstance(v, list | dict)))
+    if f.tokenizer_model:
+        parts = [f.tokenizer_model + (f" (pre: {f.tokenizer_pre})" if f.tokenizer_pre else "")]
+        if f.vocab_size is not None:
+            parts.append(f"{f.vocab_size:,} tokens")
+        if f.bos_token_id is not None:
+            parts.append(f"bos {f.bos_token_id}")
+        if f.eos_token_id is not None:
+            parts.append(f"eos {f.eos_token_id}")
+        add("tokenizer", ", ".join(parts))
+    if f.chat_template is not None:
+        add("chat template", f"sha256 {f.chat_template_sha256} ({len(f.chat_template):,} chars)")
+    for name in f.chat_templates:
+        add("", f"+ named template {name!r}")
+    for i, bm in enumerate(f.base_models):
+        desc = bm.repo_id or bm.name or "?"
+        extra = [x for x in (bm.name if bm.repo_id else None, bm.version, bm.repo_url) if x]
+        add("base model" if i == 0 else "", desc + (f"  ({', '.join(extra)})" if extra else ""))
+    add("tags", ", ".join(f.tags))
+    add("languages", ", ".join(f.languages))
+    add("datasets", ", ".join(f.datasets))
+    if f.split is not None:
+        add("split", f"{f.shard_count} shards, {f.split.tensors_count:,} tensors in all")
+    add("file size", _size(f.file_size))
+    add(
+        "GGUF",
+        f"v{f.gguf_version}, {f.endianness}-endian, alignment {f.alignment}, "
+        f"{f.tensor_count:,} tensors, {f.kv_count:,} keys, header {_size(f.header_bytes)}",
+    )
+    return lines
+
+
+def facts_text(
+    facts: Facts,
+    headers: Sequence[GGUFHeader],
+    *,
+    title: str | None = None,
+    tensors: bool = False,
+) -> str:
+    """A readable summary: the facts, the quant mix table and optionally every tensor."""
+    out: list[str] = []
+    if title:
+        out.append(title)
+    pairs = _lines(facts)
+    width = max(len(label) for label, _ in pairs)
+    out.extend(f"  {label.ljust(width)}  {value}" for label, value in pairs)
+
+    if facts.quant_mix:
+        total = sum(e.bytes for e in facts.quant_mix.values()) or 1
+        rows = [
+            [name, _n(e.tensors), _n(e.elements), _n(e.bytes), f"{100 * e.bytes / total:.1f}%"]
+            for name, e in facts.quant_mix.items()
+        ]
+        out += [
+            "",
+            "quant mix",
+            *_table(["type", "tensors", "elements", "bytes", "share"], rows, {1, 2, 3, 4}),
+        ]
+
+    if tensors:
+        rows = []
+        for row in tensor_rows(headers):
+            shape = "x".join(str(d) for d in row["shape"])
+            cells = [row["name"], row["type"], shape, _n(row["n_bytes"]), _n(row["offset"])]
+            if "shard" in row:
+                cells.append(str(row["shard"]))
+            rows.append(cells)
+        head = ["name", "type", "shape", "bytes", "offset"] + (["shard"] if len(headers) > 1 else [])
+        out += ["", f"tensors ({len(rows):,})", *_table(head, rows, {3, 4, 5})]
+    return "\n".join(out) + "\n"
