@@ -47,6 +47,16 @@ class HubSettings:
     token: str = _setting("", "Access token for the hub; sent only to the endpoint host, never to a CDN.")
     first_window: int = _setting(2 * 1024 * 1024, "Bytes fetched by the first range request of a file header.")
     max_header_bytes: int = _setting(64 * 1024 * 1024, "Largest header fetched per file before giving up.")
+    shard_window: int = _setting(
+        256 * 1024, "Bytes fetched by the first range request of shards 2..N of a split model (tensor infos only)."
+    )
+    per_host_concurrency: int = _setting(8, "Most requests in flight to one host (the hub, the CDN) at a time.")
+    connect_timeout: float = _setting(10.0, "Seconds to wait for a connection to a host.")
+    read_timeout: float = _setting(30.0, "Seconds to wait for the next bytes of a response.")
+    max_attempts: int = _setting(5, "Attempts per request (the first included) on 429, 5xx, resets and timeouts.")
+    backoff_base: float = _setting(0.5, "Seconds before the first retry; doubles each retry, with jitter.")
+    backoff_max: float = _setting(30.0, "Longest single backoff wait in seconds (a server's Retry-After may be longer).")
+    max_retry_wait: float = _setting(120.0, "Most seconds spent waiting between retries for one file before giving up.")
 
 
 @dataclass(frozen=True)
@@ -58,11 +68,25 @@ class ParserSettings:
 
 
 @dataclass(frozen=True)
+class ApiSettings:
+    host: str = _setting("127.0.0.1", "Address `registry serve` listens on.")
+    port: int = _setting(8080, "TCP port `registry serve` listens on.")
+    tokens: str = _setting(
+        "",
+        "Comma-separated sha256 hex digests of the bearer tokens allowed to write "
+        "(start crawls and verifications). Empty means no writes are allowed.",
+    )
+    private_reads: bool = _setting(False, "Require a bearer token for reads too (health probes stay open).")
+    max_limit: int = _setting(100, "Largest page size a client may ask for with `limit`.")
+
+
+@dataclass(frozen=True)
 class Settings:
     general: GeneralSettings = field(default_factory=GeneralSettings)
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     hub: HubSettings = field(default_factory=HubSettings)
     parser: ParserSettings = field(default_factory=ParserSettings)
+    api: ApiSettings = field(default_factory=ApiSettings)
 
     @property
     def data_dir(self) -> Path:

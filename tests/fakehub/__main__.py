@@ -1,0 +1,42 @@
+"""`python -m tests.fakehub --port N --repos N`: serve a fake hub for benches until killed."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+
+from tests.fakehub.corpus import sample_corpus, synthetic_corpus
+from tests.fakehub.server import FakeHub
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    corpus = (
+        synthetic_corpus(args.repos, seed=args.seed, big_vocab=args.big_vocab)
+        if args.repos
+        else sample_corpus()
+    )
+    # Benches make millions of requests: recording them all would only grow memory.
+    async with FakeHub(
+        corpus, port=args.port, cdn_port=args.cdn_port, tokens=args.token, record=False
+    ) as hub:
+        print(f"fake hub {hub.endpoint} cdn {hub.cdn_url} repos {len(corpus)}", flush=True)
+        await asyncio.Event().wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tests.fakehub", description=__doc__)
+    p.add_argument("--port", type=int, default=8900, help="hub API port on 127.0.0.1 (0: any free port)")
+    p.add_argument("--cdn-port", type=int, default=0, help="CDN port on 127.0.0.1 (0: any free port)")
+    p.add_argument("--repos", type=int, default=0, help="synthetic repos to serve (0: the test corpus)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--big-vocab", action="store_true", help="mix in vocabularies up to 262k tokens")
+    p.add_argument("--token", action="append", default=["hf_test_token"], help="accepted access token")
+    args = p.parse_args(argv)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(args))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,257 @@
+"""Synthetic GGUF headers written with gguf-py's GGUFWriter, header only.
+
+A synthetic file is "virtual": its real header bytes (metadata and tensor infos, padded to
+the alignment) followed by zeros up to the size its tensor infos declare. Nothing but the
+header is ever held in memory, so a 10 GB model costs a few MiB.
+
+Tokenizer arrays dominate header size and packing time (a 262k vocabulary is ~0.2 s per
+array), so the token lists are built once per vocabulary size and their packed bytes are
+cached by identity; a thousand repos sharing three vocabularies pack each array once.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import gguf
+import numpy as np
+from gguf import GGMLQuantizationType as Q
+from gguf import GGUFValueType as VT
+from gguf.gguf_writer import WriterState
+
+ALIGNMENT = 32
+
+# The main quant of the weight matrices -> the llama ftype written to general.file_type.
+FILE_TYPES: dict[str, tuple[Q, int]] = {
+    "F16": (Q.F16, 1),
+    "BF16": (Q.BF16, 32),
+    "Q8_0": (Q.Q8_0, 7),
+    "Q4_0": (Q.Q4_0, 2),
+    "Q4_1": (Q.Q4_1, 3),
+    "Q5_0": (Q.Q5_0, 8),
+    "Q2_K": (Q.Q2_K, 10),
+    "Q3_K_M": (Q.Q3_K, 12),
+    "Q4_K_M": (Q.Q4_K, 15),
+    "Q5_K_M": (Q.Q5_K, 17),
+    "Q6_K": (Q.Q6_K, 18),
+    "IQ2_XS": (Q.IQ2_XS, 20),
+    "IQ4_XS": (Q.IQ4_XS, 30),
+}
+
+
+class _CachingWriter(gguf.GGUFWriter):
+    """GGUFWriter that packs each large array object once per process."""
+
+    _packed: ClassVar[dict[int, tuple[object, bytes]]] = {}
+
+    def _pack_val(self, val: Any, vtype: VT, add_vtype: bool, sub_type: VT | None = None) -> bytes:
+        if vtype == VT.ARRAY and isinstance(val, list | tuple) and len(val) >= 1024:
+            hit = self._packed.get(id(val))
+            if hit is not None and hit[0] is val and add_vtype:
+                return hit[1]
+            packed = super()._pack_val(val, vtype, add_vtype, sub_type)
+            if add_vtype:
+                self._packed[id(val)] = (val, packed)  # holding `val` keeps its id unique
+            return packed
+        return super()._pack_val(val, vtype, add_vtype, sub_type)
+
+
+@functools.lru_cache(maxsize=16)
+def vocab(size: int, style: str) -> tuple[list[str], list[float], list[int], list[str]]:
+    """Deterministic token strings, scores, token types and (for BPE) merges."""
+    specials = (
+        ["<unk>", "<s>", "</s>"] if style == "llama" else ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    )
+    tokens = specials + [f"t{i:x}" for i in range(len(specials), size)]
+    scores = [float(-i) for i in range(size)]
+    types = [3] * len(specials) + [1] * (size - len(specials))
+    merges = (
+        [f"t{i:x} t{i + 1:x}" for i in range(len(specials), min(size, 50_000) - 1)] if style == "gpt2" else []
+    )
+    return tokens, scores, types, merges
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a synthetic GGUF file declares. Small defaults keep tests cheap."""
+
+    arch: str = "llama"
+    name: str = "Synth"
+    basename: str | None = None
+    finetune: str | None = None
+    size_label: str | None = None
+    license: str | None = None
+    quant: str = "Q4_K_M"
+    n_layers: int = 2
+    n_embd: int = 256
+    n_ff: int = 512
+    n_head: int = 4
+    n_head_kv: int = 2
+    n_experts: int = 0
+    context_length: int = 4096
+    vocab_size: int = 1024
+    tokenizer: str = "llama"  # "llama" (sentencepiece) or "gpt2" (BPE with merges)
+    chat_template: str | None = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    kind: str = "model"  # "model", "lora" (adapter) or "mmproj" (vision projector)
+    base_models: tuple[tuple[str, str, str], ...] = ()  # (name, organization, repo_url)
+    extra: tuple[tuple[str, Any], ...] = field(default=())
+
+    def tensor_plan(self) -> list[tuple[str, tuple[int, ...], Q]]:
+        """(name, numpy-order shape, type) of every tensor, in file order."""
+        main, _ = FILE_TYPES[self.quant]
+        e, ff = self.n_embd, self.n_ff
+        plan: list[tuple[str, tuple[int, ...], Q]] = []
+        if self.kind == "lora":
+            for i in range(self.n_layers):
+                for t in ("attn_q", "attn_v"):
+                    plan.append((f"blk.{i}.{t}.weight.lora_a", (16, e), Q.F16))
+                    plan.append((f"blk.{i}.{t}.weight.lora_b", (e, 16), Q.F16))
+            return plan
+        if self.kind == "mmproj":
+            plan.append(("v.patch_embd.weight", (e, 3, 14, 14), Q.F16))
+            for i in range(self.n_layers):
+                plan.append((f"v.blk.{i}.attn_q.weight", (e, e), Q.F16))
+                plan.append((f"v.blk.{i}.ln1.weight", (e,), Q.F32))
+            plan.append(("mm.0.weight", (e, e), Q.F16))
+            return plan
+        plan.append(("token_embd.weight", (self.vocab_size, e), main))
+        for i in range(self.n_layers):
+            b = f"blk.{i}"
+            plan.append((f"{b}.attn_norm.weight", (e,), Q.F32))
+            for t in ("attn_q", "attn_k", "attn_v", "attn_output"):
+                plan.append((f"{b}.{t}.weight", (e, e), main))
+            if self.n_experts:
+                for t in ("ffn_gate_exps", "ffn_up_exps"):
+                    plan.append((f"{b}.{t}.weight", (self.n_experts, ff, e), main))
+                plan.append((f"{b}.ffn_down_exps.weight", (self.n_experts, e, ff), main))
+                plan.append((f"{b}.ffn_gate_inp.weight", (self.n_experts, e), Q.F32))
+            else:
+                plan.append((f"{b}.ffn_gate.weight", (ff, e), main))
+                plan.append((f"{b}.ffn_up.weight", (ff, e), main))
+                plan.append((f"{b}.ffn_down.weight", (e, ff), Q.Q6_K if main in _K_QUANTS else main))
+            plan.append((f"{b}.ffn_norm.weight", (e,), Q.F32))
+        plan.append(("output_norm.weight", (e,), Q.F32))
+        plan.append(("output.weight", (self.vocab_size, e), Q.Q6_K if main in _K_QUANTS else main))
+        return plan
+
+    def metadata(self, writer: gguf.GGUFWriter) -> None:
+        a = self.arch
+        writer.add_type({"model": "model", "lora": "adapter", "mmproj": "mmproj"}[self.kind])
+        writer.add_name(self.name)
+        for value, add in (
+            (self.basename, writer.add_basename),
+            (self.finetune, writer.add_finetune),
+            (self.size_label, writer.add_size_label),
+            (self.license, writer.add_license),
+        ):
+            if value is not None:
+                add(value)
+        if self.base_models:
+            writer.add_base_model_count(len(self.base_models))
+            for i, (name, org, url) in enumerate(self.base_models):
+                writer.add_base_model_name(i, name)
+                writer.add_base_model_organization(i, org)
+                writer.add_base_model_repo_url(i, url)
+        if self.kind == "lora":
+            writer.add_string("adapter.type", "lora")
+            writer.add_float32("adapter.lora.alpha", 16.0)
+        elif self.kind == "model":
+            writer.add_uint32(f"{a}.context_length", self.context_length)
+            writer.add_uint32(f"{a}.embedding_length", self.n_embd)
+            writer.add_uint32(f"{a}.block_count", self.n_layers)
+            writer.add_uint32(f"{a}.feed_forward_length", self.n_ff)
+            writer.add_uint32(f"{a}.attention.head_count", self.n_head)
+            writer.add_uint32(f"{a}.attention.head_count_kv", self.n_head_kv)
+            writer.add_float32(f"{a}.rope.freq_base", 10000.0)
+            writer.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-5)
+            if self.n_experts:
+                writer.add_uint32(f"{a}.expert_count", self.n_experts)
+                writer.add_uint32(f"{a}.expert_used_count", min(2, self.n_experts))
+            writer.add_uint32("general.file_type", FILE_TYPES[self.quant][1])
+            writer.add_uint32("general.quantization_version", 2)
+            tokens, scores, types, merges = vocab(self.vocab_size, self.tokenizer)
+            writer.add_string("tokenizer.ggml.model", self.tokenizer)
+            writer.add_array("tokenizer.ggml.tokens", tokens)
+            if self.tokenizer == "llama":
+                writer.add_array("tokenizer.ggml.scores", scores)
+            writer.add_array("tokenizer.ggml.token_type", types)
+            if merges:
+                writer.add_array("tokenizer.ggml.merges", merges)
+            writer.add_uint32("tokenizer.ggml.bos_token_id", 1)
+            writer.add_uint32("tokenizer.ggml.eos_token_id", 2)
+            if self.chat_template is not None:
+                writer.add_string("tokenizer.chat_template", self.chat_template)
+        elif self.kind == "mmproj":
+            writer.add_bool("clip.has_vision_encoder", True)
+            writer.add_string("clip.projector_type", "mlp")
+            writer.add_uint32("clip.vision.embedding_length", self.n_embd)
+        for key, value in self.extra:
+            if isinstance(value, bool):
+                writer.add_bool(key, value)
+            elif isinstance(value, int):
+                writer.add_uint32(key, value)
+            elif isinstance(value, float):
+                writer.add_float32(key, value)
+            elif isinstance(value, str):
+                writer.add_string(key, value)
+            else:
+                writer.add_array(key, value)
+
+
+_K_QUANTS = {Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ2_XS, Q.IQ4_XS}
+
+
+def _nbytes(shape: Sequence[int], qtype: Q) -> int:
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    n = 1
+    for d in shape:
+        n *= d
+    if shape[-1] % block:
+        raise ValueError(f"row of {shape[-1]} is not a multiple of the {qtype.name} block ({block})")
+    return n // block * size
+
+
+def _pad(n: int, align: int = ALIGNMENT) -> int:
+    return (n + align - 1) // align * align
+
+
+@dataclass(frozen=True)
+class SynthFile:
+    header: bytes  # padded to the alignment: exactly the bytes before tensor data
+    size: int  # header plus declared tensor data
+
+
+def build(spec: ModelSpec, *, shard: tuple[int, int] | None = None) -> SynthFile:
+    """Header bytes and declared size of one file (or of shard `no` of `count`, 1-based)."""
+    plan = spec.tensor_plan()
+    writer = _CachingWriter(None, spec.arch)
+    if shard is None or shard[0] == 1:
+        spec.metadata(writer)
+    else:
+        # gguf-split writes only the split keys into shards 2..N; drop general.architecture too.
+        writer.kv_data[0].clear()
+    if shard is not None:
+        no, count = shard
+        writer.add_uint16(gguf.Keys.Split.LLM_KV_SPLIT_NO, no - 1)
+        writer.add_uint16(gguf.Keys.Split.LLM_KV_SPLIT_COUNT, count)
+        writer.add_int32(gguf.Keys.Split.LLM_KV_SPLIT_TENSORS_COUNT, len(plan))
+        per = -(-len(plan) // count)
+        plan = plan[(no - 1) * per : no * per]
+    data = 0
+    for name, shape, qtype in plan:
+        nbytes = _nbytes(shape, qtype)
+        writer.add_tensor_info(name, shape, np.dtype(np.float32), nbytes, raw_dtype=qtype)
+        data += _pad(nbytes)
+    out = io.BytesIO()
+    writer.fout = [out]  # type: ignore[list-item]
+    writer.state = WriterState.EMPTY
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    raw = out.getvalue()
+    header = raw + b"\0" * (_pad(len(raw)) - len(raw))
+    return SynthFile(header=header, size=len(header) + data)

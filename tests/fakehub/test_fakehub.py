@@ -1,0 +1,163 @@
+"""The fake hub itself: synthetic files are real GGUF, HTTP semantics match the hub's."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import gguf
+import pytest
+
+from registry.gguf.reader import parse_header
+from tests.fakehub import Corpus, FakeHub, Fault, ModelSpec, Repo, RepoFile, gguf_repo, synthetic_corpus
+from tests.fakehub.corpus import SynthBlob, _synth
+from tests.fakehub.synth import build
+from tests.fakehub.testing import TOKEN
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+async def hub() -> AsyncIterator[FakeHub]:
+    corpus = Corpus(
+        [
+            gguf_repo(
+                "a/tiny-GGUF", ModelSpec(name="Tiny"), quants=("Q4_K_M", "Q8_0"), card={"license": "mit"}
+            ),
+            Repo("a/secret-GGUF", [RepoFile("s.gguf", SynthBlob(ModelSpec()))], private=True),
+        ]
+    )
+    async with FakeHub(corpus, tokens={TOKEN}) as h:
+        yield h
+
+
+@pytest.mark.parametrize(
+    ("spec", "shard"),
+    [
+        (ModelSpec(), None),
+        (ModelSpec(arch="qwen3moe", n_experts=4, quant="Q8_0", tokenizer="gpt2", vocab_size=4096), None),
+        (ModelSpec(n_layers=6), (2, 3)),
+        (ModelSpec(kind="lora"), None),
+        (ModelSpec(arch="clip", kind="mmproj"), None),
+    ],
+)
+def test_synthetic_file_is_valid_gguf(tmp_path: Path, spec: ModelSpec, shard: tuple[int, int] | None) -> None:
+    synth = build(spec, shard=shard)
+    path = tmp_path / "f.gguf"
+    with path.open("wb") as f:
+        f.write(synth.header)
+        f.truncate(synth.size)
+    reference = gguf.GGUFReader(path)  # gguf-py, the format's reference reader
+    ours = parse_header(synth.header, file_size=synth.size)
+    assert reference.data_offset == ours.data_offset == len(synth.header)
+    assert [t.name for t in reference.tensors] == [t.name for t in ours.tensors]
+    assert max(t.data_offset + t.n_bytes for t in reference.tensors) <= synth.size
+    if shard is not None:
+        assert ours.get("split.no") == shard[0] - 1
+        assert "general.architecture" not in ours.fields
+
+
+async def test_ranges_etag_and_416(hub: FakeHub) -> None:
+    url = hub.resolve_url("a/tiny-GGUF", "tiny-Q4_K_M.gguf")
+    blob = hub.corpus.repos["a/tiny-GGUF"].files[0].blob
+    async with aiohttp.ClientSession() as s:
+        async with s.head(url, allow_redirects=False) as r:
+            assert r.status == 302
+            assert r.headers["X-Linked-Size"] == str(blob.size)
+            assert r.headers["X-Repo-Commit"] == hub.corpus.repos["a/tiny-GGUF"].sha
+            cdn = r.headers["Location"]
+        assert cdn.startswith(hub.cdn_url)
+        async with s.get(cdn, headers={"Range": "bytes=0-99"}) as r:
+            assert r.status == 206
+            assert r.headers["Content-Range"] == f"bytes 0-99/{blob.size}"
+            assert r.headers["Accept-Ranges"] == "bytes"
+            assert await r.read() == blob.read(0, 100)
+            etag = r.headers["ETag"]
+        async with s.get(cdn, headers={"Range": "bytes=-10"}) as r:
+            assert r.status == 206 and len(await r.read()) == 10
+        async with s.get(cdn, headers={"Range": f"bytes={blob.size}-"}) as r:
+            assert r.status == 416
+            assert r.headers["Content-Range"] == f"bytes */{blob.size}"
+        async with s.get(cdn, headers={"Range": "bytes=0-9", "If-Range": etag}) as r:
+            assert r.status == 206
+        hub.change_file("a/tiny-GGUF", "tiny-Q4_K_M.gguf")
+        async with s.get(cdn, headers={"Range": "bytes=0-9", "If-Range": etag}) as r:
+            assert r.status == 200 and r.headers["ETag"] != etag
+        async with s.get(hub.resolve_url("a/tiny-GGUF", "README.md")) as r:
+            assert r.status == 200 and b"license" in await r.read()  # git files come from the hub itself
+    assert [r.status for r in hub.requests_to("cdn")] == [206, 206, 416, 206, 200]
+
+
+async def test_faults_are_counted_per_match(hub: FakeHub) -> None:
+    hub.faults.add(
+        Fault(
+            "status",
+            route="cdn",
+            file="*Q8_0*",
+            status=429,
+            retry_after="1",
+            ratelimit='"api";r=0;t=1',
+            skip=1,
+        )
+    )
+    url = hub.resolve_url("a/tiny-GGUF", "tiny-Q8_0.gguf")
+    async with aiohttp.ClientSession() as s:
+        statuses = []
+        for _ in range(3):
+            async with s.get(url, headers={"Range": "bytes=0-9"}) as r:
+                statuses.append(r.status)
+                if r.status == 429:
+                    assert r.headers["Retry-After"] == "1"
+                    assert r.headers["RateLimit"] == '"api";r=0;t=1'
+    assert statuses == [206, 429, 206]
+
+
+async def test_private_repos_need_a_token(hub: FakeHub) -> None:
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"{hub.endpoint}/api/models/a/secret-GGUF") as r:
+            assert r.status == 401 and r.headers["X-Error-Code"] == "RepoNotFound"
+        async with s.get(f"{hub.endpoint}/api/models", params={"filter": "gguf"}) as r:
+            assert [m["id"] for m in await r.json()] == ["a/tiny-GGUF"]
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        async with s.get(f"{hub.endpoint}/api/models/a/secret-GGUF", headers=auth) as r:
+            assert r.status == 200
+        async with s.get(
+            f"{hub.endpoint}/api/models", params={"expand": ["sha", "cardData"]}, headers=auth
+        ) as r:
+            first = (await r.json())[0]
+            assert set(first) == {"_id", "id", "sha", "cardData"}
+
+
+def test_thousand_repo_corpus_is_lazy() -> None:
+    before = _synth.cache_info().misses
+    corpus = synthetic_corpus(1000)
+    files = [f for repo in corpus for f in repo.files if f.path.endswith(".gguf")]
+    assert len(corpus) == 1000 and len(files) == 3000
+    assert _synth.cache_info().misses == before  # no header built until a request needs one
+
+
+async def test_cli_serves_a_synthetic_corpus() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.fakehub",
+        "--port",
+        "0",
+        "--repos",
+        "5",
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+        endpoint = line.split()[2]
+        assert endpoint.startswith("http://127.0.0.1:")
+        async with aiohttp.ClientSession() as s, s.get(f"{endpoint}/api/models") as r:
+            assert len(await r.json()) == 5
+    finally:
+        proc.terminate()
+        await proc.wait()

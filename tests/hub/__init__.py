@@ -1,0 +1,1 @@
+"""Tests of registry.hub against the fake hub over loopback sockets."""

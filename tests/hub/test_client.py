@@ -1,0 +1,159 @@
+"""The HfApi wrapper against the fake hub: real huggingface_hub, real sockets, loopback."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from registry.config import HubSettings
+from registry.hub.client import HubClient, RepoInfo
+from registry.hub.errors import RepoNotFound, RevisionNotFound, ServerError
+from registry.hub.http import HttpOptions, HubHttp
+from tests.fakehub import Corpus, FakeHub, Fault, ModelSpec, gguf_repo, sample_corpus
+from tests.fakehub.testing import FAST_RETRY, TOKEN, Sleeps
+
+
+def _many(n: int) -> Corpus:
+    spec = ModelSpec()
+    return Corpus(
+        gguf_repo(f"{'alice' if i % 5 == 0 else 'bob'}/model-{i:03d}-GGUF", spec, downloads=i, likes=n - i)
+        for i in range(n)
+    )
+
+
+@pytest.fixture
+async def hub() -> AsyncIterator[FakeHub]:
+    async with FakeHub(sample_corpus(), tokens={TOKEN}) as h:
+        yield h
+
+
+async def _ids(client: HubClient, **kw: object) -> list[str]:
+    return [r.repo_id async for r in client.list_gguf_repos(**kw)]  # type: ignore[arg-type]
+
+
+async def test_listing_follows_link_pagination() -> None:
+    async with FakeHub(_many(250), page_size=50) as hub:
+        client = HubClient(hub.endpoint)
+        ids = await _ids(client)
+        assert len(ids) == 250 == len(set(ids))
+        pages = hub.requests_to("api")
+        assert len(pages) == 5
+        assert all("cursor" in p.query for p in pages[1:])
+        assert not any(p.authorization for p in pages)
+
+
+async def test_listing_is_incremental_and_limited() -> None:
+    async with FakeHub(_many(250), page_size=20) as hub:
+        client = HubClient(hub.endpoint)
+        seen = 0
+        async for _ in client.list_gguf_repos():
+            seen += 1
+            if seen == 30:
+                break
+        # One batch of 100 repos is 5 pages of 20; the other 8 pages are never fetched.
+        assert len(hub.requests_to("api")) <= 5
+        hub.requests.clear()
+        ids = await _ids(client, limit=120)
+        assert len(ids) == 120
+        [page] = hub.requests_to("api")  # the limit is also the page size
+        assert page.query["limit"] == "120"
+
+
+async def test_listing_filters_and_sort() -> None:
+    async with FakeHub(_many(250), page_size=40) as hub:
+        client = HubClient(hub.endpoint)
+        alice = await _ids(client, author="alice")
+        assert len(alice) == 50 and all(i.startswith("alice/") for i in alice)
+        found = await _ids(client, search="MODEL-24")
+        assert sorted(found) == sorted(
+            f"{'alice' if i % 5 == 0 else 'bob'}/model-{i:03d}-GGUF" for i in range(240, 250)
+        )
+        top = [r async for r in client.list_gguf_repos(sort="downloads", limit=3)]
+        assert [r.downloads for r in top] == [249, 248, 247]
+        assert top[0].sha and top[0].last_modified is not None and "gguf" in top[0].tags
+        assert hub.requests_to("api")[-1].query["filter"] == "gguf"
+
+
+async def test_repo_info_round_trip(hub: FakeHub) -> None:
+    client = HubClient(hub.endpoint)
+    info = await client.repo_info("synth/tiny-llama-GGUF")
+    repo = hub.corpus.repos["synth/tiny-llama-GGUF"]
+    assert isinstance(info, RepoInfo)
+    assert info.sha == repo.sha
+    assert info.license == "llama3.1"
+    assert info.base_model == ("synth/tiny-llama",)
+    assert info.base_model_relation == "quantized"
+    assert "base_model:quantized:synth/tiny-llama" in info.tags
+    assert info.last_modified is not None and info.last_modified.year == 2025
+    assert {f.path for f in info.gguf_files} == {f.path for f in repo.files if f.path.endswith(".gguf")}
+    for f in info.gguf_files:
+        blob = repo.file(f.path).blob  # type: ignore[union-attr]
+        assert (f.size, f.sha256) == (blob.size, blob.sha256)
+    readme = next(f for f in info.files if f.path == "README.md")
+    assert readme.sha256 is None and readme.size  # kept in git, not LFS
+    pinned = await client.repo_info("synth/tiny-llama-GGUF", revision=repo.sha)
+    assert pinned == info
+    assert hub.requests_to("api")[-1].path.endswith(f"/revision/{repo.sha}")
+
+
+async def test_gated_and_list_base_model(hub: FakeHub) -> None:
+    client = HubClient(hub.endpoint)
+    vision = await client.repo_info("other/vision-GGUF")
+    assert vision.gated and vision.gated_mode == "manual"
+    assert vision.base_model_relation == "finetune"
+    moe = await client.repo_info("synth/split-moe-GGUF")
+    assert moe.base_model == ("synth/moe-base",)
+    assert len(moe.gguf_files) == 3
+
+
+async def test_errors_are_typed(hub: FakeHub) -> None:
+    client = HubClient(hub.endpoint)
+    with pytest.raises(RepoNotFound) as info:
+        await client.repo_info("nobody/nothing")
+    assert info.value.request_id and info.value.request_id.startswith("fake-")
+    with pytest.raises(RevisionNotFound):
+        await client.repo_info("synth/tiny-llama-GGUF", revision="0" * 40)
+
+
+async def test_repo_info_retries_5xx(hub: FakeHub) -> None:
+    sleeps = Sleeps()
+    client = HubClient(hub.endpoint, retry=FAST_RETRY, sleep=sleeps)
+    hub.faults.add(Fault("status", route="api", status=503, times=2))
+    info = await client.repo_info("synth/tiny-llama-GGUF")
+    assert info.repo_id == "synth/tiny-llama-GGUF"
+    assert len(sleeps) == 2
+    hub.faults.add(Fault("status", route="api", status=500, times=None))
+    with pytest.raises(ServerError):
+        await client.repo_info("synth/tiny-llama-GGUF")
+
+
+async def test_token_sent_only_when_configured(hub: FakeHub) -> None:
+    await HubClient(hub.endpoint).repo_info("synth/tiny-llama-GGUF")
+    await HubClient(hub.endpoint, TOKEN).repo_info("synth/tiny-llama-GGUF")
+    anon, authed = hub.requests_to("api")
+    assert not anon.authorization
+    assert authed.headers["Authorization"] == f"Bearer {TOKEN}"
+
+
+async def test_resolve_url_feeds_the_reader(hub: FakeHub) -> None:
+    settings = HubSettings(endpoint=hub.endpoint, token=TOKEN)
+    client = HubClient.from_settings(settings)
+    info = await client.repo_info("synth/split-moe-GGUF")
+    async with HubHttp(HttpOptions.from_settings(settings)) as http:
+        for f in info.gguf_files:
+            remote = await http.fetch_header(
+                client.resolve_url(info.repo_id, info.sha, f.path), first_window=settings.shard_window
+            )
+            assert remote.file_size == f.size
+            assert remote.etag == f'"{f.sha256}"'
+    assert all(f"/resolve/{info.sha}/" in r.path for r in hub.requests_to("resolve"))
+
+
+async def test_environment_token_is_never_used(hub: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf_from_the_environment")
+    monkeypatch.setenv("HUGGING_FACE_HUB_TOKEN", "hf_from_the_environment")
+    client = HubClient(hub.endpoint)
+    await client.repo_info("synth/tiny-llama-GGUF")
+    [_ async for _ in client.list_gguf_repos(limit=2)]
+    assert hub.requests and not any(r.authorization for r in hub.requests)
