@@ -1,6 +1,6 @@
 """Type tables of the GGUF format: tensor types, file types and metadata value types.
 
-The ids follow ggml's `enum ggml_type` and `enum llama_ftype`. Ids that ggml has removed
+The ids follow ggml's `enum ggml_type` (0..42 as of this writing) and `enum llama_ftype`. Ids that ggml has removed
 stay in the tables, marked `removed`, so that a file using one gets a precise error
 ("Q4_0_4_4 was removed from GGUF") instead of "unknown type 31".
 """
@@ -54,6 +54,7 @@ class GGMLType(enum.IntEnum):
     MXFP4 = 39
     NVFP4 = 40
     Q1_0 = 41
+    Q2_0 = 42
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +125,7 @@ TENSOR_TYPES: dict[GGMLType, TensorTypeInfo] = {
         _t(GGMLType.MXFP4, 32, 17),
         _t(GGMLType.NVFP4, 64, 36),
         _t(GGMLType.Q1_0, 128, 18),
+        _t(GGMLType.Q2_0, 64, 18),
     )
 }
 

@@ -285,7 +285,7 @@ def test_first_dimension_not_a_multiple_of_the_block() -> None:
     assert "256" in err.message
 
 
-@pytest.mark.parametrize("type_id", [42, 1000, 2**32 - 1])
+@pytest.mark.parametrize("type_id", [max(GGMLType) + 1, 1000, 2**32 - 1])
 def test_unknown_ggml_type(type_id: int) -> None:
     err = expect(UnknownTensorType, "tensors[0].type", one_tensor([32], type_id))
     assert str(type_id) in err.message
