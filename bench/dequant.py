@@ -1,0 +1,283 @@
+"""Dequantization throughput, side by side: registry.quant, gguf-py and ggml's C code.
+
+    python -m bench.dequant [--elements N] [--repeat R] [--types Q4_0,Q4_K] [--no-models]
+
+For the tensors of the two sample models (grouped by type) and for a synthetic tensor of
+every supported type (16 Mi elements of random blocks with sane scales), prints the output
+throughput in GB/s of float32 (best of R runs):
+
+- ours:    `registry.quant.dequantize` (a fresh float32 array per call)
+- gguf-py: `gguf.quants.dequantize` (fresh array; F32 is a zero-copy view there, shown as
+           "view"), on at most 16 Mi elements of a case; ours/gguf-py compares the two on
+           exactly the same tensors
+- ggml:    the type's C `to_float` from libggml-base (bench/ggml_ref.py), one thread, into
+           a fresh array per call like the others ("ggml") and into a reused, already
+           faulted-in array ("ggml-hot": the kernel alone, no page faults)
+
+and the ratios ours/gguf-py and ours/ggml (fresh arrays on both sides) and ours/ggml-hot.
+
+The runs of all contenders are interleaved round by round, so that load from other
+processes hits them alike; a side effect is that the allocator often hands a contender
+the memory another one just freed, so "fresh" arrays are then already faulted in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from registry.gguf.types import TENSOR_TYPES, GGMLType
+from registry.quant import dequantize, supported_types
+
+GGML_TARGETS = {"Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"}
+GGUF_PY_TARGET = 5.0
+GGML_TARGET = 0.5
+GGUF_PY_MAX_ELEMENTS = 1 << 24
+
+
+@dataclass
+class Case:
+    source: str
+    type: GGMLType
+    tensors: list[np.ndarray]  # raw bytes of each tensor, in memory
+
+    @property
+    def n_elements(self) -> int:
+        info = TENSOR_TYPES[self.type]
+        return sum(t.size // info.type_size * info.block_size for t in self.tensors)
+
+
+def _best_interleaved(runs: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
+    """Best time of each contender; rounds interleave them so that noise from other
+    processes on the machine hits all of them alike."""
+    for fn in runs.values():
+        fn()  # warm-up: tables built, pages touched
+    best = dict.fromkeys(runs, float("inf"))
+    for _ in range(repeat):
+        for name, fn in runs.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best
+
+
+def _gbps(n_elements: int, seconds: float) -> float:
+    return n_elements * 4 / seconds / 1e9
+
+
+def synthetic(t: GGMLType, n_elements: int, rng: np.random.Generator) -> np.ndarray:
+    from tests.quant.refgen import set_scales
+
+    info = TENSOR_TYPES[t]
+    n_blocks = max(1, n_elements // info.block_size)
+    blocks = rng.integers(0, 256, (n_blocks, info.type_size), dtype=np.uint8)
+    if t in (GGMLType.F16, GGMLType.BF16, GGMLType.F32, GGMLType.F64):
+        dtype = {GGMLType.F16: "<f2", GGMLType.F32: "<f4", GGMLType.F64: "<f8"}.get(t)
+        if dtype is not None:
+            blocks = rng.normal(size=n_blocks).astype(dtype).view(np.uint8).reshape(n_blocks, -1)
+        else:  # bf16: the top halves of float32 normals
+            blocks = (rng.normal(size=n_blocks).astype("<f4").view("<u4") >> 16).astype("<u2").view(np.uint8)
+    return set_scales(blocks, t, rng, special_fraction=0.0).reshape(-1)
+
+
+def model_cases(paths: list[Path]) -> list[Case]:
+    from registry.gguf.errors import NeedMoreData
+    from registry.gguf.reader import next_window, parse_header
+
+    cases: dict[tuple[str, GGMLType], Case] = {}
+    for path in paths:
+        size = path.stat().st_size
+        want = 1 << 20
+        with path.open("rb") as f:
+            while True:
+                f.seek(0)
+                try:
+                    header = parse_header(f.read(want), file_size=size)
+                    break
+                except NeedMoreData as exc:
+                    want = next_window(exc, margin=64 << 10)
+        mm = np.memmap(path, dtype=np.uint8, mode="r")
+        label = path.name.split(".")[0][:22]
+        for t in header.tensors:
+            raw = np.array(mm[t.file_offset : t.file_offset + t.n_bytes])  # in memory: no disk in timings
+            cases.setdefault((label, t.type), Case(label, t.type, [])).tensors.append(raw)
+    return sorted(cases.values(), key=lambda c: (c.source, int(c.type)))
+
+
+def _ggml_lib() -> tuple[object | None, str]:
+    try:
+        from bench.ggml_ref import GGMLUnavailable, library_version, load
+    except ImportError as exc:
+        return None, f"bench.ggml_ref not importable: {exc}"
+    try:
+        lib = load()
+    except GGMLUnavailable as exc:
+        return None, str(exc)
+    return lib, f"{library_version(lib)} ({lib.path})"
+
+
+def _gguf_py() -> tuple[Callable[[np.ndarray, GGMLType], np.ndarray] | None, str]:
+    try:
+        import gguf
+        from gguf import quants
+    except ImportError as exc:
+        return None, f"gguf not installed: {exc}"
+
+    def run(raw: np.ndarray, t: GGMLType) -> np.ndarray:
+        return quants.dequantize(raw, gguf.GGMLQuantizationType(int(t)))
+
+    version = getattr(gguf, "__version__", None)
+    if version is None:
+        from importlib.metadata import version as _v
+
+        version = _v("gguf")
+    return run, f"gguf-py {version}"
+
+
+def _gguf_py_subset(case: Case, counts: list[int]) -> tuple[list[np.ndarray], list[int]]:
+    """Whole tensors of the case up to GGUF_PY_MAX_ELEMENTS, or a prefix of the first."""
+    info = TENSOR_TYPES[case.type]
+    subset: list[np.ndarray] = []
+    sub_counts: list[int] = []
+    for raw, k in zip(case.tensors, counts, strict=True):
+        room = GGUF_PY_MAX_ELEMENTS - sum(sub_counts)
+        if room <= 0:
+            break
+        take = min(k, room) // info.block_size * info.block_size or k
+        subset.append(raw[: take // info.block_size * info.type_size])
+        sub_counts.append(take)
+    return subset, sub_counts
+
+
+def measure(
+    case: Case, repeat: int, lib: object | None, gguf_py: Callable[..., np.ndarray] | None
+) -> dict[str, object]:
+    info = TENSOR_TYPES[case.type]
+    t = case.type
+    n = case.n_elements
+    counts = [raw.size // info.type_size * info.block_size for raw in case.tensors]
+    row: dict[str, object] = {"source": case.source, "type": t.name, "n": n, "gguf": "n/a"}
+    row["ggml"] = row["ggml_hot"] = "n/a"
+    sizes = {"ours": n}
+    runs: dict[str, Callable[[], object]] = {
+        "ours": lambda: [dequantize(r, t, k) for r, k in zip(case.tensors, counts, strict=True)]
+    }
+
+    if gguf_py is not None and t is GGMLType.F32:
+        row["gguf"] = "view"
+    elif gguf_py is not None:
+        subset, sub_counts = _gguf_py_subset(case, counts)
+        try:
+            with np.errstate(all="ignore"):
+                gguf_py(subset[0][: info.type_size], t)
+        except NotImplementedError:
+            pass
+        else:
+            sizes["gguf"] = sizes["ours_sub"] = sum(sub_counts)
+            runs["gguf"] = lambda: [gguf_py(r, t) for r in subset]
+            if sizes["gguf"] != n:  # ours on exactly what gguf-py gets, for the ratio
+                runs["ours_sub"] = lambda: [
+                    dequantize(r, t, k) for r, k in zip(subset, sub_counts, strict=True)
+                ]
+
+    if lib is not None and lib.has_to_float(int(t)):  # type: ignore[attr-defined]
+        to_float = lib.to_float  # type: ignore[attr-defined]
+        outs = [np.zeros(k, np.float32) for k in counts]
+        sizes["ggml"] = sizes["ggml_hot"] = n
+        runs["ggml"] = lambda: [to_float(int(t), r, k) for r, k in zip(case.tensors, counts, strict=True)]
+        runs["ggml_hot"] = lambda: [
+            to_float(int(t), r, k, o) for r, k, o in zip(case.tensors, counts, outs, strict=True)
+        ]
+
+    with np.errstate(all="ignore"):
+        best = _best_interleaved(runs, repeat)
+    for name, seconds in best.items():
+        row[name] = _gbps(sizes[name], seconds)
+    return row
+
+
+def _fmt(v: object) -> str:
+    return f"{v:7.2f}" if isinstance(v, float) else f"{v!s:>7}"
+
+
+def _ratio(a: object, b: object) -> str:
+    return f"{a / b:6.2f}x" if isinstance(a, float) and isinstance(b, float) and b > 0 else f"{'-':>7}"
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.dequant", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--elements", type=int, default=1 << 24, help="elements per synthetic tensor")
+    parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument("--types", default="", help="comma-separated type names (default: all supported)")
+    parser.add_argument("--no-models", action="store_true", help="skip the sample models")
+    args = parser.parse_args(argv)
+
+    types = list(supported_types())
+    if args.types:
+        wanted = {name.strip().upper() for name in args.types.split(",")}
+        types = [t for t in types if t.name in wanted]
+    lib, lib_note = _ggml_lib()
+    gguf_py, gguf_note = _gguf_py()
+    print(f"ours:    registry.quant (numpy {np.__version__}), one thread")
+    print(
+        f"gguf-py: {gguf_note if gguf_py else 'n/a: ' + gguf_note} (up to {GGUF_PY_MAX_ELEMENTS} elements per case)"
+    )
+    print(f"ggml:    {lib_note if lib else 'n/a: ' + lib_note}, one thread")
+    print("GB/s of float32 output, best of", args.repeat, "\n")
+
+    cases: list[Case] = []
+    if not args.no_models:
+        from tests.models import SAMPLES
+
+        paths = [m.path for m in SAMPLES if m.path.exists()]
+        missing = [m.filename for m in SAMPLES if not m.path.exists()]
+        if missing:
+            print(f"(sample models missing, run `python -m tests.models fetch`: {', '.join(missing)})")
+        cases += [c for c in model_cases(paths) if c.type in types]
+    rng = np.random.default_rng(0)
+    cases += [Case("synthetic", t, [synthetic(t, args.elements, rng)]) for t in types]
+
+    head = f"{'source':22s} {'type':8s} {'elements':>10s} {'ours':>7s} {'gguf-py':>7s} {'ggml':>7s} {'ggml-hot':>8s}"
+    head += f" {'/gguf-py':>8s} {'/ggml':>7s} {'/ggml-hot':>9s}  targets"
+    print(head)
+    print("-" * len(head))
+    misses: list[str] = []
+    for case in cases:
+        row = measure(case, args.repeat, lib, gguf_py)
+        notes = []
+        ours_sub = row.get("ours_sub", row["ours"])
+        r_py = ours_sub / row["gguf"] if isinstance(row["gguf"], float) else None  # type: ignore[operator]
+        if r_py is not None:
+            ok = r_py >= GGUF_PY_TARGET
+            notes.append(f"gguf-py {'ok' if ok else 'MISS'}")
+            if not ok and case.source == "synthetic":
+                misses.append(f"{row['type']} vs gguf-py {r_py:.2f}x")
+        if row["type"] in GGML_TARGETS and isinstance(row["ggml"], float):
+            r_c = row["ours"] / row["ggml"]  # type: ignore[operator]
+            ok = r_c >= GGML_TARGET
+            notes.append(f"ggml {'ok' if ok else 'MISS'}")
+            if not ok and case.source == "synthetic":
+                misses.append(f"{row['type']} vs ggml {r_c:.2f}x")
+        print(
+            f"{case.source:22s} {row['type']!s:8s} {row['n']:>10d} {_fmt(row['ours'])} {_fmt(row['gguf'])}"
+            f" {_fmt(row['ggml'])} {_fmt(row['ggml_hot']):>8s} {_ratio(ours_sub, row['gguf']):>8s}"
+            f" {_ratio(row['ours'], row['ggml'])} {_ratio(row['ours'], row['ggml_hot']):>9s}  {', '.join(notes)}",
+            flush=True,
+        )
+    print()
+    print(
+        "targets: ours >= 5x gguf-py on every type it supports; ours >= 0.5x ggml (fresh arrays) on",
+        ", ".join(sorted(GGML_TARGETS)),
+    )
+    print("missed (synthetic):", "; ".join(misses) if misses else "none")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,248 @@
+"""Dequantize a ggml tensor's raw bytes to float32: whole, or streamed in row chunks.
+
+Every input is checked before anything is allocated: the type must have a kernel, the
+element count must be a positive whole number of blocks, and the byte count must be
+exactly what that many blocks take. Data may be bytes, a memoryview or a uint8 array
+(a numpy memmap slice works and is read only as far as each chunk needs).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import operator
+from collections.abc import Iterator, Sequence
+from functools import cache
+from types import MappingProxyType
+
+import numpy as np
+
+from registry.gguf.types import TENSOR_TYPES, GGMLType, TensorTypeInfo
+from registry.quant import floats, fp4, iquants, kquants, legacy, q1, ternary
+from registry.quant.base import BadTensorData, Kernel, KernelSpec, UnsupportedType
+
+# Input bytes handed to a kernel per call: bounds the big-endian copy and lets a memmap be
+# read piece by piece; kernels slice further to stay in cache.
+_STEP_BYTES = 8 << 20
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+
+Data = bytes | bytearray | memoryview | np.ndarray
+
+
+def _merge(*tables: dict[GGMLType, KernelSpec]) -> MappingProxyType[GGMLType, KernelSpec]:
+    merged: dict[GGMLType, KernelSpec] = {}
+    for table in tables:
+        for t, spec in table.items():
+            if t in merged:
+                raise RuntimeError(f"two kernels for {t.name}")
+            merged[t] = spec
+    return MappingProxyType(merged)
+
+
+@cache
+def kernels() -> MappingProxyType[GGMLType, KernelSpec]:
+    """Every kernel, by type: the union of the kernel modules' KERNELS tables."""
+    return _merge(
+        floats.KERNELS,
+        legacy.KERNELS,
+        kquants.KERNELS,
+        iquants.KERNELS,
+        fp4.KERNELS,
+        ternary.KERNELS,
+        q1.KERNELS,
+    )
+
+
+def supported_types() -> tuple[GGMLType, ...]:
+    """The types `dequantize` accepts, in id order."""
+    return tuple(sorted(kernels()))
+
+
+def _resolve(ggml_type: int | GGMLType) -> tuple[TensorTypeInfo, KernelSpec]:
+    try:
+        if isinstance(ggml_type, bool):
+            raise TypeError("a bool is not a type id")
+        t = GGMLType(operator.index(ggml_type))
+    except (TypeError, ValueError):
+        raise UnsupportedType(f"unknown ggml type {ggml_type!r}", ggml_type=_int_or_none(ggml_type)) from None
+    info = TENSOR_TYPES[t]
+    if info.removed:
+        raise UnsupportedType(
+            f"{t.name} was removed from ggml; files using it cannot be read", ggml_type=int(t)
+        )
+    spec = kernels().get(t)
+    if spec is None:
+        raise UnsupportedType(f"no dequantization kernel for {t.name}", ggml_type=int(t))
+    return info, spec
+
+
+def _int_or_none(value: object) -> int | None:
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
+def _as_bytes(data: Data, ggml_type: int) -> np.ndarray:
+    """A 1-D uint8 view of `data`, copying only when its memory is not contiguous."""
+    if isinstance(data, np.ndarray):
+        if data.dtype.hasobject:
+            raise BadTensorData("tensor data must be raw bytes, not an object array", ggml_type=ggml_type)
+        arr = data if data.dtype == np.uint8 else np.ascontiguousarray(data).view(np.uint8)
+        return arr.reshape(-1)
+    if isinstance(data, bytes | bytearray | memoryview):
+        try:
+            return np.frombuffer(data, dtype=np.uint8)
+        except (ValueError, TypeError, BufferError):
+            return np.ascontiguousarray(np.asarray(memoryview(data))).view(np.uint8).reshape(-1)
+    raise BadTensorData(
+        f"tensor data must be bytes, a memoryview or a uint8 array, not {type(data).__name__}",
+        ggml_type=ggml_type,
+    )
+
+
+def _count(n: object, what: str, ggml_type: int) -> int:
+    if isinstance(n, bool):
+        raise BadTensorData(f"{what} must be an integer, not bool", ggml_type=ggml_type)
+    try:
+        value = operator.index(n)  # type: ignore[arg-type]
+    except TypeError:
+        raise BadTensorData(
+            f"{what} must be an integer, not {type(n).__name__}", ggml_type=ggml_type
+        ) from None
+    if value <= 0:
+        raise BadTensorData(f"{what} must be positive, got {value}", ggml_type=ggml_type)
+    return value
+
+
+def _check(info: TensorTypeInfo, n_elements: int, n_bytes: int) -> int:
+    """The block count of `n_elements` values stored in `n_bytes`, or BadTensorData."""
+    t = int(info.type)
+    if n_elements % info.block_size:
+        raise BadTensorData(
+            f"{n_elements} elements is not a whole number of {info.name} blocks of {info.block_size}",
+            ggml_type=t,
+        )
+    n_blocks = n_elements // info.block_size
+    want = n_blocks * info.type_size
+    if n_bytes != want:
+        raise BadTensorData(
+            f"{info.name} tensor of {n_elements} elements takes {want} bytes, got {n_bytes}", ggml_type=t
+        )
+    return n_blocks
+
+
+@cache
+def _writes_into(fn: Kernel) -> bool:
+    try:
+        return "out" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _to_little_endian(blocks: np.ndarray, fields: tuple[tuple[int, int, int], ...]) -> np.ndarray:
+    swapped = blocks.copy()
+    for offset, count, size in fields:
+        if size == 1:
+            continue
+        word = np.dtype(f"u{size}")
+        swapped[:, offset : offset + count * size].view(word).byteswap(inplace=True)
+    return swapped
+
+
+def _run(spec: KernelSpec, blocks: np.ndarray, out: np.ndarray, big_endian: bool) -> None:
+    """Dequantize `blocks` (n, type_size) into `out` in steps of bounded size."""
+    step = max(1, _STEP_BYTES // blocks.shape[1])
+    per_block = out.size // blocks.shape[0]
+    into = _writes_into(spec.fn)
+    with np.errstate(all="ignore"):  # NaN/Inf scales are data, not errors
+        for start in range(0, blocks.shape[0], step):
+            part = blocks[start : start + step]
+            if big_endian and spec.swap_fields:
+                part = _to_little_endian(part, spec.swap_fields)
+            dest = out[start * per_block : (start + part.shape[0]) * per_block]
+            if into:
+                spec.fn(part, out=dest)  # type: ignore[call-arg]
+            else:
+                values = spec.fn(part)
+                if values.shape != dest.shape:
+                    raise RuntimeError(f"kernel returned {values.shape}, expected {dest.shape}")
+                dest[...] = values
+
+
+def dequantize(
+    data: Data, ggml_type: int | GGMLType, n_elements: int, *, big_endian: bool = False
+) -> np.ndarray:
+    """The `n_elements` values of a tensor of type `ggml_type`, as a 1-D float32 array.
+
+    `big_endian` says the data comes from a big-endian GGUF file, whose multi-byte fields
+    are stored byte-swapped. Raises UnsupportedType or BadTensorData, never returns garbage.
+    """
+    info, spec = _resolve(ggml_type)
+    t = int(info.type)
+    n = _count(n_elements, "element count", t)
+    raw = _as_bytes(data, t)
+    n_blocks = _check(info, n, raw.size)
+    out = np.empty(n, dtype=np.float32)
+    _run(spec, raw.reshape(n_blocks, info.type_size), out, big_endian)
+    return out
+
+
+def dequantize_chunks(
+    data: Data,
+    ggml_type: int | GGMLType,
+    shape: Sequence[int],
+    *,
+    big_endian: bool = False,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> Iterator[tuple[int, np.ndarray]]:
+    """Stream a tensor as (first_row, float32 array of shape (rows, shape[0])) pieces.
+
+    `shape` is in GGUF order (ne0 first: ne0 is the row length). Each piece holds whole
+    rows, at most `max_bytes` of float32 but never less than one row. All checks run
+    here, before the first piece is asked for.
+    """
+    info, spec = _resolve(ggml_type)
+    t = int(info.type)
+    if not isinstance(shape, Sequence) or isinstance(shape, str | bytes):
+        raise BadTensorData(
+            f"shape must be a sequence of dimensions, not {type(shape).__name__}", ggml_type=t
+        )
+    dims = [_count(d, "dimension", t) for d in shape]
+    if not dims:
+        raise BadTensorData("a tensor needs at least one dimension", ggml_type=t)
+    row_len = dims[0]
+    n = math.prod(dims)
+    raw = _as_bytes(data, t)
+    _check(info, n, raw.size)
+    if row_len % info.block_size:
+        raise BadTensorData(
+            f"row length {row_len} is not a whole number of {info.name} blocks of {info.block_size}",
+            ggml_type=t,
+        )
+    if max_bytes <= 0:
+        raise ValueError(f"max_bytes must be positive, got {max_bytes}")
+    row_bytes = row_len // info.block_size * info.type_size
+    rows_per_piece = max(1, max_bytes // (row_len * 4))
+    return _pieces(raw, info, spec, row_len, row_bytes, n // row_len, rows_per_piece, big_endian)
+
+
+def _pieces(
+    raw: np.ndarray,
+    info: TensorTypeInfo,
+    spec: KernelSpec,
+    row_len: int,
+    row_bytes: int,
+    n_rows: int,
+    rows_per_piece: int,
+    big_endian: bool,
+) -> Iterator[tuple[int, np.ndarray]]:
+    for first in range(0, n_rows, rows_per_piece):
+        rows = min(rows_per_piece, n_rows - first)
+        part = raw[first * row_bytes : (first + rows) * row_bytes]
+        out = np.empty(rows * row_len, dtype=np.float32)
+        _run(spec, part.reshape(-1, info.type_size), out, big_endian)
+        yield first, out.reshape(rows, row_len)
+
+
+__all__ = ["DEFAULT_MAX_BYTES", "dequantize", "dequantize_chunks", "kernels", "supported_types"]

@@ -1,0 +1,123 @@
+"""Kernels of the plain number types (F32, F16, BF16, F64, I8..I64) and helpers shared by
+the quantized kernels: fp16 scales, output buffers, SWAR nibble masks.
+
+Every conversion is exact where ggml's is: fp16 and bf16 widen to float32 without rounding;
+F64 and the wide integers round to nearest float32, the only sensible float32 value.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+
+import numpy as np
+
+from registry.gguf.types import GGMLType
+from registry.quant.base import KernelSpec
+
+# Bytes of one 64-bit word repeated: SWAR masks that pick one bit field of all eight
+# bytes of a word at once, so nibbles and 2-bit fields unpack 8 at a time.
+LOW_NIBBLES = np.uint64(0x0F0F0F0F0F0F0F0F)
+LOW_CRUMBS = np.uint64(0x0303030303030303)
+LOW_BITS = np.uint64(0x0101010101010101)
+U64 = np.dtype("<u8")
+U32 = np.dtype("<u4")
+U16 = np.dtype("<u2")
+
+
+@cache
+def _f16_table() -> np.ndarray:
+    # All 65536 half floats widened once: a gather is several times faster than numpy's
+    # float16 -> float32 cast. ggml's conversion (F16C, or its bit trick) quiets signalling
+    # NaNs and numpy's does not, so the quiet bit is set here to match ggml bit for bit.
+    table = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
+    bits = table.view(np.uint32)
+    bits[np.isnan(table)] |= np.uint32(0x00400000)
+    return table
+
+
+def f16_column(blocks: np.ndarray, offset: int) -> np.ndarray:
+    """The fp16 field at byte `offset` of every block, as float32 of shape (n_blocks,)."""
+    bits = blocks[:, offset : offset + 2].view(U16)[:, 0]
+    return np.take(_f16_table(), bits, mode="wrap")
+
+
+def f16_columns(blocks: np.ndarray, offset: int, count: int) -> np.ndarray:
+    """`count` consecutive fp16 fields from byte `offset`, as float32 (n_blocks, count)."""
+    bits = blocks[:, offset : offset + 2 * count].view(U16)
+    return np.take(_f16_table(), bits, mode="wrap")
+
+
+class Scratch:
+    """Temporaries a kernel reuses from one chunk of blocks to the next.
+
+    A temporary of a few hundred KiB is above glibc's mmap threshold: allocating it anew
+    for every chunk means fresh pages, and faulting them in cost 20x the arithmetic
+    (measured: two 3 us ufuncs became 57 us). One buffer per name, sliced to the chunk at
+    hand, avoids that; the first chunk is the largest, so buffers never grow.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, np.ndarray] = {}
+
+    def get(self, name: str, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
+        size = math.prod(shape)
+        buf = self._buffers.get(name)
+        if buf is None or buf.size < size or buf.dtype != np.dtype(dtype):
+            buf = np.empty(size, dtype=dtype)
+            self._buffers[name] = buf
+        return buf[:size].reshape(shape)
+
+    def copy(self, name: str, src: np.ndarray) -> np.ndarray:
+        """`src` copied into a contiguous buffer (e.g. a byte field, to view as words)."""
+        dst = self.get(name, src.shape, src.dtype)
+        np.copyto(dst, src)
+        return dst
+
+
+def output(out: np.ndarray | None, n: int) -> np.ndarray:
+    if out is None:
+        return np.empty(n, dtype=np.float32)
+    return out
+
+
+def _f32(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    res = output(out, blocks.shape[0])
+    res[...] = blocks.reshape(-1).view(np.float32)
+    return res
+
+
+def _f16(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    res = output(out, blocks.shape[0])
+    np.take(_f16_table(), blocks.reshape(-1).view(np.uint16), out=res, mode="wrap")
+    return res
+
+
+def _bf16(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    # bf16 is the top half of a float32: widening is a shift, exactly as ggml does it.
+    res = output(out, blocks.shape[0])
+    np.left_shift(blocks.reshape(-1).view(np.uint16), 16, out=res.view(np.uint32), dtype=np.uint32)
+    return res
+
+
+def _cast(dtype: str) -> KernelSpec:
+    def kernel(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        res = output(out, blocks.shape[0])
+        np.copyto(res, blocks.reshape(-1).view(dtype), casting="unsafe")
+        return res
+
+    kernel.__name__ = f"_cast_{dtype}"
+    size = np.dtype(dtype).itemsize
+    return KernelSpec(kernel, ((0, 1, size),) if size > 1 else ())
+
+
+KERNELS: dict[GGMLType, KernelSpec] = {
+    GGMLType.F32: KernelSpec(_f32, ((0, 1, 4),)),
+    GGMLType.F16: KernelSpec(_f16, ((0, 1, 2),)),
+    GGMLType.BF16: KernelSpec(_bf16, ((0, 1, 2),)),
+    GGMLType.F64: _cast("<f8"),
+    GGMLType.I8: _cast("i1"),
+    GGMLType.I16: _cast("<i2"),
+    GGMLType.I32: _cast("<i4"),
+    GGMLType.I64: _cast("<i8"),
+}
