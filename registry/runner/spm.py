@@ -1,0 +1,107 @@
+"""SentencePiece-style BPE with scores and byte fallback (`tokenizer.ggml.model = "llama"`).
+
+Spaces become "▁"; adjacent symbols are merged greedily by the score of the merged token
+(highest first, leftmost among equal scores) for as long as the merged text is a token;
+symbols that never became a token are emitted as <0xXX> byte tokens.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+
+from registry.runner.errors import TokenizerUnsupported
+from registry.runner.tokenizer import TokenType, Vocab, decode_bytes, partition_special
+
+SPACE = "\u2581"
+
+
+class SPMTokenizer:
+    def __init__(self, vocab: Vocab) -> None:
+        if vocab.scores is None:
+            raise TokenizerUnsupported("a SentencePiece vocabulary needs tokenizer.ggml.scores")
+        self.vocab = vocab
+        self._scores = vocab.scores.tolist()
+        self._byte_ids: list[int | None] = [vocab.token_to_id.get(f"<0x{b:02X}>") for b in range(256)]
+
+    def encode(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        v = self.vocab
+        out: list[int] = []
+        prev_special = True  # the space prefix goes before the first text and after specials
+        if add_special and v.add_bos and v.bos_id is not None:
+            out.append(v.bos_id)
+        for frag in partition_special(v, text, parse_special=parse_special):
+            if isinstance(frag, int):
+                out.append(frag)
+                prev_special = True
+                continue
+            if v.add_space_prefix and prev_special:
+                frag = " " + frag
+            self._tokenize(frag.replace(" ", SPACE), out)
+            prev_special = False
+        if add_special and v.add_eos and v.eos_id is not None:
+            out.append(v.eos_id)
+        return out
+
+    def _tokenize(self, text: str, out: list[int]) -> None:
+        t2i = self.vocab.token_to_id
+        syms = list(text)
+        n = len(syms)
+        nxt = [*range(1, n), -1]
+        prv = list(range(-1, n - 1))
+        # Max-heap on score via negation; ties go to the leftmost pair.
+        heap: list[tuple[float, int, str, str]] = []
+
+        def push(i: int) -> None:
+            if i < 0 or nxt[i] < 0:
+                return
+            j = nxt[i]
+            tid = t2i.get(syms[i] + syms[j])
+            if tid is not None:
+                heapq.heappush(heap, (-self._scores[tid], i, syms[i], syms[j]))
+
+        for i in range(n - 1):
+            push(i)
+        while heap:
+            _, i, left, right = heapq.heappop(heap)
+            j = nxt[i]
+            if not syms[i] or j < 0 or syms[i] != left or syms[j] != right:
+                continue
+            syms[i] = left + right
+            syms[j] = ""
+            nxt[i] = nxt[j]
+            if nxt[j] >= 0:
+                prv[nxt[j]] = i
+            push(prv[i])
+            push(i)
+        for s in syms:
+            if not s:
+                continue
+            tid = t2i.get(s)
+            if tid is not None:
+                out.append(tid)
+                continue
+            for b in s.encode("utf-8"):
+                bid = self._byte_ids[b]
+                if bid is None:
+                    raise TokenizerUnsupported(f"no byte-fallback token <0x{b:02X}> for {s!r}")
+                out.append(bid)
+
+    def token_bytes(self, token_id: int, *, special: bool = False) -> bytes:
+        v = self.vocab
+        kind = int(v.types[token_id])
+        text = v.tokens[token_id]
+        if kind in (TokenType.CONTROL, TokenType.UNKNOWN):
+            return text.encode() if special else b""
+        if kind == TokenType.BYTE and len(text) == 6 and text.startswith("<0x"):
+            return bytes([int(text[3:5], 16)])
+        if kind == TokenType.USER_DEFINED:
+            return text.encode()
+        return text.replace(SPACE, " ").encode()
+
+    def decode(self, ids: Sequence[int], *, special: bool = False) -> str:
+        text = decode_bytes(self, ids, special=special)
+        # The space prefix the encoder added is not part of the text.
+        if self.vocab.add_space_prefix and text.startswith(" "):
+            text = text[1:]
+        return text

@@ -1,0 +1,161 @@
+"""Tokenizers built from a GGUF file's vocabulary, giving the token ids llama.cpp gives.
+
+`load_tokenizer(mf)` picks the algorithm named by `tokenizer.ggml.model`: "gpt2"
+(byte-level BPE, `bpe.py`) or "llama" (SentencePiece BPE with byte fallback, `spm.py`).
+
+`encode(text)` matches llama.cpp's `llama_tokenize(text, add_special=True,
+parse_special=False)`: BOS/EOS only when the vocabulary asks for them; text that looks
+like a control token ("<|im_start|>") is tokenized as plain text, while user-defined
+tokens (gemma's runs of spaces and newlines, "<table>", ...) are always matched first,
+longest first. With `parse_special=True` control tokens in the text are matched too.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from registry.runner.errors import BadMetadata, TokenizerUnsupported
+from registry.runner.weights import ModelFile
+
+
+class TokenType(enum.IntEnum):
+    NORMAL = 1
+    UNKNOWN = 2
+    CONTROL = 3
+    USER_DEFINED = 4
+    UNUSED = 5
+    BYTE = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Vocab:
+    tokens: list[str]
+    types: np.ndarray  # TokenType per token
+    scores: np.ndarray | None
+    merges: list[str]
+    token_to_id: dict[str, int]
+    bos_id: int | None
+    eos_id: int | None
+    add_bos: bool
+    add_eos: bool
+    add_space_prefix: bool
+    model: str
+    pre: str
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+def read_vocab(mf: ModelFile) -> Vocab:
+    model = str(mf.require("tokenizer.ggml.model"))
+    # Empty token texts get a unique placeholder, as llama.cpp does: an empty string
+    # would otherwise match everywhere as a special token and in lookups.
+    tokens = [str(t) or f"[EMPTY_{i}]" for i, t in enumerate(mf.require("tokenizer.ggml.tokens").to_list())]
+    n = len(tokens)
+    types_v = mf.get("tokenizer.ggml.token_type")
+    types = np.asarray(types_v.to_numpy(), dtype=np.int32) if types_v is not None else np.full(n, 1, np.int32)
+    scores_v = mf.get("tokenizer.ggml.scores")
+    scores = np.asarray(scores_v.to_numpy(), dtype=np.float32) if scores_v is not None else None
+    for key, arr in (("tokenizer.ggml.token_type", types), ("tokenizer.ggml.scores", scores)):
+        if arr is not None and len(arr) != n:
+            raise BadMetadata(key, f"{len(arr)} entries for {n} tokens")
+    merges_v = mf.get("tokenizer.ggml.merges")
+    # A text listed twice maps to its last id, as in llama.cpp's lookup table.
+    token_to_id = {t: i for i, t in enumerate(tokens)}
+
+    def special(key: str) -> int | None:
+        v = mf.get(key)
+        if v is None:
+            return None
+        if not isinstance(v, int) or not 0 <= v < n:
+            raise BadMetadata(key, f"token id {v!r} outside the vocabulary of {n}")
+        return v
+
+    spm = model == "llama"
+    return Vocab(
+        tokens=tokens,
+        types=types,
+        scores=scores,
+        merges=[str(m) for m in merges_v.to_list()] if merges_v is not None else [],
+        token_to_id=token_to_id,
+        bos_id=special("tokenizer.ggml.bos_token_id"),
+        eos_id=special("tokenizer.ggml.eos_token_id"),
+        # llama.cpp's defaults when the keys are absent: SentencePiece adds BOS and a
+        # space prefix, byte-level BPE adds neither.
+        add_bos=bool(mf.get("tokenizer.ggml.add_bos_token", spm)),
+        add_eos=bool(mf.get("tokenizer.ggml.add_eos_token", False)),
+        add_space_prefix=bool(mf.get("tokenizer.ggml.add_space_prefix", spm)),
+        model=model,
+        pre=str(mf.get("tokenizer.ggml.pre", "default")),
+    )
+
+
+Fragment = str | int  # raw text, or a token id matched as a special token
+
+
+def partition_special(vocab: Vocab, text: str, *, parse_special: bool) -> list[Fragment]:
+    """Cut matches of special tokens out of `text`, longest token first."""
+    kinds = (
+        (TokenType.USER_DEFINED, TokenType.CONTROL, TokenType.UNKNOWN)
+        if parse_special
+        else (TokenType.USER_DEFINED,)
+    )
+    frags: list[Fragment] = [text] if text else []
+    for tid in _special_ids(vocab, kinds):
+        needle = vocab.tokens[tid]
+        nxt: list[Fragment] = []
+        for frag in frags:
+            if isinstance(frag, int) or needle not in frag:
+                nxt.append(frag)
+                continue
+            parts = frag.split(needle)
+            for j, part in enumerate(parts):
+                if j:
+                    nxt.append(tid)
+                if part:
+                    nxt.append(part)
+        frags = nxt
+    return frags
+
+
+def _special_ids(vocab: Vocab, kinds: Sequence[TokenType]) -> list[int]:
+    ids = [int(i) for i in np.flatnonzero(np.isin(vocab.types, [int(k) for k in kinds]))]
+    # Longest first, so "\n\n\n" wins over "\n"; ties in id order for determinism.
+    return sorted(ids, key=lambda i: (-len(vocab.tokens[i].encode()), i))
+
+
+class Tokenizer(Protocol):
+    vocab: Vocab
+
+    def encode(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int], *, special: bool = False) -> str: ...
+
+    def token_bytes(self, token_id: int, *, special: bool = False) -> bytes: ...
+
+
+def load_tokenizer(mf: ModelFile) -> Tokenizer:
+    vocab = read_vocab(mf)
+    if vocab.model == "gpt2":
+        from registry.runner.bpe import BPETokenizer
+
+        return BPETokenizer(vocab)
+    if vocab.model == "llama":
+        from registry.runner.spm import SPMTokenizer
+
+        return SPMTokenizer(vocab)
+    raise TokenizerUnsupported(f"tokenizer model {vocab.model!r} is not supported")
+
+
+def decode_bytes(tok: Tokenizer, ids: Sequence[int], *, special: bool = False) -> str:
+    """Join token pieces as bytes first: byte-fallback tokens may split a UTF-8 character."""
+    n = len(tok.vocab)
+    for i in ids:
+        if not 0 <= int(i) < n:
+            raise ValueError(f"token id {i} outside the vocabulary of {n}")
+    return b"".join(tok.token_bytes(int(i), special=special) for i in ids).decode("utf-8", errors="replace")

@@ -1,0 +1,107 @@
+"""A model file as the runner sees it: parsed header, metadata lookups, float32 tensors.
+
+The runner does no I/O: callers hand in the whole file as a buffer (usually a numpy
+memmap, so tensor bytes are paged in only when dequantized). Headers are parsed with
+`registry.gguf` and tensors dequantized with `registry.quant`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from registry.gguf.errors import NeedMoreData
+from registry.gguf.model import GGUFHeader, TensorInfo
+from registry.gguf.reader import next_window, parse_header
+from registry.quant import dequantize
+from registry.runner.errors import BadMetadata, BadTensor, MissingKey, MissingTensor
+from registry.runner.ops import Rounding, rounding_for
+
+# First guess at the header size; vocabularies of 256k tokens need a few MiB.
+_FIRST_WINDOW = 1 << 20
+_MARGIN = 64 * 1024
+
+
+class ModelFile:
+    """Header plus tensor data of one GGUF file held in memory or memory-mapped."""
+
+    def __init__(self, header: GGUFHeader, data: np.ndarray) -> None:
+        self.header = header
+        self._data = data
+
+    @classmethod
+    def from_buffer(cls, buf: bytes | bytearray | memoryview | np.ndarray) -> ModelFile:
+        data = (
+            np.frombuffer(buf, dtype=np.uint8)
+            if not isinstance(buf, np.ndarray)
+            else buf.reshape(-1).view(np.uint8)
+        )
+        size = int(data.size)
+        window = min(_FIRST_WINDOW, size)
+        # Parse from growing prefixes: the parser copies its input, and copying a whole
+        # memory-mapped model file would read every tensor just to get at the header.
+        while True:
+            try:
+                header = parse_header(data[:window].tobytes(), file_size=size)
+                break
+            except NeedMoreData as exc:
+                if window >= size:
+                    raise  # the parser knows the file size, so this should not happen
+                window = min(next_window(exc, margin=_MARGIN), size)
+        return cls(header, data)
+
+    @property
+    def arch(self) -> str:
+        return str(self.require("general.architecture"))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.header.get(key, default)
+
+    def require(self, key: str) -> Any:
+        field = self.header.fields.get(key)
+        if field is None:
+            raise MissingKey(key)
+        return field.value
+
+    def require_int(self, key: str, default: int | None = None) -> int:
+        value = self.get(key, default) if default is not None else self.require(key)
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+            raise BadMetadata(key, f"expected a non-negative integer, got {value!r}")
+        return int(value)
+
+    def get_float(self, key: str, default: float) -> float:
+        value = self.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float | np.number):
+            raise BadMetadata(key, f"expected a number, got {value!r}")
+        return float(value)
+
+    def has_tensor(self, name: str) -> bool:
+        return self.header.tensor(name) is not None
+
+    def tensor_info(self, name: str) -> TensorInfo:
+        info = self.header.tensor(name)
+        if info is None:
+            raise MissingTensor(name)
+        return info
+
+    def rounding(self, name: str) -> Rounding:
+        """How ggml rounds the input of a matmul with this weight (see ops.round_activations)."""
+        return rounding_for(self.tensor_info(name).type.name)
+
+    def tensor(self, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+        """Dequantized float32 tensor in numpy order (GGUF [ne0, ne1] -> array (ne1, ne0)).
+
+        `shape`, in numpy order, is checked when given: a wrong shape would otherwise
+        surface as a confusing broadcast error deep in the forward pass.
+        """
+        info = self.tensor_info(name)
+        np_shape = tuple(reversed(info.shape))
+        if shape is not None and np_shape != shape:
+            raise BadTensor(name, f"shape {np_shape}, expected {shape}")
+        end = info.file_offset + info.n_bytes
+        if end > self._data.size:
+            raise BadTensor(name, f"data ends at byte {end}, past the end of the file ({self._data.size})")
+        raw = self._data[info.file_offset : end]
+        values = dequantize(raw, info.type, info.n_elements, big_endian=self.header.endianness == "big")
+        return values.reshape(np_shape)

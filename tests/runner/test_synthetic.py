@@ -1,0 +1,155 @@
+"""Tiny random models of every supported architecture against a float64 reference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from registry.runner import (
+    MissingKey,
+    MissingTensor,
+    ModelFile,
+    NonFiniteLogits,
+    Transformer,
+    UnsupportedArchitecture,
+    greedy_generate,
+    load_model,
+    perplexity,
+)
+from tests.runner import reference64
+from tests.runner.reference64 import Spec
+from tests.runner.synthetic import make_weights, write_gguf
+
+TOKENS = [3, 17, 42, 5, 5, 90, 1, 64, 33, 7, 12]
+
+SPECS = {
+    "llama": lambda: Spec("llama"),
+    "llama_partial_rope_tied": lambda: Spec("llama", n_rot=4, tied=True, n_head_kv=1),
+    "gemma3": lambda: Spec("gemma3", n_layer=7, rope_base=1e6, tied=True, eps=1e-6),
+    "gemma3_softcap": lambda: Spec("gemma3", n_layer=7, tied=True, softcap=5.0, head_dim=16, n_head_kv=1),
+    "qwen2": lambda: Spec("qwen2"),
+    "qwen3": lambda: Spec("qwen3", head_dim=16),
+}
+
+
+def _load(path: Path, *, ggml_rounding: bool = False) -> Transformer:
+    return load_model(ModelFile.from_buffer(np.memmap(path, mode="r")), ggml_rounding=ggml_rounding)
+
+
+def _build(
+    name: str, tmp_path: Path, dtype: type[np.floating] = np.float32, seed: int = 0
+) -> tuple[Spec, Path]:
+    spec = SPECS[name]()
+    make_weights(spec, np.random.default_rng(seed), dtype)
+    return spec, write_gguf(spec, tmp_path / f"{name}.gguf")
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+def test_logits_match_float64_reference(name: str, dtype: type[np.floating], tmp_path: Path) -> None:
+    spec, path = _build(name, tmp_path, dtype)
+    model = _load(path)
+    ours = model.forward(TOKENS, model.new_cache(32), all_logits=True)
+    ref = reference64.logits(spec, TOKENS)
+    assert ours.shape == ref.shape == (len(TOKENS), spec.n_vocab)
+    np.testing.assert_allclose(ours, ref, rtol=2e-4, atol=2e-4 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_kv_cache_decode_equals_full_pass(name: str, tmp_path: Path) -> None:
+    _, path = _build(name, tmp_path, seed=1)
+    model = _load(path, ggml_rounding=True)
+    full = model.forward(TOKENS, model.new_cache(32), all_logits=True)
+    cache = model.new_cache(32)
+    first = model.forward(TOKENS[:4], cache, all_logits=True)
+    steps = [model.forward([t], cache) for t in TOKENS[4:]]
+    np.testing.assert_allclose(np.concatenate([first, *steps]), full, rtol=1e-4, atol=1e-4)
+
+
+def test_ggml_rounding_stays_close_to_reference(tmp_path: Path) -> None:
+    spec, path = _build("gemma3", tmp_path, np.float16)
+    ours = _load(path, ggml_rounding=True).forward(TOKENS, _load(path).new_cache(32), all_logits=True)
+    ref = reference64.logits(spec, TOKENS)
+    np.testing.assert_allclose(ours, ref, rtol=0.02, atol=0.02 * np.abs(ref).max())
+
+
+def test_smoke_helpers_on_synthetic_model(tmp_path: Path) -> None:
+    spec, path = _build("llama", tmp_path)
+    model = _load(path)
+    ref = reference64.logits(spec, TOKENS)
+    gen = greedy_generate(model, TOKENS[:3], 4)
+    assert gen[0] == int(np.argmax(ref[2]))
+    assert len(gen) == 4
+    lp = ref - ref.max(axis=1, keepdims=True)
+    lp -= np.log(np.exp(lp).sum(axis=1, keepdims=True))
+    expected = np.exp(-np.mean([lp[i, TOKENS[i + 1]] for i in range(len(TOKENS) - 1)]))
+    assert perplexity(model, TOKENS) == pytest.approx(expected, rel=1e-4)
+
+
+def test_non_finite_logits_are_reported(tmp_path: Path) -> None:
+    _, path = _build("llama", tmp_path)
+    model = _load(path)
+    model.layers[1].w_down.groups[0][0][:, 0] = np.nan
+    with pytest.raises(NonFiniteLogits) as exc:
+        perplexity(model, TOKENS)
+    assert exc.value.position == 0
+    with pytest.raises(NonFiniteLogits):
+        greedy_generate(model, TOKENS[:2], 3)
+
+
+@pytest.mark.parametrize(
+    "key", ["llama.embedding_length", "llama.attention.head_count", "llama.attention.layer_norm_rms_epsilon"]
+)
+def test_missing_key_is_named(key: str, tmp_path: Path) -> None:
+    spec = Spec("llama")
+    make_weights(spec, np.random.default_rng(0), np.float32)
+    path = write_gguf(spec, tmp_path / "m.gguf", skip_keys=(key,))
+    with pytest.raises(MissingKey) as exc:
+        _load(path)
+    assert exc.value.key == key
+
+
+def test_missing_sliding_window_is_named(tmp_path: Path) -> None:
+    spec = Spec("gemma3", n_layer=1, tied=True)
+    make_weights(spec, np.random.default_rng(0), np.float32)
+    path = write_gguf(spec, tmp_path / "m.gguf", skip_keys=("gemma3.attention.sliding_window",))
+    with pytest.raises(MissingKey, match=r"gemma3\.attention\.sliding_window"):
+        _load(path)
+
+
+def test_missing_tensor_is_named(tmp_path: Path) -> None:
+    spec = Spec("qwen2", n_layer=1)
+    make_weights(spec, np.random.default_rng(0), np.float32)
+    del spec.weights["blk.0.attn_k.bias"]
+    with pytest.raises(MissingTensor, match=r"blk\.0\.attn_k\.bias"):
+        _load(write_gguf(spec, tmp_path / "m.gguf"))
+
+
+def test_unsupported_architecture(tmp_path: Path) -> None:
+    spec = Spec("llama", n_layer=1)
+    make_weights(spec, np.random.default_rng(0), np.float32)
+    spec.arch = "mamba"
+    with pytest.raises(UnsupportedArchitecture, match="mamba"):
+        _load(write_gguf(spec, tmp_path / "m.gguf"))
+
+
+def test_truncated_file_is_a_parser_error(tmp_path: Path) -> None:
+    from registry.gguf.errors import GGUFError
+
+    _, path = _build("llama", tmp_path)
+    data = path.read_bytes()
+    with pytest.raises(GGUFError):
+        ModelFile.from_buffer(data[:200])
+
+
+def test_tensor_data_past_the_end_is_reported(tmp_path: Path) -> None:
+    from registry.runner import BadTensor
+
+    _, path = _build("llama", tmp_path)
+    data = path.read_bytes()
+    mf = ModelFile.from_buffer(data)
+    cut = ModelFile(mf.header, np.frombuffer(data[:-64], dtype=np.uint8))
+    with pytest.raises(BadTensor):
+        load_model(cut)
