@@ -1,0 +1,315 @@
+"""The catalog schema: typed SQLAlchemy 2 models.
+
+Layout decisions (see also README "Catalog"):
+
+* A local folder is a pseudo-repo: `repos.source = 'local'` and a repo id `local/<folder>`
+  (Hugging Face and LM Studio cache layouts keep their real `org/name`).
+* `artifacts` is the search row. Besides the artifact's own state it carries a copy of the
+  facts and repo values that search filters and sorts on, written in the same transaction
+  as the facts, so each filter and every sort is a single-table query with a `(key, id)`
+  index for keyset pagination. `facts` keeps every derived fact.
+* Enums are short strings guarded by check constraints, which read the same on both databases.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from registry.catalog.types import EPOCH, BigId, Json, UTCDateTime, metadata, utcnow
+
+REPO_SOURCES = ("hub", "local")
+ARTIFACT_STATUSES = ("indexed", "error", "gone")
+LINEAGE_RELATIONS = ("quantized", "finetune", "adapter", "merge", "unknown")
+LINEAGE_SOURCES = ("gguf", "card", "tags")
+VERIFICATION_STATUSES = ("queued", "running", "passed", "failed", "skipped")
+CRAWL_KINDS = ("hub", "local")
+CRAWL_STATUSES = ("running", "finished", "failed", "cancelled")
+
+REPO_ID_LENGTH = 300
+PATH_LENGTH = 1000
+
+
+def _one_of(column: str, values: tuple[str, ...], name: str) -> CheckConstraint:
+    quoted = ", ".join(f"'{v}'" for v in values)
+    return CheckConstraint(f"{column} IN ({quoted})", name=name)
+
+
+class Base(DeclarativeBase):
+    metadata = metadata
+
+
+class Repo(Base):
+    __tablename__ = "repos"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    repo_id: Mapped[str] = mapped_column(String(REPO_ID_LENGTH), unique=True)
+    source: Mapped[str] = mapped_column(String(8), default="hub")
+    # The revision whose artifacts are in the catalog; None until a snapshot is written.
+    revision: Mapped[str | None] = mapped_column(String(64))
+    last_modified: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    downloads: Mapped[int] = mapped_column(BigInteger, default=0)
+    likes: Mapped[int] = mapped_column(Integer, default=0)
+    tags: Mapped[list[str]] = mapped_column(Json, default=list)
+    gated: Mapped[bool] = mapped_column(Boolean, default=False)
+    card_license: Mapped[str | None] = mapped_column(String(200))
+    card_base_model: Mapped[list[str]] = mapped_column(Json, default=list)
+    card_base_model_relation: Mapped[str | None] = mapped_column(String(32))
+    description: Mapped[str | None] = mapped_column(Text)
+    local_path: Mapped[str | None] = mapped_column(Text)  # folder a local pseudo-repo was read from
+    indexed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+    artifacts: Mapped[list[Artifact]] = relationship(
+        back_populates="repo", lazy="raise", passive_deletes=True
+    )
+    lineage_edges: Mapped[list[LineageEdge]] = relationship(
+        back_populates="child", lazy="raise", passive_deletes=True
+    )
+
+    __table_args__ = (_one_of("source", REPO_SOURCES, "source"),)
+
+
+class Artifact(Base):
+    __tablename__ = "artifacts"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    repo_pk: Mapped[int] = mapped_column(ForeignKey("repos.id", ondelete="CASCADE"))
+    path: Mapped[str] = mapped_column(String(PATH_LENGTH))  # the single file, or the first shard
+    revision: Mapped[str | None] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(8))
+    error_code: Mapped[str | None] = mapped_column(String(64))
+    error_message: Mapped[str | None] = mapped_column(Text)
+    shard_count: Mapped[int] = mapped_column(Integer, default=1)
+    file_size: Mapped[int] = mapped_column(BigInteger, default=0)
+    # Search copies of facts (NULL for error rows) ...
+    architecture: Mapped[str | None] = mapped_column(String(64))
+    license: Mapped[str | None] = mapped_column(String(200))  # the file's license, else the card's
+    file_type: Mapped[str | None] = mapped_column(String(32))
+    size_label: Mapped[str | None] = mapped_column(String(32))
+    size_bucket: Mapped[str | None] = mapped_column(String(16))
+    parameter_count: Mapped[int] = mapped_column(BigInteger, default=0)
+    context_length: Mapped[int | None] = mapped_column(BigInteger)
+    expert_count: Mapped[int | None] = mapped_column(Integer)
+    verification_status: Mapped[str | None] = mapped_column(String(8))  # latest finished verification
+    # ... and of the repo, kept NOT NULL so keyset cursors never meet a NULL.
+    downloads: Mapped[int] = mapped_column(BigInteger, default=0)
+    likes: Mapped[int] = mapped_column(Integer, default=0)
+    last_modified: Mapped[datetime] = mapped_column(UTCDateTime, default=lambda: EPOCH)
+    sort_name: Mapped[str] = mapped_column(String(REPO_ID_LENGTH + PATH_LENGTH + 1))
+    # Lower-cased repo id, path, name, basename, tags and description: the free-text haystack
+    # (pg_trgm GIN index on PostgreSQL, FTS5 trigram table on SQLite; see migrations).
+    search_text: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+    repo: Mapped[Repo] = relationship(back_populates="artifacts", lazy="raise")
+    shards: Mapped[list[Shard]] = relationship(
+        back_populates="artifact", lazy="raise", passive_deletes=True, order_by="Shard.split_no"
+    )
+    facts: Mapped[Facts | None] = relationship(back_populates="artifact", lazy="raise", passive_deletes=True)
+    quant_mix: Mapped[list[QuantMix]] = relationship(
+        back_populates="artifact", lazy="raise", passive_deletes=True
+    )
+
+    __table_args__ = (
+        UniqueConstraint("repo_pk", "path"),
+        _one_of("status", ARTIFACT_STATUSES, "status"),
+        CheckConstraint(
+            "verification_status IS NULL OR verification_status IN "
+            f"({', '.join(repr(s) for s in VERIFICATION_STATUSES)})",
+            name="verification_status",
+        ),
+        # One (sort key, id) index per sort: keyset pages walk an index, never a sort. Status is
+        # not in them: almost every row is `indexed`, and `status = 'all'` must walk them too.
+        Index(None, "downloads", "id"),
+        Index(None, "likes", "id"),
+        Index(None, "last_modified", "id"),
+        Index(None, "parameter_count", "id"),
+        Index(None, "file_size", "id"),
+        Index(None, "sort_name", "id"),
+        # Facet counts read only these covering indexes (SQLite: one ordered pass per facet).
+        Index(None, "status", "architecture", "license", "file_type", "size_bucket"),
+        Index(None, "status", "license"),
+        Index(None, "status", "file_type"),
+        Index(None, "status", "size_bucket"),
+        Index(None, "architecture"),
+        Index(None, "license"),
+        Index(None, "file_type"),
+        Index(None, "size_label"),
+        Index(None, "context_length"),
+        Index(None, "expert_count"),
+        Index(None, "verification_status"),
+    )
+
+
+class Shard(Base):
+    __tablename__ = "shards"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    artifact_id: Mapped[int] = mapped_column(ForeignKey("artifacts.id", ondelete="CASCADE"), index=True)
+    repo_pk: Mapped[int] = mapped_column(ForeignKey("repos.id", ondelete="CASCADE"))
+    revision: Mapped[str] = mapped_column(String(64))
+    path: Mapped[str] = mapped_column(String(PATH_LENGTH))
+    split_no: Mapped[int] = mapped_column(Integer, default=0)
+    size: Mapped[int | None] = mapped_column(BigInteger)
+    sha256: Mapped[str | None] = mapped_column(String(64))  # LFS oid from the hub; None for local files
+    header_bytes: Mapped[int | None] = mapped_column(BigInteger)
+
+    artifact: Mapped[Artifact] = relationship(back_populates="shards", lazy="raise")
+
+    __table_args__ = (UniqueConstraint("repo_pk", "revision", "path"),)
+
+
+class Facts(Base):
+    """Every fact the format core derives; typed columns for the ones queried, the rest in `extra`."""
+
+    __tablename__ = "facts"
+
+    artifact_id: Mapped[int] = mapped_column(ForeignKey("artifacts.id", ondelete="CASCADE"), primary_key=True)
+    architecture: Mapped[str | None] = mapped_column(String(64))
+    name: Mapped[str | None] = mapped_column(Text)
+    basename: Mapped[str | None] = mapped_column(Text)
+    finetune: Mapped[str | None] = mapped_column(Text)
+    version: Mapped[str | None] = mapped_column(String(64))
+    size_label: Mapped[str | None] = mapped_column(String(32))
+    size_label_source: Mapped[str | None] = mapped_column(String(16))
+    parameter_count: Mapped[int] = mapped_column(BigInteger, default=0)
+    license: Mapped[str | None] = mapped_column(String(200))
+    file_type: Mapped[str | None] = mapped_column(String(32))
+    file_type_source: Mapped[str | None] = mapped_column(String(16))
+    bits_per_weight: Mapped[float | None] = mapped_column(Float)
+    context_length: Mapped[int | None] = mapped_column(BigInteger)
+    embedding_length: Mapped[int | None] = mapped_column(BigInteger)
+    block_count: Mapped[int | None] = mapped_column(Integer)
+    feed_forward_length: Mapped[int | None] = mapped_column(BigInteger)
+    head_count: Mapped[int | None] = mapped_column(Integer)
+    head_count_kv: Mapped[int | None] = mapped_column(Integer)
+    expert_count: Mapped[int | None] = mapped_column(Integer)
+    expert_used_count: Mapped[int | None] = mapped_column(Integer)
+    tokenizer_model: Mapped[str | None] = mapped_column(String(64))
+    tokenizer_pre: Mapped[str | None] = mapped_column(String(64))
+    vocab_size: Mapped[int | None] = mapped_column(Integer)
+    chat_template_sha256: Mapped[str | None] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(16), default="model")
+    gguf_version: Mapped[int] = mapped_column(Integer, default=3)
+    endianness: Mapped[str] = mapped_column(String(8), default="little")
+    alignment: Mapped[int] = mapped_column(Integer, default=32)
+    tensor_count: Mapped[int] = mapped_column(Integer, default=0)
+    kv_count: Mapped[int] = mapped_column(Integer, default=0)
+    header_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    file_size: Mapped[int | None] = mapped_column(BigInteger)
+    shard_count: Mapped[int] = mapped_column(Integer, default=1)
+    extra: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+
+    artifact: Mapped[Artifact] = relationship(back_populates="facts", lazy="raise")
+
+    __table_args__ = (
+        Index(None, "tokenizer_model"),
+        Index(None, "chat_template_sha256"),
+        Index(None, "kind"),
+    )
+
+
+class QuantMix(Base):
+    """Per tensor type of an artifact: how many tensors, elements and bytes use it."""
+
+    __tablename__ = "quant_mix"
+
+    artifact_id: Mapped[int] = mapped_column(ForeignKey("artifacts.id", ondelete="CASCADE"), primary_key=True)
+    tensor_type: Mapped[str] = mapped_column(String(16), primary_key=True)
+    tensors: Mapped[int] = mapped_column(Integer)
+    elements: Mapped[int] = mapped_column(BigInteger)
+    bytes: Mapped[int] = mapped_column(BigInteger)
+
+    artifact: Mapped[Artifact] = relationship(back_populates="quant_mix", lazy="raise")
+
+    # "Contains IQ2_XS tensors" walks this index; the primary key serves per-artifact reads.
+    __table_args__ = (Index(None, "tensor_type", "artifact_id"),)
+
+
+class LineageEdge(Base):
+    """child repo -> parent repo id. The parent is a string: it may not be in the catalog yet."""
+
+    __tablename__ = "lineage_edges"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    child_pk: Mapped[int] = mapped_column(ForeignKey("repos.id", ondelete="CASCADE"))
+    # A copy of the child's repo id (which never changes for a row): each step of a lineage
+    # walk is then one index lookup instead of a join through repos.
+    child_repo_id: Mapped[str] = mapped_column(String(REPO_ID_LENGTH))
+    parent_repo_id: Mapped[str] = mapped_column(String(REPO_ID_LENGTH))
+    relation: Mapped[str] = mapped_column(String(16))
+    source: Mapped[str] = mapped_column(String(8))
+
+    child: Mapped[Repo] = relationship(back_populates="lineage_edges", lazy="raise")
+
+    __table_args__ = (
+        UniqueConstraint("child_pk", "parent_repo_id", "relation", "source"),
+        # Covering indexes for walking down (by parent) and up (by child name).
+        Index(None, "parent_repo_id", "child_repo_id", "child_pk"),
+        Index(None, "child_repo_id", "parent_repo_id"),
+        _one_of("relation", LINEAGE_RELATIONS, "relation"),
+        _one_of("source", LINEAGE_SOURCES, "source"),
+    )
+
+
+class Verification(Base):
+    """One verification run over an artifact (filled by the verify worker)."""
+
+    __tablename__ = "verifications"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    artifact_id: Mapped[int] = mapped_column(ForeignKey("artifacts.id", ondelete="CASCADE"), index=True)
+    status: Mapped[str] = mapped_column(String(8))
+    reason: Mapped[str | None] = mapped_column(Text)
+    sha256: Mapped[str | None] = mapped_column(String(64))
+    tensors_checked: Mapped[int | None] = mapped_column(Integer)
+    nonfinite_values: Mapped[int | None] = mapped_column(BigInteger)
+    perplexity: Mapped[float | None] = mapped_column(Float)
+    generated: Mapped[str | None] = mapped_column(Text)
+    details: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    timings: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    queued_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (_one_of("status", VERIFICATION_STATUSES, "status"), Index(None, "status"))
+
+
+class Crawl(Base):
+    """One crawl run. `cursor` and `heartbeat_at` let a restarted worker resume a dead run."""
+
+    __tablename__ = "crawls"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(8))
+    status: Mapped[str] = mapped_column(String(12), default="running")
+    parameters: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    counters: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    errors: Mapped[list[Any]] = mapped_column(Json, default=list)
+    cursor: Mapped[str | None] = mapped_column(Text)  # where listing stopped, e.g. the hub's next link
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        _one_of("kind", CRAWL_KINDS, "kind"),
+        _one_of("status", CRAWL_STATUSES, "status"),
+        Index(None, "status"),
+    )

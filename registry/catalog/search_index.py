@@ -1,0 +1,117 @@
+"""Free-text index DDL, per dialect, and the matching WHERE clause.
+
+SQLAlchemy cannot declare either index, so migrations create them from here and alembic's
+autogenerate is told to leave them alone (`is_search_index_object`).
+
+* PostgreSQL: a pg_trgm GIN index on `artifacts.search_text`; `LIKE '%term%'` uses it.
+* SQLite: an external-content FTS5 table with the trigram tokenizer, kept in sync with
+  `artifacts` by triggers. A migration that rebuilds `artifacts` in batch mode (copy and
+  rename) drops the triggers and must recreate them with `create_sqlite()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import ColumnElement, Select, and_, func, literal_column, select, text, true
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from registry.catalog.models import Artifact
+
+FTS_TABLE = "artifacts_fts"
+TRGM_INDEX = "ix_artifacts_search_text_trgm"
+MIN_TRIGRAM = 3  # shorter terms cannot use either index and fall back to a scan
+COMMON_TERM = 2000  # SQLite: a term in more rows than this is checked by LIKE, not FTS5
+
+SQLITE_CREATE = [
+    f"CREATE VIRTUAL TABLE {FTS_TABLE} USING fts5("
+    "search_text, content='artifacts', content_rowid='id', tokenize='trigram')",
+    f"CREATE TRIGGER {FTS_TABLE}_ai AFTER INSERT ON artifacts BEGIN "
+    f"INSERT INTO {FTS_TABLE}(rowid, search_text) VALUES (new.id, new.search_text); END",
+    f"CREATE TRIGGER {FTS_TABLE}_ad AFTER DELETE ON artifacts BEGIN "
+    f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, search_text) VALUES ('delete', old.id, old.search_text); END",
+    f"CREATE TRIGGER {FTS_TABLE}_au AFTER UPDATE OF search_text ON artifacts BEGIN "
+    f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, search_text) VALUES ('delete', old.id, old.search_text); "
+    f"INSERT INTO {FTS_TABLE}(rowid, search_text) VALUES (new.id, new.search_text); END",
+    f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('rebuild')",
+]
+SQLITE_DROP = [
+    f"DROP TRIGGER IF EXISTS {FTS_TABLE}_ai",
+    f"DROP TRIGGER IF EXISTS {FTS_TABLE}_ad",
+    f"DROP TRIGGER IF EXISTS {FTS_TABLE}_au",
+    f"DROP TABLE IF EXISTS {FTS_TABLE}",
+]
+POSTGRES_CREATE = [
+    "CREATE EXTENSION IF NOT EXISTS pg_trgm",
+    f"CREATE INDEX IF NOT EXISTS {TRGM_INDEX} ON artifacts USING gin (search_text gin_trgm_ops)",
+]
+POSTGRES_DROP = [f"DROP INDEX IF EXISTS {TRGM_INDEX}"]
+
+
+def create_statements(dialect: str) -> list[str]:
+    return SQLITE_CREATE if dialect == "sqlite" else POSTGRES_CREATE
+
+
+def drop_statements(dialect: str) -> list[str]:
+    return SQLITE_DROP if dialect == "sqlite" else POSTGRES_DROP
+
+
+def is_search_index_object(name: str | None) -> bool:
+    return name is not None and (name.startswith(FTS_TABLE) or name == TRGM_INDEX)
+
+
+def search_terms(query: str) -> list[str]:
+    return [t for t in query.lower().split() if t]
+
+
+def _like_pattern(term: str) -> str:
+    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def _fts_match(terms: Sequence[str]) -> str:
+    # Each term a quoted FTS5 phrase (quotes doubled); space-separated phrases are ANDed.
+    return " ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+def _fts_rowids(terms: Sequence[str]) -> Select[Any]:
+    return (
+        select(literal_column("rowid"))
+        .select_from(text(FTS_TABLE))
+        .where(text(f"{FTS_TABLE} MATCH :fts_query").bindparams(fts_query=_fts_match(terms)))
+    )
+
+
+async def _is_common(session: AsyncSession, term: str) -> bool:
+    """Whether more than COMMON_TERM rows contain the term (reads at most that many rowids)."""
+    probe = _fts_rowids([term]).limit(COMMON_TERM + 1).subquery()
+    found = (await session.execute(select(func.count()).select_from(probe))).scalar_one()
+    return bool(found > COMMON_TERM)
+
+
+async def text_filter(
+    session: AsyncSession, terms: Sequence[str], *, all_matches: bool = False
+) -> ColumnElement[bool]:
+    """Every term must occur somewhere in the artifact's search text (substring match).
+
+    On SQLite a common term is cheaper as a LIKE checked row by row along the sort index
+    (a page needs few rows) than as an FTS5 lookup that materializes every match first, so
+    each term is probed; `all_matches` (facets, counts: every match is read anyway) skips that.
+    """
+    if not terms:
+        return true()
+    dialect = session.get_bind().dialect.name
+    indexed: list[str] = []
+    scanned = [t for t in terms if len(t) < MIN_TRIGRAM]
+    for term in (t for t in terms if len(t) >= MIN_TRIGRAM):
+        if dialect != "sqlite" or (not all_matches and await _is_common(session, term)):
+            scanned.append(term)
+        else:
+            indexed.append(term)
+    clauses: list[ColumnElement[bool]] = []
+    if indexed:
+        clauses.append(Artifact.id.in_(_fts_rowids(indexed).scalar_subquery()))
+    # On PostgreSQL the trigram GIN index serves these LIKEs when the planner finds it cheaper.
+    clauses.extend(Artifact.search_text.like(_like_pattern(t), escape="\\") for t in scanned)
+    return and_(*clauses)

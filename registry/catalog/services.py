@@ -1,0 +1,300 @@
+"""Writes: one repo snapshot at a time, idempotent, one transaction.
+
+`upsert_repo_snapshot` must be the first thing a fresh transaction does:
+
+    async with db.sessions() as session, session.begin():
+        await upsert_repo_snapshot(session, snapshot)
+
+Its first statement is a write (insert-or-ignore of the repo row) and its second locks
+that row (`SELECT ... FOR UPDATE` on PostgreSQL); on SQLite the first write takes the
+database write lock. Either way two writers of the same repo run one after the other and
+the second sees the first's result, so concurrent writers never create duplicates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, fields
+from typing import Any
+
+from sqlalchemy import BigInteger, Integer, String, delete, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from registry.catalog.lineage import derive_edges
+from registry.catalog.models import Artifact, Facts, LineageEdge, QuantMix, Repo, Shard
+from registry.catalog.snapshot import ArtifactRecord, LineageRecord, RepoSnapshot, UpsertResult
+from registry.catalog.types import EPOCH, utcnow
+from registry.gguf.facts_model import Facts as FactsData
+
+SEARCH_TEXT_LIMIT = 4000
+_INT32 = 2**31 - 1
+_INT64 = 2**63 - 1
+# Facts fields with a typed column; everything else but the quant mix goes to `extra`.
+_TYPED = {c.name for c in Facts.__table__.columns} - {"artifact_id", "extra"}
+_SEARCHED_REPO_FIELDS = {"tags", "description"}
+_REPO_FIELDS = (
+    "source", "last_modified", "downloads", "likes", "tags", "gated", "card_license",
+    "card_base_model", "card_base_model_relation", "description", "local_path",
+)  # fmt: skip
+
+SIZE_BUCKETS: tuple[tuple[int, str], ...] = (
+    (1_500_000_000, "<1.5B"),
+    (4_000_000_000, "1.5-4B"),
+    (9_000_000_000, "4-9B"),
+    (15_000_000_000, "9-15B"),
+    (35_000_000_000, "15-35B"),
+    (80_000_000_000, "35-80B"),
+)
+
+
+def size_bucket(parameter_count: int) -> str | None:
+    if parameter_count <= 0:
+        return None
+    return next((label for limit, label in SIZE_BUCKETS if parameter_count < limit), ">80B")
+
+
+def _clean(value: Any) -> Any:
+    """Make hostile values storable: no NUL in text (PostgreSQL refuses it), no NaN in JSON."""
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(_clean(k)): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if isinstance(value, bytes | bytearray):
+        return value.hex()
+    return value
+
+
+def _fit(table: Any, row: dict[str, Any]) -> dict[str, Any]:
+    """Clamp integers and truncate strings to their column so a hostile header still stores."""
+    out = {}
+    for key, value in row.items():
+        column_type = table.c[key].type
+        if isinstance(value, float) and not math.isfinite(value):
+            value = None  # a float column cannot hold NaN on every database; JSON gets the text
+        value = _clean(value)
+        if isinstance(value, bool):
+            pass
+        elif isinstance(value, int) and isinstance(column_type, Integer):
+            limit = _INT64 if isinstance(column_type, BigInteger) else _INT32
+            value = max(-limit, min(limit, value))
+        elif isinstance(value, str) and isinstance(column_type, String) and column_type.length:
+            value = value[: column_type.length]
+        out[key] = value
+    return out
+
+
+def _path_key(path: str) -> str:
+    """The artifact's path as stored (cleaned, cut to the column): its key within the repo."""
+    return str(_fit(Artifact.__table__, {"path": path})["path"])
+
+
+def _search_text(repo: Repo, record: ArtifactRecord) -> str:
+    parts = [repo.repo_id, record.path, *repo.tags]
+    f = record.facts
+    if f is not None:
+        parts += [f.name or "", f.basename or "", f.finetune or "", *f.tags, f.description or ""]
+    parts.append(repo.description or "")
+    return str(_clean(" ".join(p for p in parts if p).lower()))[:SEARCH_TEXT_LIMIT]
+
+
+def _insert(dialect: str, table: Any) -> Any:
+    return (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
+
+
+async def _lock_repo(session: AsyncSession, snap: RepoSnapshot) -> tuple[Repo, bool]:
+    dialect = session.get_bind().dialect.name
+    stmt = (
+        _insert(dialect, Repo.__table__)
+        .values(_fit(Repo.__table__, {"repo_id": snap.repo_id, "source": snap.source, "tags": [],
+                                       "card_base_model": [], "created_at": utcnow(), "updated_at": utcnow()}))
+        .on_conflict_do_nothing(index_elements=["repo_id"])
+        .returning(Repo.__table__.c.id)
+    )  # fmt: skip
+    created = (await session.execute(stmt)).scalar_one_or_none() is not None
+    repo = (
+        await session.scalars(
+            select(Repo)
+            .where(Repo.repo_id == snap.repo_id)
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        )
+    ).one()
+    return repo, created
+
+
+def _apply_repo_fields(repo: Repo, snap: RepoSnapshot) -> set[str]:
+    """Copy the snapshot's repo fields, touching only the ones that differ; their names."""
+    changed = set()
+    for name in _REPO_FIELDS:
+        value = getattr(snap, name)
+        if isinstance(value, tuple):
+            value = list(value)
+        value = _fit(Repo.__table__, {name: value})[name]
+        if getattr(repo, name) != value:
+            setattr(repo, name, value)
+            changed.add(name)
+    return changed
+
+
+def _artifact_values(repo: Repo, snap: RepoSnapshot, record: ArtifactRecord) -> dict[str, Any]:
+    f = record.facts
+    values: dict[str, Any] = {
+        "revision": snap.revision,
+        "status": "indexed" if f is not None else "error",
+        "error_code": record.error.code if record.error else None,
+        "error_message": record.error.message if record.error else None,
+        "shard_count": len(record.shards) or 1,
+        "file_size": sum(s.size or 0 for s in record.shards),
+        "architecture": f.architecture if f else None,
+        "license": (f.license if f else None) or repo.card_license,
+        "file_type": f.file_type if f else None,
+        "size_label": f.size_label if f else None,
+        "size_bucket": size_bucket(f.parameter_count) if f else None,
+        "parameter_count": f.parameter_count if f else 0,
+        "context_length": f.context_length if f else None,
+        "expert_count": f.expert_count if f else None,
+        "downloads": repo.downloads,
+        "likes": repo.likes,
+        "last_modified": repo.last_modified or EPOCH,
+        "sort_name": f"{repo.repo_id}/{record.path}".lower(),
+        "search_text": _search_text(repo, record),
+    }
+    return _fit(Artifact.__table__, values)
+
+
+def _facts_row(artifact_id: int, facts: FactsData) -> dict[str, Any]:
+    data = {f.name: getattr(facts, f.name) for f in fields(facts)}
+    typed = {k: v for k, v in data.items() if k in _TYPED}
+    extra = {k: (asdict(v) if k == "split" and v is not None else v) for k, v in data.items()
+             if k not in _TYPED and k != "quant_mix"}  # fmt: skip
+    extra["base_models"] = [asdict(b) for b in facts.base_models]
+    return _fit(Facts.__table__, {"artifact_id": artifact_id, **typed, "extra": _clean(extra)})
+
+
+async def _write_artifact(
+    session: AsyncSession, repo: Repo, snap: RepoSnapshot, record: ArtifactRecord, artifact: Artifact | None
+) -> None:
+    values = _artifact_values(repo, snap, record)
+    if artifact is None:
+        artifact = Artifact(repo_pk=repo.id, path=_path_key(record.path), **values)
+        session.add(artifact)
+        await session.flush()
+    else:
+        for key, value in values.items():
+            setattr(artifact, key, value)
+        await session.flush()
+        for model in (Facts, QuantMix, Shard):
+            await session.execute(delete(model).where(model.artifact_id == artifact.id))
+    # A revision that moved a shard between artifacts must not trip the (repo, revision, path) key.
+    paths = [s.path for s in record.shards]
+    await session.execute(
+        delete(Shard).where(Shard.repo_pk == repo.id, Shard.revision == snap.revision, Shard.path.in_(paths))
+    )
+    if record.shards:
+        await session.execute(insert(Shard), [
+            _fit(Shard.__table__, {"artifact_id": artifact.id, "repo_pk": repo.id, "revision": snap.revision,
+                                   "path": s.path, "split_no": s.split_no, "size": s.size, "sha256": s.sha256,
+                                   "header_bytes": s.header_bytes})
+            for s in record.shards
+        ])  # fmt: skip
+    if record.facts is not None:
+        await session.execute(insert(Facts), [_facts_row(artifact.id, record.facts)])
+        mix = [
+            _fit(QuantMix.__table__, {"artifact_id": artifact.id, "tensor_type": name, "tensors": e.tensors,
+                                      "elements": e.elements, "bytes": e.bytes})
+            for name, e in record.facts.quant_mix.items()
+        ]  # fmt: skip
+        if mix:
+            await session.execute(insert(QuantMix), mix)
+
+
+async def _sync_edges(
+    session: AsyncSession, repo: Repo, wanted: Iterable[LineageRecord], replace: bool
+) -> int:
+    existing = {
+        (e.parent_repo_id, e.relation, e.source): e.id
+        for e in (await session.scalars(select(LineageEdge).where(LineageEdge.child_pk == repo.id))).all()
+    }
+    want = {(e.parent_repo_id, e.relation, e.source) for e in wanted}
+    if replace and (stale := [i for k, i in existing.items() if k not in want]):
+        await session.execute(delete(LineageEdge).where(LineageEdge.id.in_(stale)))
+    new = [
+        {"child_pk": repo.id, "child_repo_id": repo.repo_id, "parent_repo_id": p, "relation": r, "source": s}
+        for p, r, s in sorted(want - existing.keys())
+    ]
+    if new:
+        await session.execute(insert(LineageEdge), new)
+    return len(want | (set() if replace else existing.keys()))
+
+
+async def _refresh_repo_copies(session: AsyncSession, repo: Repo) -> None:
+    """Repo counters changed: bring the search copies on its artifacts up to date."""
+    file_license = select(Facts.license).where(Facts.artifact_id == Artifact.id).scalar_subquery()
+    await session.execute(
+        update(Artifact)
+        .where(Artifact.repo_pk == repo.id)
+        .values(
+            downloads=repo.downloads,
+            likes=repo.likes,
+            last_modified=repo.last_modified or EPOCH,
+            license=func.coalesce(file_license, repo.card_license),
+        )
+        .execution_options(synchronize_session=False)
+    )
+
+
+async def upsert_repo_snapshot(session: AsyncSession, snap: RepoSnapshot) -> UpsertResult:
+    repo, created = await _lock_repo(session, snap)
+    changed = _apply_repo_fields(repo, snap)
+    meta_changed = bool(changed)
+    same = snap.complete and repo.revision == snap.revision and repo.indexed_at is not None
+    # Tags and description feed every artifact's search text: those changes rewrite them.
+    if same and not snap.force and not changed & _SEARCHED_REPO_FIELDS:
+        if meta_changed:
+            await session.flush()
+            await _refresh_repo_copies(session, repo)
+        edges = len(
+            (await session.scalars(select(LineageEdge.id).where(LineageEdge.child_pk == repo.id))).all()
+        )
+        return UpsertResult(repo.id, created, True, 0, 0, edges)
+
+    if meta_changed:
+        await session.flush()
+        await _refresh_repo_copies(session, repo)
+    existing = {
+        a.path: a for a in (await session.scalars(select(Artifact).where(Artifact.repo_pk == repo.id))).all()
+    }
+    written = 0
+    listed = set()
+    for record in snap.artifacts:
+        key = _path_key(record.path)
+        listed.add(key)
+        current = existing.get(key)
+        if (
+            not snap.complete
+            and current is not None
+            and current.revision == snap.revision
+            and current.status != "gone"
+        ):
+            continue  # a partial re-index of an unchanged file
+        await _write_artifact(session, repo, snap, record, current)
+        written += 1
+    gone = 0
+    if snap.complete:
+        for path, artifact in existing.items():
+            if path not in listed and artifact.status != "gone":
+                artifact.status = "gone"
+                gone += 1
+    wanted = snap.lineage if snap.lineage is not None else derive_edges(snap)
+    edges = await _sync_edges(session, repo, wanted, replace=snap.complete)
+    if snap.complete:  # a partial view must not claim the revision is indexed
+        repo.revision = snap.revision
+    repo.indexed_at = utcnow()
+    await session.flush()
+    return UpsertResult(repo.id, created, False, written, gone, edges)

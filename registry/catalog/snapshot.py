@@ -1,0 +1,84 @@
+"""What a writer hands to the catalog: one repo at one revision, with its artifacts.
+
+Plain frozen data, no database types, so the hub crawler and `registry index` build the
+same thing and `registry.catalog.services.upsert_repo_snapshot` is the only writer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from registry.gguf.facts_model import Facts
+
+
+@dataclass(frozen=True, slots=True)
+class ShardRecord:
+    path: str
+    size: int | None = None
+    sha256: str | None = None  # LFS oid from the hub; None for local files (not worth hashing)
+    header_bytes: int | None = None
+    split_no: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactError:
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactRecord:
+    """One logical model: `path` is the single file or the first shard; facts XOR error."""
+
+    path: str
+    shards: tuple[ShardRecord, ...]
+    facts: Facts | None = None
+    error: ArtifactError | None = None
+
+    def __post_init__(self) -> None:
+        if (self.facts is None) == (self.error is None):
+            raise ValueError(f"{self.path}: an artifact record carries facts or an error, exactly one")
+
+
+@dataclass(frozen=True, slots=True)
+class LineageRecord:
+    parent_repo_id: str
+    relation: str  # quantized | finetune | adapter | merge | unknown
+    source: str  # gguf | card | tags
+
+
+@dataclass(frozen=True, slots=True)
+class RepoSnapshot:
+    repo_id: str
+    revision: str
+    artifacts: tuple[ArtifactRecord, ...] = ()
+    source: str = "hub"
+    last_modified: datetime | None = None
+    downloads: int = 0
+    likes: int = 0
+    tags: tuple[str, ...] = ()
+    gated: bool = False
+    card_license: str | None = None
+    card_base_model: tuple[str, ...] = ()
+    card_base_model_relation: str | None = None
+    description: str | None = None
+    local_path: str | None = None
+    # None: derive edges from the card, the tags and the GGUF base_model keys.
+    lineage: tuple[LineageRecord, ...] | None = None
+    # False: a partial view (single files given to `registry index`): artifacts not listed
+    # are left alone instead of being marked gone.
+    complete: bool = True
+    # Rewrite the artifacts even when this revision is already indexed (e.g. after a parser
+    # fix); without it the same revision twice writes nothing but changed repo counters.
+    force: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class UpsertResult:
+    repo_pk: int
+    created: bool  # the repo row is new
+    unchanged: bool  # same revision as already indexed: only repo counters may have moved
+    written: int  # artifacts inserted or rewritten
+    gone: int  # artifacts marked gone
+    edges: int  # lineage edges of the repo after the write

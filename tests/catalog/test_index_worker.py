@@ -1,0 +1,177 @@
+"""`workers.index`: local folders into the catalog, hostile files as error rows, cache layouts."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlalchemy import func, select
+
+from registry.catalog.db import Database
+from registry.catalog.models import Artifact, Facts, QuantMix, Repo, Shard
+from registry.catalog.search import SearchQuery, search
+from workers.index import discover, index_paths
+
+gguf = pytest.importorskip("gguf")
+
+
+def write_gguf(path: Path, *, split: tuple[int, int, int] | None = None, name: str = "Tiny") -> Path:
+    """A small valid GGUF file (one F32 tensor per file), optionally one shard of a split set."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = gguf.GGUFWriter(str(path), "llama")
+    if split is None or split[0] == 0:
+        writer.add_name(name)
+        writer.add_context_length(2048)
+    if split is not None:
+        no, count, tensors = split
+        writer.add_uint16("split.no", no)
+        writer.add_uint16("split.count", count)
+        writer.add_int32("split.tensors.count", tensors)
+    writer.add_tensor(f"blk.{split[0] if split else 0}.w", np.ones((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def link(src: Path, dest: Path) -> Path:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(src, dest)
+    return dest
+
+
+async def artifacts(db: Database) -> dict[tuple[str, str], Artifact]:
+    async with db.sessions() as session:
+        rows = await session.execute(select(Artifact, Repo.repo_id).join(Repo))
+        return {(repo_id, a.path): a for a, repo_id in rows.all()}
+
+
+async def test_real_models_and_a_hostile_file(
+    db: Database, tmp_path: Path, smollm2_path: Path, gemma3_path: Path
+) -> None:
+    folder = tmp_path / "my-models"
+    link(smollm2_path, folder / smollm2_path.name)
+    link(gemma3_path, folder / "nested" / gemma3_path.name)
+    (folder / "evil.gguf").write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 16)
+    (folder / "notes.txt").write_text("not a model")
+
+    report = await index_paths(db, [folder])
+    assert len(report.artifacts) == 3 and report.errors == 1
+
+    rows = await artifacts(db)
+    assert set(rows) == {
+        ("local/my-models", smollm2_path.name),
+        ("local/my-models", f"nested/{gemma3_path.name}"),
+        ("local/my-models", "evil.gguf"),
+    }
+    smol = rows["local/my-models", smollm2_path.name]
+    gemma = rows["local/my-models", f"nested/{gemma3_path.name}"]
+    evil = rows["local/my-models", "evil.gguf"]
+    assert (smol.status, smol.architecture, smol.file_type) == ("indexed", "llama", "Q4_1")
+    assert (gemma.status, gemma.architecture, gemma.file_type) == ("indexed", "gemma3", "Q4_K_M")
+    assert 100_000_000 < smol.parameter_count < 200_000_000
+    assert 200_000_000 < gemma.parameter_count < 400_000_000
+    assert smol.file_size == smollm2_path.stat().st_size
+    assert evil.status == "error" and evil.error_code and evil.error_message
+    async with db.sessions() as session:
+        types = set(
+            (
+                await session.scalars(select(QuantMix.tensor_type).where(QuantMix.artifact_id == gemma.id))
+            ).all()
+        )
+        assert {"Q4_K", "Q6_K", "F32"} <= types
+        facts = await session.get_one(Facts, smol.id)
+        assert facts.architecture == "llama" and facts.context_length
+        [repo] = (await session.scalars(select(Repo))).all()
+        assert (repo.source, repo.local_path) == ("local", str(folder.absolute()))
+        page = await search(session, SearchQuery(tensor_type="Q6_K"))
+        assert [i.path for i in page.items] == [f"nested/{gemma3_path.name}"]
+
+    again = await index_paths(db, [folder])  # nothing changed: nothing written
+    assert [r.unchanged for r in again.results] == [True]
+
+
+async def test_split_model_and_missing_shards(db: Database, tmp_path: Path) -> None:
+    folder = tmp_path / "split"
+    for i in range(3):
+        write_gguf(folder / f"big-{i + 1:05d}-of-00003.gguf", split=(i, 3, 3))
+    write_gguf(folder / "half-00001-of-00002.gguf", split=(0, 2, 2))
+    await index_paths(db, [folder])
+    rows = await artifacts(db)
+    big = rows["local/split", "big-00001-of-00003.gguf"]
+    half = rows["local/split", "half-00001-of-00002.gguf"]
+    assert (big.status, big.shard_count, big.parameter_count) == ("indexed", 3, 96)
+    assert half.status == "error" and "missing" in (half.error_message or "")
+    async with db.sessions() as session:
+        assert (await session.execute(select(func.count()).select_from(Shard))).scalar_one() == 4
+
+
+async def test_removed_file_is_gone_and_file_argument_is_partial(db: Database, tmp_path: Path) -> None:
+    folder = tmp_path / "box"
+    a = write_gguf(folder / "a.gguf")
+    b = write_gguf(folder / "b.gguf")
+    await index_paths(db, [folder])
+    b.unlink()
+    await index_paths(db, [folder])
+    rows = await artifacts(db)
+    assert (rows["local/box", "a.gguf"].status, rows["local/box", "b.gguf"].status) == ("indexed", "gone")
+    c = write_gguf(folder / "c.gguf")
+    await index_paths(db, [c])  # one file: a.gguf must not become gone
+    rows = await artifacts(db)
+    assert {p: r.status for (_, p), r in rows.items()} == {
+        "a.gguf": "indexed",
+        "b.gguf": "gone",
+        "c.gguf": "indexed",
+    }
+    assert a.exists()
+
+
+async def test_unreadable_entries_do_not_stop_the_folder(db: Database, tmp_path: Path) -> None:
+    folder = tmp_path / "mixed"
+    write_gguf(folder / "ok.gguf")
+    (folder / "empty.gguf").write_bytes(b"")
+    os.symlink(folder / "nowhere.gguf", folder / "dangling.gguf")
+    os.mkfifo(folder / "fifo.gguf")
+    (folder / "dir.gguf").mkdir()
+    report = await index_paths(db, [folder])
+    by_path = {a.path: a for a in report.artifacts}
+    assert by_path["ok.gguf"].status == "indexed"
+    assert {p for p, a in by_path.items() if a.status == "error"} == {
+        "empty.gguf",
+        "dangling.gguf",
+        "fifo.gguf",
+    }
+
+
+def test_cache_layouts(tmp_path: Path) -> None:
+    hf = tmp_path / "hf" / "hub" / "models--TheOrg--Some-Model-GGUF"
+    old, new = hf / "snapshots" / "aaa111", hf / "snapshots" / "bbb222"
+    write_gguf(old / "m.gguf")
+    write_gguf(new / "sub" / "m.gguf")
+    (hf / "refs").mkdir()
+    (hf / "refs" / "main").write_text("aaa111\n")
+    lms = tmp_path / "home" / ".lmstudio" / "models" / "lmstudio-community" / "Qwen-GGUF"
+    write_gguf(lms / "q.gguf")
+    plain = write_gguf(tmp_path / "loose" / "x.gguf")
+
+    repos, skipped = discover([tmp_path / "hf", tmp_path / "home", plain, tmp_path / "nope"])
+    by_id = {r.repo_id: r for r in repos}
+    assert skipped == [str(tmp_path / "nope")]
+    hub = by_id["TheOrg/Some-Model-GGUF"]
+    assert (hub.revision, hub.files, hub.source, hub.complete) == ("aaa111", ["m.gguf"], "hub", False)
+    lms_repo = by_id["lmstudio-community/Qwen-GGUF"]
+    assert (lms_repo.files, lms_repo.complete, lms_repo.source) == (["q.gguf"], False, "hub")
+    loose = by_id["local/loose"]
+    assert (loose.files, loose.complete, loose.pseudo) == (["x.gguf"], False, True)
+
+
+async def test_same_folder_name_elsewhere_gets_its_own_repo(db: Database, tmp_path: Path) -> None:
+    write_gguf(tmp_path / "one" / "models" / "a.gguf")
+    write_gguf(tmp_path / "two" / "models" / "b.gguf")
+    await index_paths(db, [tmp_path / "one" / "models"])
+    await index_paths(db, [tmp_path / "two" / "models"])
+    repos = {repo for repo, _ in await artifacts(db)}
+    assert len(repos) == 2 and "local/models" in repos

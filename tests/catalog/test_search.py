@@ -1,0 +1,336 @@
+"""Reads: free text, every filter, sorts, keyset pagination, cursors and facets."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from registry.catalog.db import Database
+from registry.catalog.errors import InvalidCursor, InvalidQuery
+from registry.catalog.search import (
+    SORTS,
+    SearchPage,
+    SearchQuery,
+    decode_cursor,
+    encode_cursor,
+    facets,
+    search,
+)
+from registry.catalog.services import upsert_repo_snapshot
+from registry.catalog.snapshot import RepoSnapshot
+from registry.gguf.facts_model import QuantMixEntry
+from tests.catalog.factories import artifact, error_artifact, make_facts, make_snapshot
+
+
+def _catalog() -> list[RepoSnapshot]:
+    iq2 = {"IQ2_XS": QuantMixEntry(100, 10**9, 3 * 10**8), "F32": QuantMixEntry(10, 10, 40)}
+    return [
+        make_snapshot(
+            "meta-llama/Llama-3-8B", downloads=1000, likes=50, card_license="llama3",
+            last_modified=datetime(2024, 5, 1, tzinfo=UTC),
+            artifacts=(artifact("llama-3-8b-f16.gguf", make_facts(
+                name="Llama 3 8B", parameter_count=8_000_000_000, size_label="8B", file_type="F16",
+                license="llama3", context_length=8192, quant_mix={"F16": QuantMixEntry(200, 8 * 10**9, 16 * 10**9)},
+            ), size=16_000),),
+        ),
+        make_snapshot(
+            "bartowski/Llama-3-8B-GGUF", downloads=500, likes=20, card_base_model=("meta-llama/Llama-3-8B",),
+            card_base_model_relation="quantized", card_license="llama3",
+            artifacts=tuple(
+                artifact(f"Llama-3-8B-{ft}.gguf", make_facts(
+                    name="Llama 3 8B", parameter_count=8_000_000_000, size_label="8B", file_type=ft,
+                    license="llama3", context_length=8192, quant_mix=iq2 if ft == "IQ2_XS" else {},
+                ), size=size)
+                for ft, size in (("Q4_K_M", 4800), ("IQ2_XS", 2500), ("Q8_0", 8500))
+            ),
+        ),
+        make_snapshot(
+            "someone/llama-3-8b-finetune-GGUF", downloads=5, card_base_model=("bartowski/Llama-3-8B-GGUF",),
+            card_base_model_relation="finetune", card_license="mit",
+            artifacts=(artifact("ft.gguf", make_facts(name="Funny Tune", parameter_count=8_000_000_000,
+                                                         file_type="Q4_K_M", license=None)),),
+        ),
+        make_snapshot(
+            "mistralai/Mixtral-8x7B-GGUF", downloads=800, likes=80, card_license="apache-2.0",
+            description="A sparse mixture of experts",
+            artifacts=(artifact("mixtral.gguf", make_facts(
+                architecture="llama", name="Mixtral", parameter_count=46_700_000_000, size_label="8x7B",
+                expert_count=8, context_length=32768, file_type="Q4_K_M",
+            ), shards=2, size=13_000),),
+        ),
+        make_snapshot(
+            "qwen/Qwen2-0.5B-GGUF", downloads=300, likes=30,
+            artifacts=(
+                artifact("qwen2-0_5b-q8_0.gguf", make_facts(architecture="qwen2", name="Qwen2 0.5B",
+                                                           parameter_count=500_000_000, size_label="0.5B",
+                                                           file_type="Q8_0", context_length=32768)),
+                error_artifact("qwen2-broken.gguf", "truncated", "file ends inside the tensor infos"),
+            ),
+        ),
+    ]  # fmt: skip
+
+
+@pytest.fixture
+async def catalog(db: Database) -> Database:
+    for snap in _catalog():
+        async with db.sessions() as session, session.begin():
+            await upsert_repo_snapshot(session, snap)
+    return db
+
+
+async def run(db: Database, **kwargs: object) -> SearchPage:
+    async with db.sessions() as session:
+        return await search(session, SearchQuery(**kwargs), with_total=True)  # type: ignore[arg-type]
+
+
+def paths(page: SearchPage) -> list[str]:
+    return [i.path for i in page.items]
+
+
+async def test_default_is_indexed_by_downloads(catalog: Database) -> None:
+    page = await run(catalog)
+    assert paths(page)[0] == "llama-3-8b-f16.gguf"
+    assert page.total == 7
+    downloads = [i.downloads for i in page.items]
+    assert downloads == sorted(downloads, reverse=True)
+    assert all(i.status == "indexed" for i in page.items)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"architecture": "qwen2"}, {"qwen2-0_5b-q8_0.gguf"}),
+        ({"license": "mit"}, {"ft.gguf"}),  # the card's license stands in for a file without one
+        ({"file_type": "IQ2_XS"}, {"Llama-3-8B-IQ2_XS.gguf"}),
+        ({"tensor_type": "iq2_xs"}, {"Llama-3-8B-IQ2_XS.gguf"}),
+        ({"min_params": 10_000_000_000}, {"mixtral-00001-of-00002.gguf"}),
+        ({"max_params": 1_000_000_000}, {"qwen2-0_5b-q8_0.gguf"}),
+        ({"size_label": "8x7B"}, {"mixtral-00001-of-00002.gguf"}),
+        ({"min_context": 32768, "architecture": "llama"}, {"mixtral-00001-of-00002.gguf"}),
+        ({"expert_count": 8}, {"mixtral-00001-of-00002.gguf"}),
+        ({"text": "mixture experts"}, {"mixtral-00001-of-00002.gguf"}),
+        ({"text": "funny"}, {"ft.gguf"}),
+        ({"text": "0.5"}, {"qwen2-0_5b-q8_0.gguf"}),  # short terms fall back to a scan
+        ({"text": "8b q8_0"}, {"Llama-3-8B-Q8_0.gguf"}),
+        ({"text": "100%"}, set()),  # LIKE wildcards are literal
+        ({"status": "error"}, {"qwen2-broken.gguf"}),
+        ({"descendant_of": "meta-llama/Llama-3-8B"}, {"Llama-3-8B-Q4_K_M.gguf", "Llama-3-8B-IQ2_XS.gguf",
+                                                      "Llama-3-8B-Q8_0.gguf", "ft.gguf"}),
+        ({"descendant_of": "nobody/none"}, set()),
+        ({"verification": "passed"}, set()),
+        ({"file_type": "Q4_K_M", "license": "llama3", "text": "llama"}, {"Llama-3-8B-Q4_K_M.gguf"}),
+    ],
+)  # fmt: skip
+async def test_filters(catalog: Database, kwargs: dict[str, object], expected: set[str]) -> None:
+    page = await run(catalog, **kwargs)
+    assert set(paths(page)) == expected
+    assert page.total == len(expected)
+
+
+async def test_error_rows_carry_the_error(catalog: Database) -> None:
+    [item] = (await run(catalog, status="error")).items
+    assert (item.error_code, item.error) == ("truncated", "file ends inside the tensor infos")
+    assert item.to_dict()["error"] == "file ends inside the tensor infos"
+    assert len((await run(catalog, status="all")).items) == 8
+
+
+@pytest.mark.parametrize("sort", [*SORTS, "name:desc", "downloads:asc", "params", "size"])
+async def test_pagination_walks_every_row_once_in_order(catalog: Database, sort: str) -> None:
+    seen: list[int] = []
+    cursor = None
+    for _ in range(10):
+        page = await run(catalog, sort=sort, limit=2, cursor=cursor, status="all")
+        seen += [i.id for i in page.items]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    full = await run(catalog, sort=sort, limit=100, status="all")
+    assert seen == [i.id for i in full.items]
+    assert len(seen) == 8
+
+
+async def test_sort_directions(catalog: Database) -> None:
+    by_size = await run(catalog, sort="file_size")
+    assert [i.file_size for i in by_size.items] == sorted((i.file_size for i in by_size.items), reverse=True)
+    by_name = await run(catalog, sort="name")
+    assert [i.repo for i in by_name.items] == sorted(i.repo for i in by_name.items)
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "not base64 at all!",
+        base64.urlsafe_b64encode(b"[1,2]").decode(),
+        base64.urlsafe_b64encode(b'{"s":"downloads:desc","v":"x","i":1}').decode(),
+        base64.urlsafe_b64encode(b'{"s":"downloads:desc","v":1}').decode(),
+        encode_cursor("likes:desc", 5, 1),  # made for another sort
+        base64.urlsafe_b64encode(b"\xff\xfe").decode(),
+    ],
+)
+async def test_malformed_cursor_is_a_typed_error(catalog: Database, cursor: str) -> None:
+    with pytest.raises(InvalidCursor) as info:
+        await run(catalog, cursor=cursor)
+    assert info.value.to_dict()["code"] == "invalid_cursor"
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"sort": "bogus"}, {"status": "deleted"}, {"limit": 0}, {"limit": 10_000}]
+)
+async def test_invalid_query(catalog: Database, kwargs: dict[str, object]) -> None:
+    with pytest.raises(InvalidQuery):
+        await run(catalog, **kwargs)
+
+
+async def test_facets_follow_filters(catalog: Database) -> None:
+    async with catalog.sessions() as session:
+        all_counts = await facets(session, SearchQuery())
+        llama3 = await facets(session, SearchQuery(license="llama3"))
+    assert all_counts["architecture"] == {"llama": 6, "qwen2": 1}
+    assert all_counts["license"] == {"llama3": 4, "apache-2.0": 2, "mit": 1}
+    assert all_counts["size_bucket"] == {"4-9B": 5, "35-80B": 1, "<1.5B": 1}
+    assert sum(all_counts["file_type"].values()) == 7
+    assert llama3["file_type"] == {"F16": 1, "IQ2_XS": 1, "Q4_K_M": 1, "Q8_0": 1}
+
+
+async def test_search_item_json(catalog: Database) -> None:
+    item = (await run(catalog, architecture="qwen2")).items[0]
+    data = item.to_dict()
+    for key in ("repo", "path", "architecture", "parameter_count", "file_type", "size_label", "license",
+                "shards", "status", "error"):  # fmt: skip
+        assert key in data
+    assert data["repo"] == "qwen/Qwen2-0.5B-GGUF" and data["shards"] == 1
+
+
+async def test_counters_refresh_moves_sort_order(catalog: Database) -> None:
+    snap = next(s for s in _catalog() if s.repo_id == "qwen/Qwen2-0.5B-GGUF")
+    async with catalog.sessions() as session, session.begin():
+        await upsert_repo_snapshot(session, dataclasses.replace(snap, downloads=10**6))
+    assert (await run(catalog, limit=1)).items[0].repo == "qwen/Qwen2-0.5B-GGUF"
+
+
+@pytest.fixture
+def everything_common(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make SQLite treat every filter and term as common: the `+column` and LIKE code paths."""
+    from registry.catalog import search as search_module
+    from registry.catalog import search_index
+
+    monkeypatch.setattr(search_module, "COMMON_ROWS", 0)
+    monkeypatch.setattr(search_index, "COMMON_TERM", 0)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"architecture": "qwen2"},
+        {"license": "llama3", "file_type": "Q8_0"},
+        {"min_params": 10**9, "min_context": 8192, "status": "indexed"},
+        {"text": "llama 8b"},
+        {"text": "mixture", "architecture": "llama"},
+    ],
+)
+async def test_planner_steering_keeps_results(
+    catalog: Database, everything_common: None, kwargs: dict[str, object]
+) -> None:
+    from registry.catalog import search as search_module
+    from registry.catalog import search_index
+
+    steered = set(paths(await run(catalog, **kwargs)))
+    search_module.COMMON_ROWS, search_index.COMMON_TERM = 10**9, 10**9
+    assert steered == set(paths(await run(catalog, **kwargs)))
+    assert steered
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "architectures"),
+    [
+        ({"text": "experts"}, {"llama": 1}),
+        ({"tensor_type": "IQ2_XS"}, {"llama": 1}),
+        ({"descendant_of": "meta-llama/Llama-3-8B", "file_type": "Q4_K_M"}, {"llama": 2}),
+        ({"status": "all"}, {"llama": 6, "qwen2": 1, "unknown": 1}),
+    ],
+)
+async def test_facets_under_costly_filters(
+    catalog: Database, kwargs: dict[str, object], architectures: dict[str, int]
+) -> None:
+    async with catalog.sessions() as session:
+        counts = await facets(session, SearchQuery(**kwargs))  # type: ignore[arg-type]
+    assert counts["architecture"] == architectures
+    assert sum(counts["license"].values()) == sum(architectures.values())
+
+
+async def test_keyset_pages_with_many_ties(db: Database) -> None:
+    import random
+
+    rng = random.Random(5)
+    for r in range(12):
+        snap = make_snapshot(
+            f"tie/repo-{r}",
+            downloads=rng.choice([0, 10, 10, 20]),
+            likes=rng.choice([1, 1, 2]),
+            artifacts=tuple(
+                artifact(
+                    f"m{i}.gguf",
+                    make_facts(parameter_count=rng.choice([10**9, 2 * 10**9])),
+                    size=rng.choice([5, 7]),
+                )
+                for i in range(rng.randint(1, 4))
+            ),
+        )
+        async with db.sessions() as session, session.begin():
+            await upsert_repo_snapshot(session, snap)
+    for sort in [*SORTS, "downloads:asc", "file_size:asc"]:
+        full = [i.id for i in (await run(db, sort=sort, limit=200)).items]
+        walked: list[int] = []
+        cursor = None
+        while True:
+            page = await run(db, sort=sort, limit=3, cursor=cursor)
+            walked += [i.id for i in page.items]
+            if (cursor := page.next_cursor) is None:
+                break
+        assert walked == full and len(set(walked)) == len(walked), sort
+
+
+@given(
+    st.one_of(
+        st.text(max_size=200), st.binary(max_size=200).map(lambda b: base64.urlsafe_b64encode(b).decode())
+    )
+)
+def test_any_cursor_text_is_decoded_or_rejected_as_invalid(cursor: str) -> None:
+    for sort in ("downloads:desc", "name:asc", "last_modified:desc"):
+        try:
+            _, id_ = decode_cursor(cursor, sort)
+        except InvalidCursor:
+            continue
+        assert isinstance(id_, int)
+
+
+@given(
+    st.sampled_from(sorted(SORTS)),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.text(st.characters(exclude_characters="\x00"), max_size=50),
+    st.datetimes(timezones=st.just(UTC)),
+)
+def test_cursor_round_trip(key: str, number: int, name: str, when: datetime) -> None:
+    sort = f"{key}:desc"
+    value: object = {"name": name, "last_modified": when}.get(key, number)
+    decoded, id_ = decode_cursor(encode_cursor(sort, value, 42), sort)
+    assert (decoded, id_) == (value, 42)
+
+
+async def test_out_of_range_cursor_is_rejected_before_the_database(catalog: Database) -> None:
+    for cursor in (encode_cursor("downloads:desc", 2**70, 1), encode_cursor("downloads:desc", 1, 2**64)):
+        with pytest.raises(InvalidCursor):
+            await run(catalog, cursor=cursor)
+
+
+async def test_nul_in_query_text_is_harmless(catalog: Database) -> None:
+    assert paths(await run(catalog, text="mix\x00ture", architecture="llama\x00")) == [
+        "mixtral-00001-of-00002.gguf"
+    ]
+    async with catalog.sessions() as session:
+        assert (await facets(session, SearchQuery(license="mit\x00")))["license"] == {"mit": 1}

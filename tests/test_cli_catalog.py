@@ -1,0 +1,92 @@
+"""`registry db`, `registry index` and `registry search`, run in-process on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from registry.catalog.search import encode_cursor
+from registry.cli import main
+from tests.catalog.conftest import empty_db_url, postgresql_url, sqlite_url, temp_databases
+
+__all__ = ["empty_db_url", "postgresql_url", "sqlite_url", "temp_databases"]  # fixtures used here
+
+
+@pytest.fixture
+def url(empty_db_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    monkeypatch.setenv("REGISTRY_DATABASE_URL", empty_db_url)
+    monkeypatch.chdir(tmp_path)  # no config/registry.toml from the checkout
+    return empty_db_url
+
+
+@pytest.fixture
+def models(tmp_path: Path, smollm2_path: Path, gemma3_path: Path) -> Path:
+    folder = tmp_path / "models"
+    folder.mkdir()
+    os.symlink(smollm2_path, folder / smollm2_path.name)
+    os.symlink(gemma3_path, folder / gemma3_path.name)
+    (folder / "hostile.gguf").write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 24)
+    return folder
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_db_commands(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "db", "current")[1].startswith("base (empty)")
+    code, out, _ = run(capsys, "db", "upgrade")
+    assert code == 0 and out.strip() == "0002 (head)"
+    assert run(capsys, "db", "downgrade", "-1")[1].startswith("0001")
+    assert run(capsys, "db", "downgrade", "base")[1].startswith("base (empty)")
+    assert run(capsys, "db", "downgrade")[0] == 2
+
+
+def test_index_then_search(url: str, models: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "index", str(models))  # migrates the empty database itself
+    assert code == 0, err
+    assert out.count("indexed ") == 2 and out.count("error ") == 1
+    assert "3 artifact(s) in 1 repo(s), 1 with errors" in err
+
+    code, out, _ = run(capsys, "search", "--json")
+    page = json.loads(out)
+    assert page["next"] is None
+    assert {i["architecture"] for i in page["items"]} == {"llama", "gemma3"}
+    for key in ("repo", "path", "architecture", "parameter_count", "file_type", "size_label", "license",
+                "shards", "status", "error"):  # fmt: skip
+        assert key in page["items"][0]
+
+    [error_row] = json.loads(run(capsys, "search", "--status", "error", "--json")[1])["items"]
+    assert error_row["path"] == "hostile.gguf" and error_row["error"]
+
+    [gemma] = json.loads(run(capsys, "search", "--tensor-type", "Q6_K", "--json")[1])["items"]
+    assert gemma["file_type"] == "Q4_K_M"
+    assert json.loads(run(capsys, "search", "smollm2", "--json")[1])["items"][0]["architecture"] == "llama"
+
+    first = json.loads(run(capsys, "search", "--sort", "name", "--limit", "1", "--json")[1])
+    second = json.loads(
+        run(capsys, "search", "--sort", "name", "--limit", "1", "--cursor", first["next"], "--json")[1]
+    )
+    assert first["items"][0]["path"] != second["items"][0]["path"] and second["next"] is None
+
+    code, out, _ = run(capsys, "search", "--max-params", "200000000")
+    assert code == 0 and "REPO" in out.splitlines()[0] and "SmolLM2" in out and "gemma" not in out
+
+
+def test_search_errors(url: str, models: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "search")
+    assert code == 1 and "registry db upgrade" in err
+    run(capsys, "index", str(models))
+    code, _, err = run(capsys, "search", "--cursor", "garbage!")
+    assert code == 2 and "invalid_cursor" in err
+    code, _, err = run(capsys, "search", "--cursor", encode_cursor("likes:desc", 1, 1))
+    assert code == 2 and "invalid_cursor" in err
+    code, _, err = run(capsys, "search", "--sort", "nope")
+    assert code == 2 and "invalid_query" in err
+    code, _, err = run(capsys, "index", str(models / "missing"))
+    assert code == 1 and "no such file or folder" in err

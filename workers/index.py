@@ -1,0 +1,280 @@
+"""Index local GGUF files and folders into the catalog, without any network.
+
+Each argument is a file or a folder (walked recursively). Files are assigned to repos:
+
+* Hugging Face cache `.../models--org--name/snapshots/<rev>/...` -> `org/name` at `<rev>`
+  (when a cache holds several snapshots of a repo, the one `refs/main` names, else the newest);
+* LM Studio `.../.lmstudio/models/org/name/...` (also `lm-studio`, `lmstudio`) -> `org/name`;
+* anything else -> the pseudo-repo `local/<folder name>` of the folder given (a single file
+  given: its parent folder), `source = 'local'`, its revision a fingerprint of names,
+  sizes and mtimes, so re-indexing an unchanged folder writes nothing.
+
+A folder given whole is a complete snapshot of its `local/...` repo (files no longer there
+are marked gone). Files given one by one, and cache layouts (a cache holds only what was
+downloaded, not the whole hub repo), only add or refresh their own artifacts and do not
+record the repo's revision as indexed, so a hub crawl still indexes the repo in full.
+Unreadable and hostile files become error rows; the rest of the folder is still indexed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import stat
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import select
+
+from registry.catalog import migrate
+from registry.catalog.db import Database
+from registry.catalog.models import Crawl, Repo
+from registry.catalog.services import upsert_repo_snapshot
+from registry.catalog.snapshot import ArtifactError, ArtifactRecord, RepoSnapshot, ShardRecord, UpsertResult
+from registry.catalog.types import utcnow
+from registry.gguf.errors import GGUFError
+from registry.gguf.facts import derive_facts
+from registry.gguf.filename import ShardGroup, group_shards
+from registry.gguf.limits import Limits
+from registry.hub.local import DEFAULT_FIRST_WINDOW, LocalHeader, read_header
+
+log = logging.getLogger(__name__)
+LMSTUDIO_DIRS = {".lmstudio", "lmstudio", "lm-studio"}
+
+
+@dataclass
+class LocalRepo:
+    repo_id: str
+    root: Path  # the folder paths are relative to
+    files: list[str] = field(default_factory=list)  # posix paths relative to root
+    revision: str | None = None  # known from the layout (HF cache) or computed
+    source: str = "local"
+    complete: bool = True
+    pseudo: bool = False  # a `local/<folder>` repo: its id may need disambiguating
+
+
+@dataclass(frozen=True)
+class IndexedArtifact:
+    repo: str
+    path: str
+    status: str  # indexed | error
+    error: str | None = None
+
+
+@dataclass
+class IndexReport:
+    artifacts: list[IndexedArtifact] = field(default_factory=list)
+    results: list[UpsertResult] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # arguments that are neither file nor folder
+
+    @property
+    def errors(self) -> int:
+        return sum(a.status == "error" for a in self.artifacts)
+
+
+def _hub_layout(parts: tuple[str, ...]) -> tuple[str, str, int] | None:
+    """(repo id, revision, index of the first part below the snapshot folder)."""
+    for i in range(len(parts) - 3):
+        if parts[i].startswith("models--") and parts[i + 1] == "snapshots":
+            return parts[i][len("models--") :].replace("--", "/", 1), parts[i + 2], i + 3
+    return None
+
+
+def _lmstudio_layout(parts: tuple[str, ...]) -> tuple[str, int] | None:
+    for i in range(len(parts) - 4):
+        if parts[i].lower() in LMSTUDIO_DIRS and parts[i + 1] == "models":
+            return f"{parts[i + 2]}/{parts[i + 3]}", i + 4
+    return None
+
+
+def _walk(folder: Path) -> list[Path]:
+    found = []
+    for dirpath, dirnames, filenames in os.walk(folder, onerror=lambda e: log.warning("skipping %s", e)):
+        dirnames.sort()
+        found += [Path(dirpath, f) for f in sorted(filenames) if f.lower().endswith(".gguf")]
+    return found
+
+
+def discover(arguments: Sequence[str | os.PathLike[str]]) -> tuple[list[LocalRepo], list[str]]:
+    """Assign every GGUF file under the arguments to a repo (no file is opened here)."""
+    repos: dict[tuple[str, str | None, Path], LocalRepo] = {}
+    skipped = []
+    for arg in arguments:
+        # absolute() and not resolve(): HF cache files are symlinks whose path is the layout.
+        base = Path(arg).expanduser().absolute()
+        if base.is_dir():
+            files, whole = _walk(base), True
+        elif base.is_file() or base.is_symlink() or base.name.lower().endswith(".gguf"):
+            files, whole = [base], False
+        else:
+            skipped.append(str(arg))
+            continue
+        for file in files:
+            parts = file.parts
+            if hub := _hub_layout(parts):
+                repo_id, revision, cut = hub
+                key: tuple[str, str | None, Path] = (repo_id, revision, Path(*parts[:cut]))
+                repo = repos.setdefault(key, LocalRepo(repo_id, key[2], revision=revision, source="hub"))
+            elif lms := _lmstudio_layout(parts):
+                repo_id, cut = lms
+                key = (repo_id, None, Path(*parts[:cut]))
+                repo = repos.setdefault(key, LocalRepo(repo_id, key[2], source="hub"))
+            else:
+                root = base if whole else base.parent
+                key = (f"local/{root.name or 'root'}", None, root)
+                repo = repos.setdefault(key, LocalRepo(key[0], root, pseudo=True))
+            # A cache holds the files someone downloaded, not the whole hub repo: only a local
+            # folder given whole is a complete snapshot whose missing files are gone.
+            repo.complete = repo.pseudo and repo.complete and whole and repo.root == base
+            repo.files.append(file.relative_to(repo.root).as_posix())
+    return _one_revision_per_repo(repos.values()), skipped
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _one_revision_per_repo(repos: Iterable[LocalRepo]) -> list[LocalRepo]:
+    by_id: dict[str, list[LocalRepo]] = {}
+    for repo in repos:
+        by_id.setdefault(repo.repo_id, []).append(repo)
+    chosen = []
+    for candidates in by_id.values():
+        if len(candidates) > 1 and candidates[0].source == "hub":
+            main = _read_text(candidates[0].root.parent.parent / "refs" / "main")
+            candidates.sort(key=lambda r: (r.revision == main, _mtime(r.root)))
+            candidates = candidates[-1:]
+        chosen += candidates
+    return chosen
+
+
+def _fingerprint(repo: LocalRepo) -> str:
+    h = hashlib.sha1(usedforsecurity=False)
+    for rel in sorted(repo.files):
+        try:
+            st = (repo.root / rel).stat()
+            h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        except OSError:
+            h.update(f"{rel}\0missing\n".encode())
+    return h.hexdigest()[:16]
+
+
+def _newest_mtime(repo: LocalRepo) -> datetime | None:
+    """A local folder's "last modified": its newest file, so sorting by recency means something."""
+    times = []
+    for rel in repo.files:
+        with contextlib.suppress(OSError):
+            times.append((repo.root / rel).stat().st_mtime)
+    return datetime.fromtimestamp(max(times), UTC) if times else None
+
+
+def _read_group(root: Path, group: ShardGroup, limits: Limits, first_window: int) -> ArtifactRecord:
+    """Headers and facts of one artifact; every failure becomes the artifact's error."""
+    sizes: list[int | None] = []
+    for rel in group.paths:
+        try:
+            st = (root / rel).stat()
+            sizes.append(st.st_size if stat.S_ISREG(st.st_mode) else None)
+        except OSError:
+            sizes.append(None)
+    shards = [
+        ShardRecord(rel, size=size, split_no=i)
+        for i, (rel, size) in enumerate(zip(group.paths, sizes, strict=True))
+    ]
+    try:
+        if not group.complete:
+            raise GGUFError(f"split model incomplete: shards {list(group.missing)} of {group.count} missing")
+        for rel, size in zip(group.paths, sizes, strict=True):
+            if size is None:  # a FIFO or device would block or never end: never open one
+                raise GGUFError(f"{rel}: not a regular file", field="path")
+        headers: list[LocalHeader] = [
+            read_header(root / rel, limits=limits, first_window=first_window) for rel in group.paths
+        ]
+        facts = derive_facts([h.header for h in headers], file_sizes=[h.file_size for h in headers])
+    except GGUFError as exc:
+        return ArtifactRecord(shards[0].path, tuple(shards), error=ArtifactError(exc.code, str(exc)))
+    except Exception as exc:  # a parser bug must cost one row, not the whole folder
+        log.exception("unexpected error reading %s", root / group.paths[0])
+        return ArtifactRecord(
+            shards[0].path,
+            tuple(shards),
+            error=ArtifactError("internal_error", f"{type(exc).__name__}: {exc}"),
+        )
+    shards = [ShardRecord(s.path, size=h.file_size, header_bytes=h.header.data_offset, split_no=s.split_no)
+              for s, h in zip(shards, headers, strict=True)]  # fmt: skip
+    return ArtifactRecord(shards[0].path, tuple(shards), facts=facts)
+
+
+async def _unique_pseudo_id(db: Database, repo: LocalRepo) -> str:
+    """`local/<folder>` of another folder with the same name gets a short hash of its path."""
+    async with db.sessions() as session:
+        owner = (await session.execute(select(Repo.local_path).where(Repo.repo_id == repo.repo_id))).first()
+    if owner is None or owner[0] == str(repo.root):
+        return repo.repo_id
+    return f"{repo.repo_id}-{hashlib.sha1(str(repo.root).encode(), usedforsecurity=False).hexdigest()[:6]}"
+
+
+async def build_snapshot(db: Database, repo: LocalRepo, limits: Limits, first_window: int) -> RepoSnapshot:
+    records = []
+    for group in group_shards(repo.files):
+        records.append(await asyncio.to_thread(_read_group, repo.root, group, limits, first_window))
+    repo_id = await _unique_pseudo_id(db, repo) if repo.pseudo else repo.repo_id
+    return RepoSnapshot(
+        last_modified=_newest_mtime(repo),
+        repo_id=repo_id,
+        revision=repo.revision or _fingerprint(repo),
+        artifacts=tuple(records),
+        source="local" if repo.pseudo else repo.source,
+        local_path=str(repo.root),
+        complete=repo.complete,
+    )
+
+
+async def index_paths(
+    db: Database,
+    arguments: Sequence[str | os.PathLike[str]],
+    *,
+    limits: Limits | None = None,
+    first_window: int = DEFAULT_FIRST_WINDOW,
+) -> IndexReport:
+    """Index files and folders; creates or migrates the database first when needed."""
+    await migrate.ensure_schema(db.engine)
+    limits = limits or Limits()
+    repos, skipped = discover(arguments)
+    report = IndexReport(skipped=skipped)
+    async with db.sessions() as session, session.begin():
+        crawl = Crawl(kind="local", parameters={"paths": [str(a) for a in arguments]})
+        session.add(crawl)
+    for repo in repos:
+        snap = await build_snapshot(db, repo, limits, first_window)
+        async with db.sessions() as session, session.begin():
+            report.results.append(await upsert_repo_snapshot(session, snap))
+        report.artifacts += [
+            IndexedArtifact(snap.repo_id, a.path, "indexed" if a.facts else "error",
+                            f"{a.error.code}: {a.error.message}" if a.error else None)
+            for a in snap.artifacts
+        ]  # fmt: skip
+    async with db.sessions() as session, session.begin():
+        crawl = await session.get_one(Crawl, crawl.id)
+        crawl.status = "finished"
+        crawl.finished_at = utcnow()
+        crawl.counters = {"repos": len(repos), "artifacts": len(report.artifacts), "errors": report.errors}
+        crawl.errors = [
+            {"repo": a.repo, "path": a.path, "error": a.error} for a in report.artifacts if a.error
+        ][:100]
+    return report
