@@ -1,0 +1,93 @@
+"""Bearer-token access control.
+
+Settings hold only sha256 hex digests of the tokens, so a leaked config file leaks no
+credential. A presented token is hashed and compared against every digest with
+`hmac.compare_digest`, without stopping at the first match, so timing says nothing about
+which digest (or how much of one) matched.
+
+Writes (any method other than GET/HEAD/OPTIONS) always need a token; reads need one only
+when `api.private_reads` is on. Health probes stay open so orchestrators need no secret.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterable
+
+from aiohttp import web
+
+from registry.api.errors import Forbidden, Handler, Unauthorized
+from registry.api.keys import AUTH_KEY
+from registry.config import ApiSettings
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz"})
+_HEX = frozenset("0123456789abcdef")
+
+
+def hash_token(token: str) -> str:
+    """The digest to put in `api.tokens` for a token."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def parse_token_hashes(raw: str) -> tuple[str, ...]:
+    hashes = tuple(h.strip().lower() for h in raw.split(",") if h.strip())
+    for h in hashes:
+        if len(h) != 64 or not set(h) <= _HEX:
+            # Catch a raw token pasted where its digest belongs: it would never match.
+            raise ValueError("api.tokens must hold sha256 hex digests (64 hex characters), comma-separated")
+    return hashes
+
+
+class TokenAuth:
+    def __init__(self, token_hashes: Iterable[str], *, private_reads: bool = False) -> None:
+        self._hashes = tuple(token_hashes)
+        self.private_reads = private_reads
+
+    @classmethod
+    def from_settings(cls, api: ApiSettings) -> TokenAuth:
+        return cls(parse_token_hashes(api.tokens), private_reads=api.private_reads)
+
+    @property
+    def writes_enabled(self) -> bool:
+        return bool(self._hashes)
+
+    def is_valid(self, token: str) -> bool:
+        presented = hash_token(token).encode("ascii")
+        matched = False
+        for digest in self._hashes:
+            matched |= hmac.compare_digest(presented, digest.encode("ascii"))
+        return matched
+
+    def check(self, request: web.Request) -> None:
+        """Raise the ApiError that refuses this request, or return if it may go on."""
+        if request.path in PUBLIC_PATHS:
+            return
+        write = request.method not in SAFE_METHODS
+        if not write and not self.private_reads:
+            return
+        if write and not self.writes_enabled:
+            raise Forbidden("writes are disabled: the server has no API tokens configured (api.tokens)")
+        token = _bearer(request)
+        if token is None:
+            raise Unauthorized()
+        if not self.is_valid(token):
+            raise Unauthorized("the bearer token is not valid")
+
+
+def _bearer(request: web.Request) -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    return value.strip()
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    # Unmatched paths and methods fall through to their 404/405: refusing them with 401/403
+    # would only hide which mistake the client made.
+    if request.match_info.http_exception is None:
+        request.app[AUTH_KEY].check(request)
+    return await handler(request)

@@ -1,0 +1,104 @@
+"""Validation of JSON request bodies into typed requests.
+
+Bodies are small and few, so each is checked by hand against the same rules its
+OpenAPI schema states (unknown fields rejected, lengths and ranges bounded); errors are
+400 `invalid_body` naming the offending field in `details.field`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from aiohttp import web
+
+from registry.api.errors import InvalidBody
+from registry.api.launchers import CrawlSpec
+from registry.api.params import BIGINT_MAX
+
+# Hub ids: "org/name", each part starting with an alphanumeric (the hub's own rule, which
+# also rules out "..", absolute paths and URLs).
+REPO_PART = r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}"
+REPO_ID = re.compile(rf"^{REPO_PART}/{REPO_PART}$")
+AUTHOR = re.compile(rf"^{REPO_PART}$")
+MAX_CRAWL_REPOS = 100
+MAX_CRAWL_LIMIT = 1_000_000
+MAX_SEARCH = 200
+
+
+async def read_json_object(request: web.Request) -> dict[str, Any]:
+    if request.content_type != "application/json":
+        raise InvalidBody("the body must be JSON (Content-Type: application/json)", details={"field": None})
+    try:
+        body = json.loads(await request.read() or b"null")
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidBody("the body is not valid JSON", details={"field": None}) from None
+    if not isinstance(body, dict):
+        raise InvalidBody("the body must be a JSON object", details={"field": None})
+    return body
+
+
+def _reject_unknown(body: Mapping[str, Any], allowed: Collection[str]) -> None:
+    for name in body:
+        if name not in allowed:
+            raise InvalidBody(
+                f"unknown field {name!r}", details={"field": name, "allowed": sorted(allowed)}
+            )
+
+
+def _optional_str(body: Mapping[str, Any], name: str, pattern: re.Pattern[str] | None, max_len: int) -> str | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or len(value) > max_len:
+        raise InvalidBody(f"{name} must be a non-empty string of at most {max_len} characters", details={"field": name})
+    if pattern is not None and not pattern.match(value):
+        raise InvalidBody(f"{name} is not a valid hub name: {value!r}", details={"field": name})
+    return value
+
+
+def _optional_int(body: Mapping[str, Any], name: str, minimum: int, maximum: int) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON has one number type: 5.0 is the integer 5
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise InvalidBody(f"{name} must be an integer from {minimum} to {maximum}", details={"field": name})
+    return value
+
+
+def crawl_spec(body: Mapping[str, Any], sources: Collection[str]) -> CrawlSpec:
+    _reject_unknown(body, ("source", "repos", "author", "search", "limit", "full"))
+    source = body.get("source")
+    if not isinstance(source, str) or source not in sources:
+        raise InvalidBody(
+            "source must name a configured source", details={"field": "source", "allowed": sorted(sources)}
+        )
+    repos = body.get("repos", [])
+    if not isinstance(repos, list) or len(repos) > MAX_CRAWL_REPOS:
+        raise InvalidBody(f"repos must be a list of at most {MAX_CRAWL_REPOS} repo ids", details={"field": "repos"})
+    for repo in repos:
+        if not isinstance(repo, str) or not REPO_ID.match(repo):
+            raise InvalidBody(f"repos: not an org/name repo id: {repo!r}", details={"field": "repos"})
+    full = body.get("full", False)
+    if not isinstance(full, bool):
+        raise InvalidBody("full must be a boolean", details={"field": "full"})
+    return CrawlSpec(
+        source=source,
+        repos=tuple(dict.fromkeys(repos)),  # dedupe, keep order
+        author=_optional_str(body, "author", AUTHOR, 96),
+        search=_optional_str(body, "search", None, MAX_SEARCH),
+        limit=_optional_int(body, "limit", 1, MAX_CRAWL_LIMIT),
+        full=full,
+    )
+
+
+def verification_artifact_id(body: Mapping[str, Any]) -> int:
+    _reject_unknown(body, ("artifact_id",))
+    value = _optional_int(body, "artifact_id", 1, BIGINT_MAX)
+    if value is None:
+        raise InvalidBody("artifact_id is required", details={"field": "artifact_id"})
+    return value

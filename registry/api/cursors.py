@@ -1,0 +1,29 @@
+"""Opaque keyset cursors for the lists the API pages itself (crawls).
+
+Artifact search cursors come from the catalog; this is only for id-ordered lists.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+
+from registry.api.errors import InvalidParameter
+
+
+def encode_id_cursor(last_id: int) -> str:
+    raw = json.dumps({"id": last_id}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_id_cursor(cursor: str, name: str = "cursor") -> int:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        data = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
+        value = data["id"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError
+    except (ValueError, KeyError, TypeError, UnicodeEncodeError, binascii.Error):
+        raise InvalidParameter(name, f"{name} is not a cursor this server issued") from None
+    return value

@@ -1,0 +1,190 @@
+"""The one JSON error envelope and the middleware that turns every failure into it.
+
+Every error a client sees has the shape `{"error": {"code", "message", "details"}}`,
+built by `error_response` alone. Handlers raise `ApiError` subclasses (which carry their
+status); routing errors from aiohttp, domain errors from the catalog and anything
+unexpected are mapped here (catalog errors carry their own status and code), so no handler formats an error itself and no traceback ever
+reaches a client.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from http import HTTPStatus
+from typing import Any
+
+from aiohttp import web
+
+from registry.api.keys import REQUEST_ID_KEY
+from registry.catalog.errors import CatalogError, InvalidCursor
+
+log = logging.getLogger("registry.api")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+class ApiError(Exception):
+    """An error with an HTTP status, a stable machine code and structured details."""
+
+    status: int = 500
+    code: str = "internal_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        details: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = dict(details or {})
+        self.headers: dict[str, str] = dict(headers or {})
+
+
+class BadRequest(ApiError):
+    status = 400
+    code = "bad_request"
+
+
+class InvalidParameter(BadRequest):
+    """A query or path parameter with a value the route cannot use."""
+
+    code = "invalid_parameter"
+
+    def __init__(self, parameter: str, message: str, **details: Any) -> None:
+        super().__init__(message, details={"parameter": parameter, **details})
+        self.parameter = parameter
+
+
+class UnknownParameter(InvalidParameter):
+    code = "unknown_parameter"
+
+
+class InvalidBody(BadRequest):
+    code = "invalid_body"
+
+
+class Unauthorized(ApiError):
+    status = 401
+    code = "unauthorized"
+
+    def __init__(self, message: str = "a valid bearer token is required") -> None:
+        super().__init__(message, headers={"WWW-Authenticate": 'Bearer realm="registry"'})
+
+
+class Forbidden(ApiError):
+    status = 403
+    code = "forbidden"
+
+
+class NotFound(ApiError):
+    status = 404
+    code = "not_found"
+
+
+class Conflict(ApiError):
+    status = 409
+    code = "conflict"
+
+
+class ServiceUnavailable(ApiError):
+    status = 503
+    code = "unavailable"
+
+
+# Codes for the statuses aiohttp raises itself (routing, body size, ...).
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    408: "request_timeout",
+    411: "length_required",
+    413: "payload_too_large",
+    414: "uri_too_long",
+    415: "unsupported_media_type",
+    429: "too_many_requests",
+    431: "headers_too_large",
+}
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    details: Mapping[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> web.Response:
+    """The only place an error body is built."""
+    body = {"error": {"code": code, "message": message, "details": dict(details or {})}}
+    response = web.json_response(body, status=status, dumps=_dumps)
+    for name, value in (headers or {}).items():
+        response.headers[name] = value
+    return response
+
+
+def _dumps(value: Any) -> str:
+    # default=str so an odd detail value (a Path, a datetime) never turns an error into a 500.
+    return json.dumps(value, default=str)
+
+
+def _from_http_exception(request: web.Request, exc: web.HTTPException) -> web.Response:
+    status = exc.status
+    code = _HTTP_CODES.get(status) or ("bad_request" if status < 500 else "internal_error")
+    details: dict[str, Any] = {}
+    headers: dict[str, str] = {}
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        allowed = sorted(exc.allowed_methods)
+        details = {"method": exc.method, "allowed": allowed}
+        headers["Allow"] = ", ".join(allowed)
+        message = f"method {exc.method} is not allowed on {request.path}"
+    elif status == 404:
+        message = f"no route matches {request.path}"
+    else:
+        # aiohttp's own text (e.g. "Maximum request body size ... exceeded") is safe to show.
+        message = exc.text or exc.reason or HTTPStatus(status).phrase
+    return error_response(status, code, message, details, headers)
+
+
+def _unexpected(request: web.Request, exc: BaseException) -> web.Response:
+    request_id = request.get(REQUEST_ID_KEY, "-")
+    log.error(
+        "unhandled error",
+        exc_info=exc,
+        extra={"request_id": request_id, "method": request.method, "path": request.path},
+    )
+    return error_response(
+        500,
+        "internal_error",
+        "the server could not complete the request; quote the request id when reporting it",
+        {"request_id": request_id},
+    )
+
+
+def _from_catalog(request: web.Request, exc: CatalogError) -> web.Response:
+    if exc.status >= 500:
+        return _unexpected(request, exc)
+    details = dict(exc.details)
+    if isinstance(exc, InvalidCursor):
+        details.setdefault("parameter", "cursor")
+    return error_response(exc.status, exc.code, exc.message, details)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return error_response(exc.status, exc.code, exc.message, exc.details, exc.headers)
+    except CatalogError as exc:
+        return _from_catalog(request, exc)
+    except web.HTTPException as exc:
+        if exc.status < 400:  # redirects and the like are not errors
+            raise
+        return _from_http_exception(request, exc)
+    except Exception as exc:
+        return _unexpected(request, exc)

@@ -1,0 +1,86 @@
+"""Request id, structured access log and request metrics: the outermost middleware.
+
+It runs outside the error middleware, so it sees the final status of every request,
+errors included, and every response (error or not) carries the request id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+import uuid
+
+from aiohttp import web
+
+from registry.api.errors import Handler
+from registry.api.keys import METRICS_KEY, REQUEST_ID_KEY
+
+REQUEST_ID_HEADER = "X-Request-Id"
+CLIENT_CLOSED = 499  # nginx's convention for "client closed the connection"
+access_log = logging.getLogger("registry.api.access")
+
+# A client-chosen id is echoed into logs and headers, so only harmless ones are honoured.
+_SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def request_id_for(request: web.Request) -> str:
+    offered = request.headers.get(REQUEST_ID_HEADER, "")
+    return offered if _SAFE_ID.match(offered) else uuid.uuid4().hex
+
+
+def route_label(request: web.Request) -> str:
+    """The route template, not the path: per-id paths would explode metric cardinality."""
+    info = request.match_info
+    if info.http_exception is not None:
+        return "unmatched"
+    resource = info.route.resource
+    return resource.canonical if resource is not None else "unmatched"
+
+
+@web.middleware
+async def observe_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    request_id = request_id_for(request)
+    request[REQUEST_ID_KEY] = request_id
+    metrics = request.app[METRICS_KEY]
+    started = time.perf_counter()
+    status = 500
+    metrics.in_flight.inc()
+    try:
+        response = await handler(request)
+        status = response.status
+        response.headers[REQUEST_ID_HEADER] = request_id
+        return response
+    except web.HTTPException as exc:  # only non-errors (redirects) get past the error middleware
+        status = exc.status
+        exc.headers[REQUEST_ID_HEADER] = request_id
+        raise
+    except asyncio.CancelledError:
+        status = CLIENT_CLOSED  # the client went away before the answer
+        raise
+    finally:
+        elapsed = time.perf_counter() - started
+        metrics.in_flight.dec()
+        route = route_label(request)
+        metrics.observe_request(request.method, route, status, elapsed)
+        _log_access(request, request_id, route, status, elapsed)
+
+
+def _log_access(request: web.Request, request_id: str, route: str, status: int, elapsed: float) -> None:
+    if not access_log.isEnabledFor(logging.INFO):
+        return
+    record = {
+        "event": "http_request",
+        "request_id": request_id,
+        "method": request.method,
+        "path": request.path,
+        "route": route,
+        "status": status,
+        "duration_ms": round(elapsed * 1000, 3),
+        "remote": request.remote,
+    }
+    # The message is the JSON itself so any handler prints one parseable line; the fields
+    # are also attached to the record for handlers that format structured output.
+    access_log.info(json.dumps(record, separators=(",", ":")), extra={"access": record})

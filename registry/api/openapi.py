@@ -1,0 +1,156 @@
+"""The OpenAPI 3.1 document, built from the same parameter declarations the routes parse.
+
+Each operation is declared once below (path, parameters, body, responses); a test checks
+that the set of operations equals the set of routes the app registers, so neither can
+gain a route the other lacks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+from registry.api.params import BIGINT_MAX, Param
+from registry.api.routes import artifacts, crawls, repos
+from registry.api.schemas import COMPONENT_SCHEMAS, crawl_request, ref
+from registry.config import ApiSettings
+
+OPENAPI_VERSION = "3.1.0"
+API_VERSION = "1"
+
+_ERROR_TEXT = {
+    "400": "A query parameter, path parameter or body field is invalid; `details` names it.",
+    "401": "A bearer token is required or the one given is not valid.",
+    "403": "Writes are disabled on this server.",
+    "404": "No such resource.",
+    "413": "The request body is larger than the server accepts.",
+    "501": "The request asks for something this server does not store.",
+    "503": "A component this request needs is not available; `details.component` names it.",
+    "500": "Unexpected failure; `details.request_id` identifies it in the server log.",
+}
+
+
+@dataclass(frozen=True)
+class Operation:
+    method: str
+    path: str
+    operation_id: str
+    summary: str
+    tag: str
+    ok_status: str = "200"
+    ok_schema: str | None = None
+    query: tuple[Param, ...] = ()
+    path_params: tuple[tuple[str, dict[str, Any], str], ...] = ()
+    body: str | None = None
+    errors: tuple[str, ...] = ()
+    write: bool = False
+    public: bool = False  # open even with private reads (health probes)
+    ok_content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+_ID = {"type": "integer", "minimum": 1, "maximum": BIGINT_MAX}
+_NAME = {"type": "string", "minLength": 1, "maxLength": 150}
+_REPO_PATH = (("org", _NAME, "Owner of the repo."), ("name", _NAME, "Name of the repo."))
+_LINK = {"Link": 'Next page as `<url>; rel="next"` when there is one.'}
+
+
+def operations(api: ApiSettings) -> list[Operation]:
+    return [
+        Operation("get", "/healthz", "healthz", "Liveness: the process answers.", "system",
+                  ok_schema="Health", public=True),
+        Operation("get", "/readyz", "readyz", "Readiness: the database answers SELECT 1.", "system",
+                  ok_schema="Ready", errors=("503",), public=True),
+        Operation("get", "/metrics", "metrics", "Prometheus metrics (text exposition format).", "system",
+                  ok_content_type="text/plain"),
+        Operation("get", "/openapi.json", "openapi", "This document.", "system"),
+        Operation("get", "/v1/artifacts", "search_artifacts", "Search artifacts (keyset-paged).", "artifacts",
+                  ok_schema="ArtifactPage", query=artifacts.search_params(api.max_limit), headers=_LINK),
+        Operation("get", "/v1/artifacts/{id}", "get_artifact", "One artifact in full.", "artifacts",
+                  ok_schema="Artifact", query=artifacts.DETAIL_PARAMS,
+                  path_params=(("id", _ID, "Artifact id."),), errors=("404", "501")),
+        Operation("get", "/v1/facets", "facets", "Counts per facet under the given filters.", "artifacts",
+                  ok_schema="Facets", query=artifacts.FILTER_PARAMS),
+        Operation("get", "/v1/repos/{org}/{name}", "get_repo",
+                  "A repo with its artifacts and direct lineage edges.", "repos",
+                  ok_schema="RepoDetail", path_params=_REPO_PATH, errors=("404",)),
+        Operation("get", "/v1/repos/{org}/{name}/lineage", "get_lineage", "The model tree around a repo.",
+                  "repos", ok_schema="Lineage", query=repos.LINEAGE_PARAMS, path_params=_REPO_PATH,
+                  errors=("404",)),
+        Operation("post", "/v1/crawls", "start_crawl", "Start a crawl of a configured source.", "crawls",
+                  ok_status="202", ok_schema="Crawl", body="CrawlRequest", errors=("503",), write=True),
+        Operation("get", "/v1/crawls", "list_crawls", "Crawls, newest first (keyset-paged).", "crawls",
+                  ok_schema="CrawlPage", query=crawls.list_params(api.max_limit), headers=_LINK),
+        Operation("get", "/v1/crawls/{id}", "get_crawl", "One crawl.", "crawls", ok_schema="Crawl",
+                  path_params=(("id", _ID, "Crawl id."),), errors=("404",)),
+        Operation("post", "/v1/verifications", "start_verification", "Queue a verification of an artifact.",
+                  "verifications", ok_status="202", ok_schema="Verification", body="VerificationRequest",
+                  errors=("404", "503"), write=True),
+        Operation("get", "/v1/verifications/{id}", "get_verification", "One verification.", "verifications",
+                  ok_schema="Verification", path_params=(("id", _ID, "Verification id."),),
+                  errors=("404", "503")),
+    ]  # fmt: skip
+
+
+def _operation(op: Operation, api: ApiSettings) -> dict[str, Any]:
+    params = [p.openapi("query") for p in op.query]
+    params += [{"name": n, "in": "path", "required": True, "description": d, "schema": s}
+               for n, s, d in op.path_params]  # fmt: skip
+    ok: dict[str, Any] = {"description": "Success."}
+    if op.ok_schema is not None:
+        ok["content"] = {op.ok_content_type: {"schema": ref(op.ok_schema)}}
+    elif op.ok_content_type != "application/json":
+        ok["content"] = {op.ok_content_type: {"schema": {"type": "string"}}}
+    else:
+        ok["content"] = {"application/json": {"schema": {"type": "object"}}}
+    if op.headers:
+        ok["headers"] = {name: {"description": text, "schema": {"type": "string"}} for name, text in op.headers.items()}
+    errors = {"400", "500", *op.errors}
+    secured = op.write or (api.private_reads and not op.public)
+    if secured:
+        errors.add("401")
+    if op.write:
+        errors.add("403")
+    if op.body is not None:
+        errors.add("413")
+    responses: dict[str, Any] = {op.ok_status: ok}
+    responses.update({code: {"$ref": f"#/components/responses/E{code}"} for code in sorted(errors)})
+    out: dict[str, Any] = {
+        "operationId": op.operation_id,
+        "summary": op.summary,
+        "tags": [op.tag],
+        "parameters": params,
+        "responses": responses,
+    }
+    if op.body is not None:
+        out["requestBody"] = {"required": True, "content": {"application/json": {"schema": ref(op.body)}}}
+    out["security"] = [{"bearer": []}] if secured else []
+    return out
+
+
+def build_openapi(api: ApiSettings, sources: Collection[str] = ()) -> dict[str, Any]:
+    """The document for an app with these settings and crawl sources."""
+    paths: dict[str, dict[str, Any]] = {}
+    for op in operations(api):
+        paths.setdefault(op.path, {})[op.method] = _operation(op, api)
+    error_content = {"application/json": {"schema": ref("Error")}}
+    return {
+        "openapi": OPENAPI_VERSION,
+        "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
+        "info": {
+            "title": "GGUF registry",
+            "version": API_VERSION,
+            "description": "Search and browse a catalog of GGUF models indexed from their header bytes. "
+            'Every error has the body {"error": {"code", "message", "details"}}; every response '
+            "carries an X-Request-Id header.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": {**COMPONENT_SCHEMAS, "CrawlRequest": crawl_request(sources)},
+            "responses": {
+                f"E{code}": {"description": text, "content": error_content} for code, text in _ERROR_TEXT.items()
+            },
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }

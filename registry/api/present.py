@@ -1,0 +1,187 @@
+"""Catalog rows to JSON-ready dicts, in the shapes the OpenAPI document declares."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Any
+
+from registry.catalog.lineage import EdgeView
+from registry.catalog.models import Artifact, Crawl, QuantMix, Repo, Shard, Verification
+from registry.catalog.models import Facts as FactsRow
+from registry.catalog.search import SearchItem
+
+
+def iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def finite(value: float | None) -> float | None:
+    """JSON has no NaN or infinity; a diverged perplexity is reported as null."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def crawl(row: Crawl) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "kind": row.kind,
+        "status": row.status,
+        "parameters": row.parameters or {},
+        "counters": row.counters or {},
+        "errors": row.errors or [],
+        "started_at": iso(row.started_at),
+        "heartbeat_at": iso(row.heartbeat_at),
+        "finished_at": iso(row.finished_at),
+        "url": f"/v1/crawls/{row.id}",
+    }
+
+
+def verification(row: Verification) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "artifact_id": row.artifact_id,
+        "status": row.status,
+        "reason": row.reason,
+        "sha256": row.sha256,
+        "tensors_checked": row.tensors_checked,
+        "nonfinite_values": row.nonfinite_values,
+        "perplexity": finite(row.perplexity),
+        "generated": row.generated,
+        "details": row.details or {},
+        "timings": row.timings or {},
+        "queued_at": iso(row.queued_at),
+        "started_at": iso(row.started_at),
+        "finished_at": iso(row.finished_at),
+        "url": f"/v1/verifications/{row.id}",
+    }
+
+
+# Metadata values longer than this (huge strings, arrays that slipped through) are
+# summarised: a detail page must stay small whatever a file's header holds.
+MAX_INLINE_ITEMS = 64
+MAX_INLINE_CHARS = 4096
+
+# Facts kept in `facts.extra` that are shown elsewhere in the artifact body or summarised.
+_EXTRA_ELSEWHERE = {"metadata", "chat_template", "chat_templates"}
+
+
+def summarise(value: Any) -> Any:
+    """A JSON value small enough to inline: long arrays and strings become a summary object."""
+    if isinstance(value, list):
+        if len(value) <= MAX_INLINE_ITEMS:
+            return [summarise(v) for v in value]
+        return {"summary": "array", "length": len(value), "head": [summarise(v) for v in value[:8]]}
+    if isinstance(value, str) and len(value) > MAX_INLINE_CHARS:
+        return {"summary": "string", "length": len(value), "head": value[:256]}
+    if isinstance(value, dict):
+        return {str(k): summarise(v) for k, v in value.items()}
+    return value
+
+
+def repo(row: Repo) -> dict[str, Any]:
+    return {
+        "repo_id": row.repo_id,
+        "source": row.source,
+        "revision": row.revision,
+        "last_modified": iso(row.last_modified),
+        "downloads": row.downloads,
+        "likes": row.likes,
+        "tags": list(row.tags or []),
+        "gated": row.gated,
+        "card_license": row.card_license,
+        "card_base_model": list(row.card_base_model or []),
+        "card_base_model_relation": row.card_base_model_relation,
+        "description": row.description,
+        "indexed_at": iso(row.indexed_at),
+        "url": f"/v1/repos/{row.repo_id}",
+    }
+
+
+def _summary(
+    id_: int, repo_id: str, path: str, revision: str | None, status: str, error_code: str | None,
+    error_message: str | None, **rest: Any,
+) -> dict[str, Any]:
+    error = {"code": error_code, "message": error_message} if status == "error" else None
+    body: dict[str, Any] = {
+        "id": id_, "repo": repo_id, "path": path, "revision": revision, "status": status, "error": error,
+    }  # fmt: skip
+    body.update(rest)
+    body["last_modified"] = iso(rest["last_modified"])
+    body["url"] = f"/v1/artifacts/{id_}"
+    return body
+
+
+def artifact_summary(row: Artifact, repo_id: str) -> dict[str, Any]:
+    """The search-hit shape, from a row; `search_item` builds the same keys from a hit."""
+    return _summary(
+        row.id, repo_id, row.path, row.revision, row.status, row.error_code, row.error_message,
+        architecture=row.architecture, parameter_count=row.parameter_count, file_type=row.file_type,
+        size_label=row.size_label, license=row.license, context_length=row.context_length,
+        expert_count=row.expert_count, shard_count=row.shard_count, file_size=row.file_size,
+        downloads=row.downloads, likes=row.likes, last_modified=row.last_modified,
+        verification_status=row.verification_status,
+    )  # fmt: skip
+
+
+def search_item(item: SearchItem) -> dict[str, Any]:
+    return _summary(
+        item.id, item.repo, item.path, item.revision, item.status, item.error_code, item.error,
+        architecture=item.architecture, parameter_count=item.parameter_count, file_type=item.file_type,
+        size_label=item.size_label, license=item.license, context_length=item.context_length,
+        expert_count=item.expert_count, shard_count=item.shards, file_size=item.file_size,
+        downloads=item.downloads, likes=item.likes, last_modified=item.last_modified,
+        verification_status=item.verification,
+    )  # fmt: skip
+
+
+def facts(row: FactsRow | None) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    out = {c.name: getattr(row, c.name) for c in FactsRow.__table__.columns if c.name not in ("artifact_id", "extra")}
+    out["bits_per_weight"] = finite(row.bits_per_weight)
+    extra = row.extra or {}
+    out.update({k: summarise(v) for k, v in extra.items() if k not in _EXTRA_ELSEWHERE})
+    return out
+
+
+def quant_mix(rows: list[QuantMix]) -> list[dict[str, Any]]:
+    ordered = sorted(rows, key=lambda q: (-q.bytes, q.tensor_type))
+    return [{"tensor_type": q.tensor_type, "tensors": q.tensors, "elements": q.elements, "bytes": q.bytes}
+            for q in ordered]  # fmt: skip
+
+
+def shard(row: Shard) -> dict[str, Any]:
+    return {"path": row.path, "split_no": row.split_no, "size": row.size, "sha256": row.sha256,
+            "header_bytes": row.header_bytes}  # fmt: skip
+
+
+def artifact_full(
+    row: Artifact, repo_id: str, latest: Verification | None, *, with_metadata: bool
+) -> dict[str, Any]:
+    """An artifact with facts, quant mix, shards and latest verification.
+
+    `with_metadata` adds the scalar metadata and the chat template text (the single
+    artifact page); the repo page leaves them out to stay small."""
+    body = artifact_summary(row, repo_id)
+    body["facts"] = facts(row.facts)
+    body["quant_mix"] = quant_mix(row.quant_mix)
+    body["shards"] = [shard(s) for s in row.shards]
+    body["latest_verification"] = verification(latest) if latest is not None else None
+    if with_metadata:
+        extra = (row.facts.extra or {}) if row.facts is not None else {}
+        body["chat_template"] = extra.get("chat_template")
+        body["chat_templates"] = dict(extra.get("chat_templates") or {})
+        body["metadata"] = summarise(dict(extra.get("metadata") or {}))
+    return body
+
+
+def edge(view: EdgeView) -> dict[str, Any]:
+    return {
+        "child": view.child,
+        "parent": view.parent,
+        "relation": view.relation,
+        "source": view.source,
+        "depth": view.depth,
+        "child_in_catalog": view.child_in_catalog,
+        "parent_in_catalog": view.parent_in_catalog,
+    }

@@ -1,0 +1,108 @@
+"""Artifact search, facets and the single-artifact page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from registry.api import present, reads
+from registry.api.errors import ApiError, NotFound
+from registry.api.keys import SESSIONMAKER_KEY, SETTINGS_KEY
+from registry.api.paging import page_response, paging_params
+from registry.api.params import (
+    INT_MAX,
+    Param,
+    bool_param,
+    choice_param,
+    int_param,
+    parse_query,
+    path_int,
+    text_param,
+)
+from registry.catalog import search as catalog_search
+from registry.catalog.models import VERIFICATION_STATUSES
+
+routes = web.RouteTableDef()
+
+SORT_CHOICES = tuple(
+    f"{key}{suffix}"
+    for key in (*catalog_search.SORTS, *catalog_search.SORT_ALIASES)
+    for suffix in ("", ":asc", ":desc")
+)
+
+FILTER_PARAMS: tuple[Param, ...] = (
+    text_param("q", "Free text: every word must occur in the repo id, path, name, tags or description."),
+    text_param("architecture", "general.architecture, e.g. llama."),
+    text_param("license", "The file's license, else the repo card's."),
+    text_param("file_type", "File type label, e.g. Q4_K_M."),
+    text_param("tensor_type", "Only artifacts with at least one tensor of this ggml type, e.g. IQ2_XS."),
+    int_param("min_params", "At least this many parameters."),
+    int_param("max_params", "At most this many parameters."),
+    text_param("size_label", "Size label, e.g. 7B or 8x7B."),
+    int_param("min_context", "Context length at least this."),
+    int_param("expert_count", "Exactly this many experts.", maximum=INT_MAX),
+    choice_param("status", "Artifact status; `all` for every one.", catalog_search.STATUSES, default="indexed"),
+    choice_param("verification", "Status of the latest verification.", VERIFICATION_STATUSES),
+    text_param("descendant_of", "Only repos below this repo id (org/name) in the lineage graph."),
+)
+
+
+def search_params(max_limit: int) -> tuple[Param, ...]:
+    limit = min(max_limit, catalog_search.MAX_LIMIT)
+    sort = choice_param("sort", "Sort key, optionally with :asc or :desc.", SORT_CHOICES, default="downloads")
+    return (*FILTER_PARAMS, sort, *paging_params(limit))
+
+
+DETAIL_PARAMS: tuple[Param, ...] = (
+    bool_param("tensors", "Include the tensor table (not stored by the catalog yet: answers 501)."),
+)
+
+
+class NotStored(ApiError):
+    status = 501
+    code = "not_stored"
+
+
+def _query(args: dict[str, Any], **paging: Any) -> catalog_search.SearchQuery:
+    # Filter parameters are named after SearchQuery fields, except the short `q`.
+    # min_params above max_params is not an error: it truthfully matches nothing.
+    filters = {("text" if p.name == "q" else p.name): args[p.name] for p in FILTER_PARAMS}
+    return catalog_search.SearchQuery(**filters, **paging)
+
+
+@routes.get("/v1/artifacts", name="search_artifacts")
+async def search_artifacts(request: web.Request) -> web.Response:
+    args = parse_query(request, search_params(request.app[SETTINGS_KEY].api.max_limit))
+    query = _query(args, sort=args["sort"], limit=args["limit"], cursor=args["cursor"])
+    async with request.app[SESSIONMAKER_KEY]() as session:
+        page = await catalog_search.search(session, query)
+    items = [present.search_item(item) for item in page.items]
+    return page_response(request, items, page.next_cursor, args["limit"])
+
+
+@routes.get("/v1/facets", name="facets")
+async def facets(request: web.Request) -> web.Response:
+    args = parse_query(request, FILTER_PARAMS)
+    async with request.app[SESSIONMAKER_KEY]() as session:
+        counts = await catalog_search.facets(session, _query(args))
+    filters = {name: value for name, value in args.items() if value is not None}
+    return web.json_response({"facets": counts, "filters": filters})
+
+
+@routes.get("/v1/artifacts/{id}", name="get_artifact")
+async def get_artifact(request: web.Request) -> web.Response:
+    args = parse_query(request, DETAIL_PARAMS)
+    artifact_id = path_int(request, "id")
+    async with request.app[SESSIONMAKER_KEY]() as session:
+        found = await reads.get_artifact(session, artifact_id)
+        if found is None:
+            raise NotFound(f"no artifact with id {artifact_id}", details={"artifact_id": artifact_id})
+        artifact, repo_id = found
+        latest = (await reads.latest_verifications(session, [artifact_id])).get(artifact_id)
+    if args["tensors"]:
+        raise NotStored(
+            "the catalog does not store tensor tables yet; request the artifact without tensors",
+            details={"parameter": "tensors"},
+        )
+    return web.json_response(present.artifact_full(artifact, repo_id, latest, with_metadata=True))

@@ -1,0 +1,71 @@
+"""A repo page and its model tree."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from registry.api import present, reads
+from registry.api.errors import InvalidParameter, NotFound
+from registry.api.keys import SESSIONMAKER_KEY
+from registry.api.params import Param, choice_param, int_param, parse_query
+from registry.catalog import lineage
+from registry.catalog.models import REPO_ID_LENGTH
+
+routes = web.RouteTableDef()
+
+DIRECTIONS = ("ancestors", "descendants", "both")
+DEFAULT_DEPTH = 3
+
+LINEAGE_PARAMS: tuple[Param, ...] = (
+    choice_param("direction", "Which side of the tree to walk.", DIRECTIONS, default="both"),
+    int_param(
+        "depth", f"How many edges to follow, 1 to {lineage.MAX_DEPTH}.",
+        minimum=1, maximum=lineage.MAX_DEPTH, default=DEFAULT_DEPTH,
+    ),
+)  # fmt: skip
+
+
+def repo_id_from_path(request: web.Request) -> str:
+    org, name = request.match_info["org"], request.match_info["name"]
+    for part, value in (("org", org), ("name", name)):
+        if not value or len(value) > REPO_ID_LENGTH // 2:
+            raise InvalidParameter(part, f"{part} must be 1 to {REPO_ID_LENGTH // 2} characters")
+    return f"{org}/{name}"
+
+
+@routes.get("/v1/repos/{org}/{name}", name="get_repo")
+async def get_repo(request: web.Request) -> web.Response:
+    parse_query(request, ())
+    repo_id = repo_id_from_path(request)
+    async with request.app[SESSIONMAKER_KEY]() as session:
+        repo = await reads.get_repo(session, repo_id)
+        if repo is None:
+            raise NotFound(f"no repo {repo_id} in the catalog", details={"repo": repo_id})
+        artifacts = await reads.repo_artifacts(session, repo.id)
+        latest = await reads.latest_verifications(session, [a.id for a in artifacts])
+        parents = await lineage.ancestors(session, repo_id, 1)
+        children = await lineage.descendants(session, repo_id, 1)
+    body = {
+        "repo": present.repo(repo),
+        "artifacts": [present.artifact_full(a, repo_id, latest.get(a.id), with_metadata=False) for a in artifacts],
+        "lineage": {"parents": [present.edge(e) for e in parents], "children": [present.edge(e) for e in children]},
+    }
+    return web.json_response(body)
+
+
+@routes.get("/v1/repos/{org}/{name}/lineage", name="get_lineage")
+async def get_lineage(request: web.Request) -> web.Response:
+    args = parse_query(request, LINEAGE_PARAMS)
+    repo_id = repo_id_from_path(request)
+    direction, depth = args["direction"], args["depth"]
+    body: dict[str, object] = {"repo": repo_id, "direction": direction, "depth": depth}
+    async with request.app[SESSIONMAKER_KEY]() as session:
+        in_catalog = await reads.get_repo(session, repo_id) is not None
+        if not in_catalog and not await reads.is_lineage_node(session, repo_id):
+            raise NotFound(f"no repo {repo_id} in the catalog or its lineage", details={"repo": repo_id})
+        if direction in ("ancestors", "both"):
+            body["ancestors"] = [present.edge(e) for e in await lineage.ancestors(session, repo_id, depth)]
+        if direction in ("descendants", "both"):
+            body["descendants"] = [present.edge(e) for e in await lineage.descendants(session, repo_id, depth)]
+    body["in_catalog"] = in_catalog
+    return web.json_response(body)

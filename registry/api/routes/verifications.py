@@ -1,0 +1,60 @@
+"""Queue and read verifications.
+
+The verify worker is not built yet; until a `Verifier` is passed to `create_app` both
+routes answer 503 saying so, so clients can code against the final URLs today.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+from sqlalchemy import select
+
+from registry.api import present
+from registry.api.bodies import read_json_object, verification_artifact_id
+from registry.api.errors import NotFound, ServiceUnavailable
+from registry.api.keys import SESSIONMAKER_KEY, VERIFIER_KEY
+from registry.api.launchers import Verifier
+from registry.api.params import parse_query, path_int
+from registry.catalog.models import Artifact, Verification
+
+routes = web.RouteTableDef()
+
+
+def _verifier(request: web.Request) -> Verifier:
+    verifier = request.app[VERIFIER_KEY]
+    if verifier is None:
+        raise ServiceUnavailable(
+            "verifications are not available: this server runs without a verification worker",
+            details={"component": "verifier"},
+        )
+    return verifier
+
+
+@routes.post("/v1/verifications", name="start_verification")
+async def start_verification(request: web.Request) -> web.Response:
+    parse_query(request, ())
+    verifier = _verifier(request)
+    artifact_id = verification_artifact_id(await read_json_object(request))
+    async with request.app[SESSIONMAKER_KEY]() as session:
+        exists = await session.scalar(select(Artifact.id).where(Artifact.id == artifact_id))
+    if exists is None:
+        raise NotFound(f"no artifact with id {artifact_id}", details={"artifact_id": artifact_id})
+    verification_id = await verifier.enqueue(artifact_id)
+    async with request.app[SESSIONMAKER_KEY]() as session:
+        row = await session.get(Verification, verification_id)
+    if row is None:  # the verifier promised a row; a missing one is a worker bug
+        raise ServiceUnavailable("the verification worker did not record the verification")
+    body = present.verification(row)
+    return web.json_response(body, status=202, headers={"Location": body["url"]})
+
+
+@routes.get("/v1/verifications/{id}", name="get_verification")
+async def get_verification(request: web.Request) -> web.Response:
+    parse_query(request, ())
+    _verifier(request)
+    verification_id = path_int(request, "id")
+    async with request.app[SESSIONMAKER_KEY]() as session:
+        row = await session.get(Verification, verification_id)
+    if row is None:
+        raise NotFound(f"no verification with id {verification_id}", details={"verification_id": verification_id})
+    return web.json_response(present.verification(row))

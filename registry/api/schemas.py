@@ -1,0 +1,238 @@
+"""JSON Schemas (2020-12, as OpenAPI 3.1 uses them) of every body the API reads or writes.
+
+The OpenAPI document references these as `#/components/schemas/<name>`; the tests
+validate every response the suite sees against them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from registry.api.bodies import MAX_CRAWL_LIMIT, MAX_CRAWL_REPOS, MAX_SEARCH, REPO_PART
+from registry.api.params import BIGINT_MAX, NOT_BLANK
+from registry.catalog.models import (
+    ARTIFACT_STATUSES,
+    CRAWL_KINDS,
+    CRAWL_STATUSES,
+    LINEAGE_RELATIONS,
+    LINEAGE_SOURCES,
+    REPO_SOURCES,
+    VERIFICATION_STATUSES,
+)
+
+Schema = dict[str, Any]
+
+
+def ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def nullable(schema: Schema) -> Schema:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def obj(properties: dict[str, Schema], *, required: list[str] | None = None, closed: bool = True) -> Schema:
+    """An object whose listed properties are all required unless `required` says otherwise."""
+    out: Schema = {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties) if required is None else required,
+    }
+    if closed:
+        out["additionalProperties"] = False
+    return out
+
+
+STR: Schema = {"type": "string"}
+INT: Schema = {"type": "integer"}
+NUM: Schema = {"type": "number"}
+BOOL: Schema = {"type": "boolean"}
+TIME: Schema = {"type": "string", "format": "date-time"}
+OPT_STR = nullable(STR)
+OPT_INT = nullable(INT)
+OPT_TIME = nullable(TIME)
+ANY_OBJECT: Schema = {"type": "object"}
+
+
+def _page(item: str) -> Schema:
+    return obj({
+        "items": {"type": "array", "items": ref(item)},
+        "next": {**OPT_STR, "description": "Cursor of the next page; null on the last page."},
+        "limit": INT,
+    })  # fmt: skip
+
+
+ERROR = obj({
+    "error": obj({
+        "code": {**STR, "description": "Stable machine-readable code, e.g. invalid_parameter."},
+        "message": {**STR, "description": "Human-readable explanation."},
+        "details": {**ANY_OBJECT, "description": "Structured context: `parameter`, `field`, `allowed`..."},
+    }),
+})  # fmt: skip
+
+_SUMMARY_PROPS: dict[str, Schema] = {
+    "id": INT,
+    "repo": STR,
+    "path": STR,
+    "revision": OPT_STR,
+    "status": {"enum": list(ARTIFACT_STATUSES)},
+    "error": nullable(obj({"code": OPT_STR, "message": OPT_STR})),
+    "architecture": OPT_STR,
+    "parameter_count": INT,
+    "file_type": OPT_STR,
+    "size_label": OPT_STR,
+    "license": OPT_STR,
+    "context_length": OPT_INT,
+    "expert_count": OPT_INT,
+    "shard_count": INT,
+    "file_size": INT,
+    "downloads": INT,
+    "likes": INT,
+    "last_modified": OPT_TIME,
+    "verification_status": nullable({"enum": list(VERIFICATION_STATUSES)}),
+    "url": STR,
+}
+ARTIFACT_SUMMARY = obj(_SUMMARY_PROPS)
+
+# Facts evolve with the format core; the typed ones are pinned, others may appear.
+FACTS = obj(
+    {
+        "architecture": OPT_STR, "name": OPT_STR, "basename": OPT_STR, "finetune": OPT_STR, "version": OPT_STR,
+        "size_label": OPT_STR, "size_label_source": OPT_STR, "parameter_count": INT, "license": OPT_STR,
+        "file_type": OPT_STR, "file_type_source": OPT_STR, "bits_per_weight": nullable(NUM),
+        "context_length": OPT_INT, "embedding_length": OPT_INT, "block_count": OPT_INT,
+        "feed_forward_length": OPT_INT, "head_count": OPT_INT, "head_count_kv": OPT_INT, "expert_count": OPT_INT,
+        "expert_used_count": OPT_INT, "tokenizer_model": OPT_STR, "tokenizer_pre": OPT_STR, "vocab_size": OPT_INT,
+        "chat_template_sha256": OPT_STR, "kind": STR, "gguf_version": INT, "endianness": STR, "alignment": INT,
+        "tensor_count": INT, "kv_count": INT, "header_bytes": INT, "file_size": OPT_INT, "shard_count": INT,
+    },
+    required=["architecture", "parameter_count", "file_type", "kind", "gguf_version", "tensor_count"],
+    closed=False,
+)  # fmt: skip
+
+QUANT_MIX_ENTRY = obj({"tensor_type": STR, "tensors": INT, "elements": INT, "bytes": INT})
+SHARD = obj({"path": STR, "split_no": INT, "size": OPT_INT, "sha256": OPT_STR, "header_bytes": OPT_INT})
+
+VERIFICATION = obj({
+    "id": INT, "artifact_id": INT, "status": {"enum": list(VERIFICATION_STATUSES)}, "reason": OPT_STR,
+    "sha256": OPT_STR, "tensors_checked": OPT_INT, "nonfinite_values": OPT_INT, "perplexity": nullable(NUM),
+    "generated": OPT_STR, "details": ANY_OBJECT, "timings": ANY_OBJECT, "queued_at": TIME,
+    "started_at": OPT_TIME, "finished_at": OPT_TIME, "url": STR,
+})  # fmt: skip
+
+_ARTIFACT_PARTS: dict[str, Schema] = {
+    "facts": nullable(ref("Facts")),
+    "quant_mix": {"type": "array", "items": ref("QuantMixEntry")},
+    "shards": {"type": "array", "items": ref("Shard")},
+    "latest_verification": nullable(ref("Verification")),
+}
+# Flat, closed objects rather than allOf: `additionalProperties: false` inside an allOf
+# branch would reject the very fields the other branch adds.
+ARTIFACT_IN_REPO = obj({**_SUMMARY_PROPS, **_ARTIFACT_PARTS})
+ARTIFACT = obj({
+    **_SUMMARY_PROPS,
+    **_ARTIFACT_PARTS,
+    "chat_template": {**OPT_STR, "description": "The default chat template, as text."},
+    "chat_templates": {"type": "object", "additionalProperties": STR},
+    "metadata": {
+        **ANY_OBJECT,
+        "description": "Scalar metadata of the first shard; long arrays and strings are summarised "
+        "as {summary, length, head}.",
+    },
+})  # fmt: skip
+
+REPO = obj({
+    "repo_id": STR, "source": {"enum": list(REPO_SOURCES)}, "revision": OPT_STR, "last_modified": OPT_TIME,
+    "downloads": INT, "likes": INT, "tags": {"type": "array", "items": STR}, "gated": BOOL,
+    "card_license": OPT_STR, "card_base_model": {"type": "array", "items": STR},
+    "card_base_model_relation": OPT_STR, "description": OPT_STR, "indexed_at": OPT_TIME, "url": STR,
+})  # fmt: skip
+
+LINEAGE_EDGE = obj({
+    "child": STR, "parent": STR, "relation": {"enum": list(LINEAGE_RELATIONS)},
+    "source": {"enum": list(LINEAGE_SOURCES)}, "depth": {"type": "integer", "minimum": 1},
+    "child_in_catalog": BOOL, "parent_in_catalog": BOOL,
+})  # fmt: skip
+
+EDGES: Schema = {"type": "array", "items": ref("LineageEdge")}
+
+REPO_DETAIL = obj({
+    "repo": ref("Repo"),
+    "artifacts": {"type": "array", "items": ref("ArtifactInRepo")},
+    "lineage": obj({"parents": EDGES, "children": EDGES}),
+})  # fmt: skip
+
+LINEAGE = obj(
+    {
+        "repo": STR,
+        "direction": {"enum": ["ancestors", "descendants", "both"]},
+        "depth": INT,
+        "in_catalog": BOOL,
+        "ancestors": EDGES,
+        "descendants": EDGES,
+    },
+    required=["repo", "direction", "depth", "in_catalog"],
+)
+
+COUNTS: Schema = {"type": "object", "additionalProperties": INT}
+FACETS = obj({
+    "facets": obj({"architecture": COUNTS, "license": COUNTS, "file_type": COUNTS, "size_bucket": COUNTS}),
+    "filters": {**ANY_OBJECT, "description": "The filters the counts were taken under."},
+})  # fmt: skip
+
+CRAWL = obj({
+    "id": INT, "kind": {"enum": list(CRAWL_KINDS)}, "status": {"enum": list(CRAWL_STATUSES)},
+    "parameters": ANY_OBJECT, "counters": ANY_OBJECT, "errors": {"type": "array"}, "started_at": TIME,
+    "heartbeat_at": OPT_TIME, "finished_at": OPT_TIME, "url": STR,
+})  # fmt: skip
+
+def crawl_request(sources: Collection[str]) -> Schema:
+    """The crawl body; `source` is an enum of the sources this server's launcher has."""
+    source: Schema = {**STR, "description": "Name of a configured source (e.g. `hub`); never a URL."}
+    if sources:
+        source["enum"] = sorted(sources)
+    return obj(
+        {
+            "source": source,
+            "repos": {
+                "type": "array", "maxItems": MAX_CRAWL_REPOS,
+                "items": {"type": "string", "pattern": f"^{REPO_PART}/{REPO_PART}$"},
+            },
+            # null means the same as leaving the field out
+            "author": nullable({"type": "string", "pattern": f"^{REPO_PART}$"}),
+            "search": nullable({"type": "string", "minLength": 1, "maxLength": MAX_SEARCH, "pattern": NOT_BLANK}),
+            "limit": nullable({"type": "integer", "minimum": 1, "maximum": MAX_CRAWL_LIMIT}),
+            "full": {**BOOL, "description": "Re-index repos whose revision did not change."},
+        },
+        required=["source"],
+    )  # fmt: skip
+
+
+VERIFICATION_REQUEST = obj({"artifact_id": {"type": "integer", "minimum": 1, "maximum": BIGINT_MAX}})
+
+HEALTH = obj({"status": {"const": "ok"}})
+READY = obj({"status": {"const": "ready"}, "checks": obj({"database": {"const": "ok"}})})
+
+COMPONENT_SCHEMAS: dict[str, Schema] = {
+    "Error": ERROR,
+    "ArtifactSummary": ARTIFACT_SUMMARY,
+    "ArtifactPage": _page("ArtifactSummary"),
+    "Facts": FACTS,
+    "QuantMixEntry": QUANT_MIX_ENTRY,
+    "Shard": SHARD,
+    "Verification": VERIFICATION,
+    "ArtifactInRepo": ARTIFACT_IN_REPO,
+    "Artifact": ARTIFACT,
+    "Repo": REPO,
+    "LineageEdge": LINEAGE_EDGE,
+    "RepoDetail": REPO_DETAIL,
+    "Lineage": LINEAGE,
+    "Facets": FACETS,
+    "Crawl": CRAWL,
+    "CrawlPage": _page("Crawl"),
+    "CrawlRequest": crawl_request(()),
+    "VerificationRequest": VERIFICATION_REQUEST,
+    "Health": HEALTH,
+    "Ready": READY,
+}

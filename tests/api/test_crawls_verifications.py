@@ -1,0 +1,177 @@
+"""Starting and watching crawls; verifications until the verifier exists."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import pytest
+
+from registry.api.launchers import CrawlLauncher, CrawlSpec, RecordingLauncher, Verifier
+from registry.catalog.db import Database
+from tests.api.conftest import WRITE_TOKEN, ApiClient, MakeApi, RowVerifier
+
+AUTH = {"Authorization": f"Bearer {WRITE_TOKEN}"}
+SQLITE_ONLY = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+
+
+def test_recording_launcher_is_a_crawl_launcher() -> None:
+    assert isinstance(RecordingLauncher(), CrawlLauncher)
+
+
+async def test_crawls_without_a_launcher_are_503(api: ApiClient) -> None:
+    reply = await api.post("/v1/crawls", json={"source": "hub"}, headers=AUTH)
+    assert reply.status == 503
+    assert reply.body["error"]["details"] == {"component": "crawler"}
+    assert "crawl worker" in reply.body["error"]["message"]
+    listed = await api.get("/v1/crawls")
+    assert listed.status == 200 and listed.body["items"] == []
+
+
+async def test_start_crawl_records_it_and_hands_it_to_the_launcher(make_api: MakeApi) -> None:
+    launcher = RecordingLauncher()
+    api = await make_api(launcher=launcher)
+    body = {"source": "hub", "repos": ["org/a-GGUF", "org/a-GGUF", "org/b"], "limit": 5, "full": True}
+    reply = await api.post("/v1/crawls", json=body, headers=AUTH)
+    assert reply.status == 202, reply.body
+    crawl = reply.body
+    assert reply.headers["Location"] == f"/v1/crawls/{crawl['id']}"
+    assert crawl["kind"] == "hub" and crawl["status"] == "running"
+    assert crawl["parameters"]["repos"] == ["org/a-GGUF", "org/b"]
+    assert launcher.launched == [
+        (crawl["id"], CrawlSpec(source="hub", repos=("org/a-GGUF", "org/b"), limit=5, full=True))
+    ]
+    fetched = await api.get(crawl["url"])
+    assert fetched.status == 200 and fetched.body == crawl
+    metrics = await api.get("/metrics")
+    assert 'registry_crawls_started_total{kind="hub"} 1' in metrics.body
+    doc = (await api.get("/openapi.json")).body
+    assert doc["components"]["schemas"]["CrawlRequest"]["properties"]["source"]["enum"] == ["hub"]
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"source": "https://evil.example/api"}, "source"),
+        ({"source": "local"}, "source"),
+        ({}, "source"),
+        ({"source": "hub", "endpoint": "https://evil.example"}, "endpoint"),
+        ({"source": "hub", "url": "http://169.254.169.254/"}, "url"),
+        ({"source": "hub", "repos": ["https://evil.example/x"]}, "repos"),
+        ({"source": "hub", "repos": ["../../etc/passwd"]}, "repos"),
+        ({"source": "hub", "repos": "org/a"}, "repos"),
+        ({"source": "hub", "repos": [f"org/m{i}" for i in range(101)]}, "repos"),
+        ({"source": "hub", "author": "a/b"}, "author"),
+        ({"source": "hub", "limit": 0}, "limit"),
+        ({"source": "hub", "limit": True}, "limit"),
+        ({"source": "hub", "full": "yes"}, "full"),
+        ({"source": "hub", "search": ""}, "search"),
+    ],
+)
+async def test_crawl_bodies_name_only_configured_sources(make_api: MakeApi, body: dict[str, object], field: str) -> None:
+    launcher = RecordingLauncher()
+    api = await make_api(launcher=launcher)
+    reply = await api.post("/v1/crawls", json=body, headers=AUTH)
+    assert reply.status == 400, reply.body
+    assert reply.body["error"]["code"] == "invalid_body"
+    assert reply.body["error"]["details"]["field"] == field
+    assert launcher.launched == []
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize(
+    ("data", "content_type"),
+    [(b"{not json", "application/json"), (b"[1, 2]", "application/json"), (b"source=hub", "text/plain")],
+)
+async def test_crawl_body_must_be_a_json_object(make_api: MakeApi, data: bytes, content_type: str) -> None:
+    api = await make_api(launcher=RecordingLauncher())
+    reply = await api.post("/v1/crawls", data=data, headers={**AUTH, "Content-Type": content_type})
+    assert reply.status == 400
+    assert reply.body["error"]["code"] == "invalid_body"
+
+
+class FailingLauncher(RecordingLauncher):
+    async def launch(self, crawl_id: int, spec: CrawlSpec) -> None:
+        raise ConnectionError("queue down")
+
+
+@SQLITE_ONLY
+async def test_a_launcher_failure_marks_the_crawl_failed(make_api: MakeApi) -> None:
+    api = await make_api(launcher=FailingLauncher())
+    reply = await api.post("/v1/crawls", json={"source": "hub"}, headers=AUTH)
+    assert reply.status == 503
+    crawl = await api.get(f"/v1/crawls/{reply.body['error']['details']['crawl_id']}")
+    assert crawl.body["status"] == "failed" and crawl.body["finished_at"] is not None
+    assert "queue down" not in str(reply.body)
+
+
+async def test_list_crawls_newest_first_with_status_filter_and_pages(make_api: MakeApi) -> None:
+    api = await make_api(launcher=RecordingLauncher(source_kinds={"hub": "hub", "models": "local"}))
+    ids = []
+    for source in ("hub", "models", "hub"):
+        ids.append((await api.post("/v1/crawls", json={"source": source}, headers=AUTH)).body["id"])
+    first = await api.get("/v1/crawls?limit=2")
+    assert [c["id"] for c in first.body["items"]] == ids[::-1][:2]
+    assert first.body["items"][1]["kind"] == "local"
+    link = first.headers["Link"]
+    second = await api.get(link[1 : link.index(">")])
+    assert [c["id"] for c in second.body["items"]] == [ids[0]]
+    assert second.body["next"] is None
+    assert (await api.get("/v1/crawls?status=finished")).body["items"] == []
+    assert len((await api.get("/v1/crawls?status=running")).body["items"]) == 3
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize(
+    ("path", "status", "parameter"),
+    [
+        ("/v1/crawls/424242", 404, None),
+        ("/v1/crawls/abc", 400, "id"),
+        ("/v1/crawls?cursor=bm9wZQ", 400, "cursor"),
+        ("/v1/crawls?status=sleeping", 400, "status"),
+        ("/v1/crawls?limit=1000", 400, "limit"),
+    ],
+)
+async def test_crawl_read_errors(api: ApiClient, path: str, status: int, parameter: str | None) -> None:
+    reply = await api.get(path)
+    assert reply.status == status
+    if parameter:
+        assert reply.body["error"]["details"]["parameter"] == parameter
+
+
+async def test_verifications_answer_503_until_the_verifier_exists(api: ApiClient) -> None:
+    for reply in (
+        await api.post("/v1/verifications", json={"artifact_id": 1}, headers=AUTH),
+        await api.get("/v1/verifications/1"),
+    ):
+        assert reply.status == 503
+        assert reply.body["error"]["details"] == {"component": "verifier"}
+        assert "verification worker" in reply.body["error"]["message"]
+
+
+@pytest.mark.usefixtures("catalog")
+async def test_verifications_with_a_verifier(make_api: MakeApi, db: Database) -> None:
+    verifier: Verifier = RowVerifier(db)
+    api = await make_api(verifier=verifier)
+    artifact_id = (await api.get("/v1/artifacts?limit=1")).body["items"][0]["id"]
+    reply = await api.post("/v1/verifications", json={"artifact_id": artifact_id}, headers=AUTH)
+    assert reply.status == 202
+    assert reply.body["status"] == "queued" and reply.body["artifact_id"] == artifact_id
+    got = await api.get(reply.headers["Location"])
+    assert got.status == 200 and got.body["id"] == reply.body["id"]
+    page = await api.get(f"/v1/artifacts/{artifact_id}")
+    assert page.body["latest_verification"]["id"] == reply.body["id"]
+    assert (await api.get("/v1/verifications/999999")).status == 404
+    missing = await api.post("/v1/verifications", json={"artifact_id": 999999}, headers=AUTH)
+    assert missing.status == 404
+    for body in ({}, {"artifact_id": "1"}, {"artifact_id": 1, "force": True}):
+        bad = await api.post("/v1/verifications", json=body, headers=AUTH)
+        assert bad.status == 400 and bad.body["error"]["code"] == "invalid_body"
+
+
+def test_protocol_shapes() -> None:
+    class Sources:
+        def sources(self) -> Collection[str]:
+            return ()
+
+    assert not isinstance(Sources(), CrawlLauncher)

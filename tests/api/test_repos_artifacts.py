@@ -1,0 +1,128 @@
+"""Repo pages, lineage walks and the single-artifact page."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.api.conftest import ApiClient
+from tests.api.data import TEMPLATE
+
+pytestmark = pytest.mark.usefixtures("catalog")
+
+
+async def _artifact_id(api: ApiClient, query: str) -> int:
+    reply = await api.get(f"/v1/artifacts?{query}")
+    return int(reply.body["items"][0]["id"])
+
+
+async def test_repo_page_has_card_artifacts_and_direct_edges(api: ApiClient) -> None:
+    reply = await api.get("/v1/repos/bartowski/Llama-3-8B-GGUF")
+    assert reply.status == 200
+    repo = reply.body["repo"]
+    assert repo["card_base_model"] == ["meta-llama/Llama-3-8B"]
+    assert repo["card_base_model_relation"] == "quantized"
+    paths = [a["path"] for a in reply.body["artifacts"]]
+    assert paths == sorted(paths) and "broken.gguf" in paths
+    q4 = next(a for a in reply.body["artifacts"] if a["path"] == "Llama-3-8B-Q4_K_M.gguf")
+    assert q4["facts"]["file_type"] == "Q4_K_M" and q4["latest_verification"] is None
+    assert q4["shards"][0]["sha256"] == "ab" * 32
+    assert "metadata" not in q4  # the repo page stays small
+    broken = next(a for a in reply.body["artifacts"] if a["path"] == "broken.gguf")
+    assert broken["facts"] is None and broken["error"]["code"] == "bad_magic"
+    parents = reply.body["lineage"]["parents"]
+    assert {(e["parent"], e["relation"], e["source"]) for e in parents} >= {
+        ("meta-llama/Llama-3-8B", "quantized", "card"),
+        ("meta-llama/Llama-3-8B", "unknown", "gguf"),
+    }
+    assert [e["child"] for e in reply.body["lineage"]["children"]] == ["someone/llama-3-8b-finetune-GGUF"]
+
+
+async def test_unknown_repo_is_404(api: ApiClient) -> None:
+    reply = await api.get("/v1/repos/nobody/nothing")
+    assert reply.status == 404
+    assert reply.body["error"]["details"] == {"repo": "nobody/nothing"}
+
+
+async def test_overlong_repo_name_is_400(api: ApiClient) -> None:
+    reply = await api.get("/v1/repos/org/" + "n" * 151)
+    assert reply.status == 400
+    assert reply.body["error"]["details"]["parameter"] == "name"
+
+
+async def test_lineage_both_directions_and_depth(api: ApiClient) -> None:
+    reply = await api.get("/v1/repos/bartowski/Llama-3-8B-GGUF/lineage")
+    assert reply.status == 200
+    assert reply.body["direction"] == "both" and reply.body["depth"] == 3 and reply.body["in_catalog"]
+    assert {e["parent"] for e in reply.body["ancestors"]} == {"meta-llama/Llama-3-8B"}
+    assert {e["child"] for e in reply.body["descendants"]} == {"someone/llama-3-8b-finetune-GGUF"}
+
+    deep = await api.get("/v1/repos/meta-llama/Llama-3-8B/lineage?direction=descendants&depth=2")
+    assert "ancestors" not in deep.body
+    assert {(e["child"], e["depth"]) for e in deep.body["descendants"]} == {
+        ("bartowski/Llama-3-8B-GGUF", 1),
+        ("someone/llama-3-8b-finetune-GGUF", 2),
+    }
+    shallow = await api.get("/v1/repos/meta-llama/Llama-3-8B/lineage?direction=descendants&depth=1")
+    assert {e["child"] for e in shallow.body["descendants"]} == {"bartowski/Llama-3-8B-GGUF"}
+
+    up = await api.get("/v1/repos/someone/llama-3-8b-finetune-GGUF/lineage?direction=ancestors&depth=10")
+    assert "descendants" not in up.body
+    assert {e["parent"] for e in up.body["ancestors"]} == {"bartowski/Llama-3-8B-GGUF", "meta-llama/Llama-3-8B"}
+
+
+async def test_lineage_of_a_parent_outside_the_catalog(api: ApiClient) -> None:
+    reply = await api.get("/v1/repos/qwen/Qwen2-0.5B/lineage?direction=descendants")
+    assert reply.status == 200
+    assert reply.body["in_catalog"] is False
+    assert [(e["child"], e["parent_in_catalog"]) for e in reply.body["descendants"]] == [
+        ("qwen/Qwen2-0.5B-GGUF", False)
+    ]
+    assert (await api.get("/v1/repos/nobody/nothing/lineage")).status == 404
+
+
+@pytest.mark.parametrize(
+    ("query", "parameter"),
+    [("direction=up", "direction"), ("depth=0", "depth"), ("depth=11", "depth"), ("depth=x", "depth"), ("deep=1", "deep")],
+)
+async def test_lineage_bad_parameters(api: ApiClient, query: str, parameter: str) -> None:
+    reply = await api.get(f"/v1/repos/meta-llama/Llama-3-8B/lineage?{query}")
+    assert reply.status == 400
+    assert reply.body["error"]["details"]["parameter"] == parameter
+
+
+async def test_artifact_page_in_full(api: ApiClient) -> None:
+    artifact_id = await _artifact_id(api, "file_type=F16")
+    reply = await api.get(f"/v1/artifacts/{artifact_id}")
+    assert reply.status == 200
+    body = reply.body
+    assert body["id"] == artifact_id and body["repo"] == "meta-llama/Llama-3-8B"
+    assert body["chat_template"] == TEMPLATE
+    assert body["facts"]["chat_template_sha256"] == "cd" * 32
+    assert body["facts"]["context_length"] == 8192 and body["facts"]["vocab_size"] == 32000
+    assert body["quant_mix"] == [{"tensor_type": "F16", "tensors": 200, "elements": 8 * 10**9, "bytes": 16 * 10**9}]
+    assert body["metadata"]["general.name"] == "Llama 3 8B"
+    tokens = body["metadata"]["tokenizer.ggml.tokens"]
+    assert tokens["summary"] == "array" and tokens["length"] == 1000 and len(tokens["head"]) == 8
+    assert body["metadata"]["general.description"]["length"] == 10_000
+
+
+async def test_artifact_quant_mix_is_largest_first_and_shards_listed(api: ApiClient) -> None:
+    iq2 = await api.get(f"/v1/artifacts/{await _artifact_id(api, 'file_type=IQ2_XS')}")
+    assert [q["tensor_type"] for q in iq2.body["quant_mix"]] == ["IQ2_XS", "F32"]
+    mixtral = await api.get(f"/v1/artifacts/{await _artifact_id(api, 'expert_count=8')}")
+    assert [s["split_no"] for s in mixtral.body["shards"]] == [0, 1]
+    assert mixtral.body["shard_count"] == 2
+
+
+async def test_artifact_errors(api: ApiClient) -> None:
+    missing = await api.get("/v1/artifacts/987654")
+    assert missing.status == 404 and missing.body["error"]["details"] == {"artifact_id": 987654}
+    for bad in ("abc", "0", "-3", "99999999999999999999999"):
+        reply = await api.get(f"/v1/artifacts/{bad}")
+        assert reply.status == 400, bad
+        assert reply.body["error"]["details"]["parameter"] == "id"
+    artifact_id = await _artifact_id(api, "file_type=F16")
+    tensors = await api.get(f"/v1/artifacts/{artifact_id}?tensors=1")
+    assert tensors.status == 501 and tensors.body["error"]["code"] == "not_stored"
+    assert (await api.get(f"/v1/artifacts/{artifact_id}?tensors=0")).status == 200
+    assert (await api.get(f"/v1/artifacts/{artifact_id}?tensors=maybe")).status == 400

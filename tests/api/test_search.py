@@ -1,0 +1,153 @@
+"""GET /v1/artifacts and /v1/facets over a real catalog written by the catalog's writer."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from tests.api.conftest import ApiClient, MakeApi, settings_with
+from tests.api.data import INDEXED_ARTIFACTS
+
+pytestmark = pytest.mark.usefixtures("catalog")
+
+
+async def _ids(api: ApiClient, query: str) -> list[str]:
+    reply = await api.get(f"/v1/artifacts?{query}")
+    assert reply.status == 200, reply.body
+    return [f"{i['repo']}/{i['path']}" for i in reply.body["items"]]
+
+
+async def test_default_search_lists_indexed_artifacts_by_downloads(api: ApiClient) -> None:
+    reply = await api.get("/v1/artifacts")
+    assert reply.status == 200
+    items = reply.body["items"]
+    assert len(items) == INDEXED_ARTIFACTS
+    assert [i["downloads"] for i in items] == sorted((i["downloads"] for i in items), reverse=True)
+    assert items[0]["repo"] == "meta-llama/Llama-3-8B"
+    assert items[0]["url"] == f"/v1/artifacts/{items[0]['id']}"
+    assert reply.body["next"] is None and "Link" not in reply.headers
+    assert reply.body["limit"] == 20
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("q=mixture", ["mistralai/Mixtral-8x7B-GGUF/mixtral-00001-of-00002.gguf"]),
+        ("q=funny+tune", ["someone/llama-3-8b-finetune-GGUF/ft.gguf"]),
+        ("architecture=qwen2", ["qwen/Qwen2-0.5B-GGUF/qwen2-0_5b-q8_0.gguf"]),
+        ("file_type=IQ2_XS", ["bartowski/Llama-3-8B-GGUF/Llama-3-8B-IQ2_XS.gguf"]),
+        ("tensor_type=IQ2_XS", ["bartowski/Llama-3-8B-GGUF/Llama-3-8B-IQ2_XS.gguf"]),
+        ("expert_count=8", ["mistralai/Mixtral-8x7B-GGUF/mixtral-00001-of-00002.gguf"]),
+        ("min_params=40000000000", ["mistralai/Mixtral-8x7B-GGUF/mixtral-00001-of-00002.gguf"]),
+        ("max_params=600000000", ["qwen/Qwen2-0.5B-GGUF/qwen2-0_5b-q8_0.gguf"]),
+        ("size_label=8x7B", ["mistralai/Mixtral-8x7B-GGUF/mixtral-00001-of-00002.gguf"]),
+        ("min_context=32768&architecture=llama", ["mistralai/Mixtral-8x7B-GGUF/mixtral-00001-of-00002.gguf"]),
+        ("license=mit", ["someone/llama-3-8b-finetune-GGUF/ft.gguf"]),
+        ("status=error", ["bartowski/Llama-3-8B-GGUF/broken.gguf"]),
+        ("descendant_of=bartowski/Llama-3-8B-GGUF", ["someone/llama-3-8b-finetune-GGUF/ft.gguf"]),
+        ("verification=passed", []),
+        ("min_params=10&max_params=5", []),
+    ],
+)
+async def test_each_filter(api: ApiClient, query: str, expected: list[str]) -> None:
+    assert await _ids(api, query) == expected
+
+
+async def test_descendants_reach_through_the_chain(api: ApiClient) -> None:
+    found = await _ids(api, "descendant_of=meta-llama/Llama-3-8B&sort=name")
+    assert {f.split("/")[0] for f in found} == {"bartowski", "someone"}
+
+
+async def test_error_artifacts_carry_their_reason(api: ApiClient) -> None:
+    reply = await api.get("/v1/artifacts?status=error")
+    assert reply.body["items"][0]["error"] == {"code": "bad_magic", "message": "not a GGUF file"}
+
+
+async def test_sorts(api: ApiClient) -> None:
+    by_name = await _ids(api, "sort=name")
+    assert by_name == sorted(by_name, key=str.lower)
+    assert await _ids(api, "sort=name:desc") == by_name[::-1]
+    params = await api.get("/v1/artifacts?sort=params:asc")
+    counts = [i["parameter_count"] for i in params.body["items"]]
+    assert counts == sorted(counts)
+
+
+async def test_keyset_pages_walk_everything_once_with_link_headers(api: ApiClient) -> None:
+    seen: list[int] = []
+    url: str | None = "/v1/artifacts?limit=2&sort=file_size"
+    pages = 0
+    while url is not None:
+        reply = await api.get(url)
+        assert reply.status == 200
+        seen += [i["id"] for i in reply.body["items"]]
+        pages += 1
+        link = reply.headers.get("Link")
+        if reply.body["next"] is None:
+            assert link is None
+            url = None
+        else:
+            assert link is not None and link.endswith('>; rel="next"')
+            url = link[1 : link.index(">")]
+            assert "limit=2" in url and "sort=file_size" in url
+    assert pages == 4
+    assert len(seen) == len(set(seen)) == INDEXED_ARTIFACTS
+
+
+@pytest.mark.parametrize(
+    ("query", "parameter", "code"),
+    [
+        ("limit=101", "limit", "invalid_parameter"),
+        ("limit=0", "limit", "invalid_parameter"),
+        ("limit=ten", "limit", "invalid_parameter"),
+        ("limit=1&limit=2", "limit", "invalid_parameter"),
+        ("min_params=-1", "min_params", "invalid_parameter"),
+        ("sort=popularity", "sort", "invalid_parameter"),
+        ("status=deleted", "status", "invalid_parameter"),
+        ("verification=great", "verification", "invalid_parameter"),
+        ("q=", "q", "invalid_parameter"),
+        ("q=" + "x" * 201, "q", "invalid_parameter"),
+        ("cursor=%%%not-base64", "cursor", "invalid_cursor"),
+        ("page=2", "page", "unknown_parameter"),
+    ],
+)
+async def test_bad_parameters_are_400_naming_them(api: ApiClient, query: str, parameter: str, code: str) -> None:
+    reply = await api.get(f"/v1/artifacts?{query}")
+    assert reply.status == 400, reply.body
+    assert reply.body["error"]["code"] == code
+    assert reply.body["error"]["details"]["parameter"] == parameter
+
+
+async def test_cursor_from_another_sort_is_refused(api: ApiClient) -> None:
+    first = await api.get("/v1/artifacts?limit=1&sort=likes")
+    cursor = first.body["next"]
+    reply = await api.get(f"/v1/artifacts?limit=1&sort=name&cursor={cursor}")
+    assert reply.status == 400
+    assert reply.body["error"]["details"]["parameter"] == "cursor"
+    forged = base64.urlsafe_b64encode(json.dumps({"s": "likes:desc", "v": "x", "i": 1}).encode()).decode()
+    reply = await api.get(f"/v1/artifacts?sort=likes&cursor={forged}")
+    assert reply.status == 400
+    assert reply.body["error"]["code"] == "invalid_cursor"
+
+
+async def test_limit_cap_comes_from_settings(make_api: MakeApi) -> None:
+    api = await make_api(settings=settings_with(max_limit=3))
+    assert (await api.get("/v1/artifacts?limit=3")).status == 200
+    reply = await api.get("/v1/artifacts?limit=4")
+    assert reply.status == 400
+    assert reply.body["error"]["details"] == {"parameter": "limit", "maximum": 3}
+    assert (await api.get("/v1/artifacts")).body["limit"] == 3
+
+
+async def test_facets_count_under_the_filters(api: ApiClient) -> None:
+    reply = await api.get("/v1/facets")
+    assert reply.status == 200
+    facets = reply.body["facets"]
+    assert facets["architecture"] == {"llama": 6, "qwen2": 1}
+    assert facets["file_type"]["Q4_K_M"] == 3
+    filtered = await api.get("/v1/facets?architecture=llama&min_context=32768")
+    assert filtered.body["facets"]["architecture"] == {"llama": 1}
+    assert filtered.body["filters"]["architecture"] == "llama"
+    bad = await api.get("/v1/facets?sort=name")
+    assert bad.status == 400 and bad.body["error"]["details"]["parameter"] == "sort"

@@ -1,0 +1,134 @@
+"""Health, readiness, metrics, the OpenAPI document and request ids."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from aiohttp import web
+from openapi_spec_validator import validate as validate_openapi
+from sqlalchemy import event
+
+from registry.api import create_app
+from registry.catalog.db import Database
+from tests.api.conftest import AioClient, ApiClient, MakeApi, settings_with
+
+SQLITE_ONLY = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+
+
+async def test_healthz(api: ApiClient) -> None:
+    reply = await api.get("/healthz")
+    assert reply.status == 200
+    assert reply.body == {"status": "ok"}
+
+
+async def test_readyz_when_database_answers(api: ApiClient) -> None:
+    reply = await api.get("/readyz")
+    assert reply.status == 200
+    assert reply.body == {"status": "ready", "checks": {"database": "ok"}}
+
+
+async def test_readyz_when_database_is_unreachable(aiohttp_client: AioClient, caplog: pytest.LogCaptureFixture) -> None:
+    # Port 1 on loopback refuses at once: a database that is down, not a slow one.
+    broken = Database.from_url("postgresql+asyncpg://nobody@127.0.0.1:1/nothing")
+    try:
+        app = create_app(settings_with(), broken.sessions)
+        client = ApiClient(await aiohttp_client(app), app)
+        reply = await client.get("/readyz")
+    finally:
+        await broken.dispose()
+    assert reply.status == 503
+    assert reply.body["error"]["code"] == "unavailable"
+    assert "127.0.0.1" not in json.dumps(reply.body)  # connection details stay in the log
+    assert any("readiness check failed" in r.getMessage() for r in caplog.records)
+
+
+@SQLITE_ONLY
+async def test_openapi_document_is_valid_and_covers_every_route(api: ApiClient) -> None:
+    reply = await api.get("/openapi.json")
+    assert reply.status == 200
+    validate_openapi(reply.body)
+    documented = {(m.upper(), p) for p, ops in reply.body["paths"].items() for m in ops}
+    routed = {
+        (r.method, r.resource.canonical)
+        for r in api.app.router.routes()
+        if r.method != "HEAD" and r.resource is not None
+    }
+    assert documented == routed
+
+
+@SQLITE_ONLY
+async def test_metrics_count_requests_per_route(api: ApiClient) -> None:
+    await api.get("/healthz")
+    await api.get("/v1/crawls/12345")
+    await api.get("/no/such/path")
+    reply = await api.get("/metrics")
+    assert reply.status == 200
+    assert reply.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    text = reply.body
+    assert 'registry_http_requests_total{method="GET",route="/healthz",status="200"} 1' in text
+    assert 'registry_http_requests_total{method="GET",route="/v1/crawls/{id}",status="404"} 1' in text
+    assert 'route="unmatched",status="404"' in text  # no per-path label explosion
+    assert 'registry_http_request_duration_seconds_bucket{method="GET",route="/healthz",le="+Inf"} 1' in text
+    assert "# TYPE registry_crawls_total counter" in text
+    assert "# TYPE registry_queue_depth gauge" in text
+
+
+@SQLITE_ONLY
+async def test_request_id_is_honoured_or_issued(api: ApiClient) -> None:
+    given = await api.get("/healthz", headers={"X-Request-Id": "abc-123"})
+    assert given.headers["X-Request-Id"] == "abc-123"
+    issued = await api.get("/healthz")
+    assert len(issued.headers["X-Request-Id"]) == 32
+    # A hostile id (header injection, huge) is replaced, not echoed.
+    hostile = await api.get("/healthz", headers={"X-Request-Id": "a b<script>" + "x" * 300})
+    assert hostile.headers["X-Request-Id"] != "a b<script>" + "x" * 300
+    error = await api.get("/nope", headers={"X-Request-Id": "err-1"})
+    assert error.headers["X-Request-Id"] == "err-1"
+
+
+@SQLITE_ONLY
+async def test_access_log_is_one_json_line_per_request(api: ApiClient, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="registry.api.access"):
+        await api.get("/v1/crawls?limit=5", headers={"X-Request-Id": "log-1"})
+    records = [json.loads(r.getMessage()) for r in caplog.records if r.name == "registry.api.access"]
+    assert records == [
+        {
+            "event": "http_request", "request_id": "log-1", "method": "GET", "path": "/v1/crawls",
+            "route": "/v1/crawls", "status": 200, "duration_ms": records[0]["duration_ms"],
+            "remote": "127.0.0.1",
+        }
+    ]  # fmt: skip
+
+
+@SQLITE_ONLY
+async def test_system_routes_reject_query_parameters(api: ApiClient) -> None:
+    reply = await api.get("/healthz?verbose=1")
+    assert reply.status == 400
+    assert reply.body["error"]["details"]["parameter"] == "verbose"
+
+
+@SQLITE_ONLY
+async def test_create_app_accepts_an_engine(aiohttp_client: AioClient, db: Database) -> None:
+    app = create_app(settings_with(), db.engine)
+    client = await aiohttp_client(app)
+    async with client.get("/readyz") as resp:
+        assert resp.status == 200
+
+
+@SQLITE_ONLY
+async def test_app_disposes_engine_on_cleanup_when_asked(db_url: str) -> None:
+    database = Database.from_url(db_url)
+    disposed: list[object] = []
+    event.listen(database.engine.sync_engine, "engine_disposed", disposed.append)
+    app = create_app(settings_with(), database.sessions, dispose_engine=True)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await runner.cleanup()
+    assert disposed == [database.engine.sync_engine]
+
+
+async def test_make_api_fixture_builds_fresh_apps(make_api: MakeApi) -> None:
+    one, two = await make_api(), await make_api()
+    assert one.app is not two.app
