@@ -1,0 +1,114 @@
+"""The hub crawl end to end: fake hub over loopback -> headers -> facts -> SQLite catalog."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from registry.catalog import migrate
+from registry.catalog.db import Database
+from registry.catalog.models import Artifact, Crawl, Repo
+from registry.hub.client import HubClient
+from registry.hub.http import HttpOptions, HubHttp
+from tests.fakehub import FakeHub, Fault, sample_corpus
+from tests.fakehub.testing import FAST_RETRY, TOKEN, Sleeps
+from workers.crawl import CrawlParams, crawl_hub, index_repo
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[Database]:
+    database = Database.from_url(f"sqlite+aiosqlite:///{tmp_path / 'catalog.db'}")
+    await migrate.ensure_schema(database.engine)
+    yield database
+    await database.engine.dispose()
+
+
+@pytest.fixture
+async def hub() -> AsyncIterator[FakeHub]:
+    async with FakeHub(sample_corpus(), tokens={TOKEN}) as h:
+        yield h
+
+
+def _clients(hub: FakeHub, token: str | None = TOKEN) -> tuple[HubClient, HubHttp]:
+    sleeps = Sleeps()
+    client = HubClient(hub.endpoint, token, retry=FAST_RETRY, sleep=sleeps)
+    http = HubHttp(HttpOptions(endpoint=hub.endpoint, token=token, retry=FAST_RETRY), sleep=sleeps)
+    return client, http
+
+
+async def _artifacts(db: Database) -> dict[tuple[str, str], Artifact]:
+    async with db.sessions() as session:
+        rows = await session.execute(
+            select(Repo.repo_id, Artifact).join(Artifact, Artifact.repo_pk == Repo.id)
+        )
+        return {(repo_id, a.path): a for repo_id, a in rows.all()}
+
+
+async def test_crawl_indexes_then_skips_unchanged(db: Database, hub: FakeHub) -> None:
+    client, http = _clients(hub)
+    async with http:
+        first = await crawl_hub(db, client, http, CrawlParams())
+        assert first.failed == 0 and first.errors == []
+        assert first.indexed == first.listed == len(hub.corpus)
+        artifacts = await _artifacts(db)
+        split = artifacts[("synth/split-moe-GGUF", "split-moe-Q8_0-00001-of-00003.gguf")]
+        assert split.status != "error"
+        assert ("synth/tiny-llama-GGUF", "tiny-llama-Q8_0.gguf") in artifacts
+        # The token reached the hub, never the CDN.
+        assert not any(r.authorization for r in hub.requests_to("cdn"))
+
+        hub.requests.clear()
+        second = await crawl_hub(db, client, http, CrawlParams())
+    assert second.unchanged == second.listed == len(hub.corpus)
+    assert second.indexed == 0
+    assert {r.route for r in hub.requests} == {"api"}  # only the listing: no repo info, no bytes
+    async with db.sessions() as session:
+        crawls = (await session.scalars(select(Crawl).order_by(Crawl.id))).all()
+        repo = (await session.scalars(select(Repo).where(Repo.repo_id == "synth/tiny-llama-GGUF"))).one()
+    assert [c.status for c in crawls] == ["finished", "finished"]
+    assert crawls[1].counters["unchanged"] == len(hub.corpus)
+    assert repo.card_license == "llama3.1" and repo.card_base_model == ["synth/tiny-llama"]
+    assert repo.revision == hub.corpus.repos["synth/tiny-llama-GGUF"].sha
+
+
+async def test_transient_failure_writes_nothing_and_is_retried_next_crawl(db: Database, hub: FakeHub) -> None:
+    client, http = _clients(hub)
+    hub.faults.add(
+        Fault("status", route="cdn", repo="synth/tiny-llama-GGUF", file="*Q8_0*", status=503, times=None)
+    )
+    async with http:
+        report = await crawl_hub(db, client, http, CrawlParams(author="synth"))
+        assert report.failed == 1
+        assert report.errors[0]["repo"] == "synth/tiny-llama-GGUF"
+        assert report.errors[0]["error"].startswith("server_error")
+        assert not any(repo == "synth/tiny-llama-GGUF" for repo, _ in await _artifacts(db))
+        hub.faults.clear()
+        again = await crawl_hub(db, client, http, CrawlParams(author="synth"))
+    assert again.failed == 0 and again.indexed == 1 and again.unchanged == again.listed - 1
+
+
+async def test_bad_files_become_error_rows(db: Database, hub: FakeHub) -> None:
+    client, http = _clients(hub, token=None)  # no token: the gated repo's files cannot be read
+    async with http:
+        result = await index_repo(db, client, http, "other/vision-GGUF")
+    assert result is not None and result.written == 2
+    artifacts = await _artifacts(db)
+    vision = artifacts[("other/vision-GGUF", "vision-Q4_0.gguf")]
+    assert vision.status == "error" and vision.error_code == "gated_repo"
+
+
+async def test_explicit_repos_and_known_revision(db: Database, hub: FakeHub) -> None:
+    client, http = _clients(hub)
+    async with http:
+        report = await crawl_hub(
+            db, client, http, CrawlParams(repos=("synth/big-vocab-GGUF", "nobody/missing"))
+        )
+        assert report.indexed == 1 and report.failed == 1
+        assert report.errors[0]["error"].startswith("repo_not_found")
+        hub.requests.clear()
+        sha = hub.corpus.repos["synth/big-vocab-GGUF"].sha
+        assert await index_repo(db, client, http, "synth/big-vocab-GGUF", known_revision=sha) is None
+    assert hub.requests_to("cdn") == []

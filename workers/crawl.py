@@ -1,0 +1,308 @@
+"""Crawl a hub: list GGUF repos, index the ones whose revision changed, header bytes only.
+
+One crawl lists the hub (or takes explicit repo ids), compares each repo's revision with
+the catalog's and runs `index_repo` for the changed ones, a few at a time. `index_repo`
+is the per-repo job: repo info pinned to one commit, every GGUF artifact's headers by
+range requests (shard 1 with the full first window, shards 2..N with the small one),
+facts derived, one `upsert_repo_snapshot` in one transaction. It is idempotent: the same
+revision twice writes nothing the second time.
+
+What becomes a row and what fails the repo: a file that is bad (GGUF errors, a header
+over budget, a 416, a missing or gated file) is an error row of its artifact, since
+reading it again would give the same answer. A transient failure (rate limits, 5xx,
+resets, timeouts after all retries, a file that changed mid-read) writes nothing for the
+repo, so the next crawl tries it again instead of recording a revision as indexed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+
+from registry.catalog import migrate
+from registry.catalog.db import Database
+from registry.catalog.models import Crawl, Repo
+from registry.catalog.services import upsert_repo_snapshot
+from registry.catalog.snapshot import ArtifactError, ArtifactRecord, RepoSnapshot, ShardRecord, UpsertResult
+from registry.catalog.types import utcnow
+from registry.gguf.errors import GGUFError
+from registry.gguf.facts import derive_facts
+from registry.gguf.filename import ShardGroup, group_shards
+from registry.gguf.limits import Limits
+from registry.hub.client import HubClient, RepoFile, RepoInfo, RepoSummary
+from registry.hub.errors import FileChanged, HubError
+from registry.hub.http import SHARD_WINDOW, HubHttp, RemoteHeader
+
+log = logging.getLogger(__name__)
+MAX_ERRORS_KEPT = 100
+
+
+@dataclass(frozen=True)
+class CrawlParams:
+    """What to crawl; the same fields as the API's crawl request."""
+
+    repos: tuple[str, ...] = ()  # explicit "org/name" ids; empty: list the hub
+    author: str | None = None
+    search: str | None = None
+    limit: int | None = None
+    full: bool = False  # re-index repos whose revision did not change
+
+    def to_parameters(self) -> dict[str, Any]:
+        return {"repos": list(self.repos), "author": self.author, "search": self.search,
+                "limit": self.limit, "full": self.full}  # fmt: skip
+
+
+@dataclass
+class CrawlReport:
+    listed: int = 0
+    unchanged: int = 0
+    indexed: int = 0  # repos written
+    failed: int = 0  # repos not written because of a transient or hub error
+    artifacts: int = 0
+    artifact_errors: int = 0
+    bytes_fetched: int = 0
+    requests: int = 0
+    errors: list[dict[str, str]] = field(default_factory=list)
+
+    def counters(self) -> dict[str, int]:
+        return {k: v for k, v in vars(self).items() if isinstance(v, int)}
+
+    def error(self, repo: str, exc: BaseException, path: str | None = None) -> None:
+        code = getattr(exc, "code", type(exc).__name__)
+        if len(self.errors) < MAX_ERRORS_KEPT:
+            self.errors.append({"repo": repo, "path": path or "", "error": f"{code}: {exc}"})
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    limits: Limits | None = None
+    first_window: int | None = None  # None: the HubHttp's own setting
+    shard_window: int = SHARD_WINDOW
+
+
+def _is_transient(exc: HubError) -> bool:
+    return exc.retryable or isinstance(exc, FileChanged)
+
+
+async def _read_artifact(
+    http: HubHttp,
+    client: HubClient,
+    info: RepoInfo,
+    group: ShardGroup,
+    files: dict[str, RepoFile],
+    opts: ReadOptions,
+) -> tuple[ArtifactRecord, list[RemoteHeader]]:
+    """Headers and facts of one artifact. Transient hub errors propagate; the rest is a row."""
+    shards = [
+        ShardRecord(p, size=files[p].size, sha256=files[p].sha256, split_no=i)
+        for i, p in enumerate(group.paths)
+    ]
+    remote: list[RemoteHeader] = []
+    try:
+        if not group.complete:
+            raise GGUFError(f"split model incomplete: shards {list(group.missing)} of {group.count} missing")
+        remote = list(
+            await asyncio.gather(
+                *(
+                    http.fetch_header(
+                        client.resolve_url(info.repo_id, info.sha, p),
+                        limits=opts.limits,
+                        first_window=opts.first_window if i == 0 else opts.shard_window,
+                    )
+                    for i, p in enumerate(group.paths)
+                )
+            )
+        )
+        facts = derive_facts([r.header for r in remote], file_sizes=[r.file_size for r in remote])
+    except HubError as exc:
+        if _is_transient(exc):
+            raise
+        return ArtifactRecord(shards[0].path, tuple(shards), error=ArtifactError(exc.code, str(exc))), remote
+    except GGUFError as exc:
+        return ArtifactRecord(shards[0].path, tuple(shards), error=ArtifactError(exc.code, str(exc))), remote
+    shards = [
+        ShardRecord(
+            s.path, size=r.file_size, sha256=s.sha256, header_bytes=r.header.data_offset, split_no=s.split_no
+        )
+        for s, r in zip(shards, remote, strict=True)
+    ]
+    return ArtifactRecord(shards[0].path, tuple(shards), facts=facts), remote
+
+
+async def build_snapshot(
+    client: HubClient, http: HubHttp, info: RepoInfo, opts: ReadOptions, report: CrawlReport | None = None
+) -> RepoSnapshot:
+    """The snapshot of one repo at the commit `info` names. Raises HubError when transient."""
+    assert info.sha is not None
+    files = {f.path: f for f in info.files}
+    records = []
+    for group in group_shards(files):
+        record, remote = await _read_artifact(http, client, info, group, files, opts)
+        records.append(record)
+        if report is not None:
+            report.artifacts += 1
+            report.artifact_errors += record.error is not None
+            report.bytes_fetched += sum(r.bytes_fetched for r in remote)
+            report.requests += sum(r.requests for r in remote)
+    return RepoSnapshot(
+        repo_id=info.repo_id,
+        revision=info.sha,
+        artifacts=tuple(records),
+        source="hub",
+        last_modified=info.last_modified,
+        downloads=info.downloads or 0,
+        likes=info.likes or 0,
+        tags=info.tags,
+        gated=info.gated,
+        card_license=info.license,
+        card_base_model=info.base_model,
+        card_base_model_relation=info.base_model_relation,
+    )
+
+
+async def index_repo(
+    db: Database,
+    client: HubClient,
+    http: HubHttp,
+    repo_id: str,
+    opts: ReadOptions | None = None,
+    report: CrawlReport | None = None,
+    *,
+    known_revision: str | None = None,
+) -> UpsertResult | None:
+    """The per-repo job: read everything first, then write it all in one transaction.
+
+    None when the repo is still at `known_revision` (no header is read then).
+    """
+    info = await client.repo_info(repo_id)
+    if info.sha is None:
+        raise HubError("the hub gave no commit sha for the repo", url=client.endpoint)
+    if known_revision is not None and info.sha == known_revision:
+        return None
+    snap = await build_snapshot(client, http, info, opts or ReadOptions(), report)
+    async with db.sessions() as session, session.begin():
+        return await upsert_repo_snapshot(session, snap)
+
+
+async def _known_revisions(db: Database, repo_ids: Sequence[str]) -> dict[str, str | None]:
+    async with db.sessions() as session:
+        rows = await session.execute(
+            select(Repo.repo_id, Repo.revision).where(
+                Repo.repo_id.in_(repo_ids), Repo.indexed_at.is_not(None)
+            )
+        )
+        return {r: rev for r, rev in rows.all()}
+
+
+async def _candidates(client: HubClient, params: CrawlParams) -> AsyncIterator[RepoSummary]:
+    if params.repos:
+        for repo_id in params.repos[: params.limit]:
+            yield RepoSummary(repo_id=repo_id)  # no sha: always looked at
+        return
+    async for summary in client.list_gguf_repos(
+        search=params.search, author=params.author, limit=params.limit, sort="last_modified"
+    ):
+        yield summary
+
+
+async def crawl_hub(
+    db: Database,
+    client: HubClient,
+    http: HubHttp,
+    params: CrawlParams,
+    *,
+    crawl_id: int | None = None,
+    opts: ReadOptions | None = None,
+    concurrency: int = 4,
+    batch: int = 100,
+) -> CrawlReport:
+    """Run one crawl and keep its row up to date; creates the row when `crawl_id` is None."""
+    opts = opts or ReadOptions()
+    await migrate.ensure_schema(db.engine)
+    crawl_id = await _start(db, crawl_id, params)
+    report = CrawlReport()
+    slots = asyncio.Semaphore(concurrency)
+
+    async def one(repo_id: str, known: str | None) -> None:
+        async with slots:
+            try:
+                result = await index_repo(db, client, http, repo_id, opts, report, known_revision=known)
+            except HubError as exc:
+                report.failed += 1
+                report.error(repo_id, exc)
+                log.warning("crawl %s: %s: %s", crawl_id, repo_id, exc)
+                return
+            if result is None or result.unchanged:
+                report.unchanged += 1
+            else:
+                report.indexed += 1
+
+    status = "finished"
+    try:
+        pending: list[RepoSummary] = []
+        async for summary in _candidates(client, params):
+            report.listed += 1
+            pending.append(summary)
+            if len(pending) >= batch:
+                await _run_batch(db, pending, params, report, one)
+                await _heartbeat(db, crawl_id, report)
+                pending = []
+        await _run_batch(db, pending, params, report, one)
+    except HubError as exc:  # the listing itself failed: keep what was indexed, say why
+        status = "failed"
+        report.error("", exc)
+    except BaseException:
+        status = "failed"
+        raise
+    finally:
+        await _finish(db, crawl_id, report, status)
+    return report
+
+
+async def _run_batch(
+    db: Database, pending: list[RepoSummary], params: CrawlParams, report: CrawlReport, one: Any
+) -> None:
+    if not pending:
+        return
+    known = {} if params.full else await _known_revisions(db, [s.repo_id for s in pending])
+    todo = []
+    for s in pending:
+        if s.sha is not None and s.repo_id in known and known[s.repo_id] == s.sha:
+            report.unchanged += 1  # the listing's sha saves a repo_info call per unchanged repo
+        else:
+            todo.append((s.repo_id, known.get(s.repo_id)))
+    await asyncio.gather(*(one(r, k) for r, k in todo))
+
+
+async def _start(db: Database, crawl_id: int | None, params: CrawlParams) -> int:
+    async with db.sessions() as session, session.begin():
+        if crawl_id is None:
+            crawl = Crawl(kind="hub", parameters=params.to_parameters())
+            session.add(crawl)
+            await session.flush()
+            return crawl.id
+        row = await session.get_one(Crawl, crawl_id)
+        row.status = "running"
+        row.heartbeat_at = utcnow()
+        return crawl_id
+
+
+async def _heartbeat(db: Database, crawl_id: int, report: CrawlReport) -> None:
+    async with db.sessions() as session, session.begin():
+        row = await session.get_one(Crawl, crawl_id)
+        row.heartbeat_at = utcnow()
+        row.counters = report.counters()
+
+
+async def _finish(db: Database, crawl_id: int, report: CrawlReport, status: str) -> None:
+    async with db.sessions() as session, session.begin():
+        row = await session.get_one(Crawl, crawl_id)
+        row.status = status
+        row.finished_at = utcnow()
+        row.counters = report.counters()
+        row.errors = list(report.errors)
