@@ -18,7 +18,7 @@ from types import MappingProxyType
 import numpy as np
 
 from registry.gguf.types import TENSOR_TYPES, GGMLType, TensorTypeInfo
-from registry.quant import floats, fp4, iquants, kquants, legacy, q1, ternary
+from registry.quant import floats, fp4, iquants, kquants, legacy, q1, q2, ternary
 from registry.quant.base import BadTensorData, Kernel, KernelSpec, UnsupportedType
 
 # Input bytes handed to a kernel per call: bounds the big-endian copy and lets a memmap be
@@ -50,6 +50,7 @@ def kernels() -> MappingProxyType[GGMLType, KernelSpec]:
         fp4.KERNELS,
         ternary.KERNELS,
         q1.KERNELS,
+        q2.KERNELS,
     )
 
 

@@ -43,19 +43,20 @@ def _tq1_0(blocks: np.ndarray, out: np.ndarray, ws: Workspace) -> None:
     _scale_codes(codes, d, out)
 
 
+# TQ2_0 codes, per 32-byte half h of qs: bits 2l..2l+1 of byte m -> value 128h + 32l + m.
+# Each half is gathered four times in a row (one copy per l), and one shift by a per-word
+# pattern then one mask pull all codes down in output order, in flat numpy loops.
+_TQ2_PICKS = np.array([0, 0, 0, 0, 1, 1, 1, 1], dtype=np.intp)
+_TQ2_SHIFTS = np.repeat(np.array([0, 2, 4, 6] * 2, dtype=np.uint64), 4)
+
+
 def _tq2_0(blocks: np.ndarray, out: np.ndarray, ws: Workspace) -> None:
     """qs: 2 x 32 bytes of four 2-bit codes (bits 2l of byte m -> value 32 l + m) | d: f16."""
-    k = blocks.shape[0]
     d = f16_field(blocks, 64)
-    words = field(blocks, 0, 64, ws).view("<u8")
-    codes = ws.get("codes", (2 * k, 128), np.uint8)
-    c = ws.get("c", words.shape, np.uint64)
-    for crumb in range(4):
-        # shift whole 64-bit words: the mask keeps every code inside its own byte
-        np.right_shift(words, np.uint64(2 * crumb), out=c)
-        np.bitwise_and(c, np.uint64(0x0303030303030303), out=c)
-        column(codes, 32 * crumb, 32)[...] = c.view("V32").reshape(-1)
-    _scale_codes(codes.reshape(k, 256), d, out)
+    words = np.take(blocks[:, :64].view("V32"), _TQ2_PICKS, axis=1).view("<u8")  # (k, 32)
+    np.right_shift(words, _TQ2_SHIFTS, out=words)
+    np.bitwise_and(words, np.uint64(0x0303030303030303), out=words)
+    _scale_codes(words.view(np.uint8), d, out)
 
 
 def _scale_codes(codes: np.ndarray, d: np.ndarray, out: np.ndarray) -> None:

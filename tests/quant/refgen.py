@@ -59,6 +59,7 @@ SCALE_FIELDS: dict[GGMLType, tuple[tuple[int, str], ...]] = {
     GGMLType.TQ1_0: ((52, "f16"),),
     GGMLType.TQ2_0: ((64, "f16"),),
     GGMLType.Q1_0: ((0, "f16"),),
+    GGMLType.Q2_0: ((0, "f16"),),
 }
 
 SPECIAL_F16 = np.array(
@@ -185,6 +186,9 @@ with `values` bit for bit (NaNs by bit pattern too).
 Made by `tests/quant/refgen.py`:
 
     python -m tests.quant.refgen [TYPE ...]        # default: {" ".join(DEFAULT_TYPES)}
+
+The other types' files were made by naming them (e.g. `python -m tests.quant.refgen Q2_0`
+when its kernel was added); each file's meta keeps the command that made it.
 
 run with the project venv, with libggml-base.so from llama-cpp-python (found under
 /work/refvenv or site-packages, or named by $REGISTRY_GGML_LIB; see bench/ggml_ref.py).
