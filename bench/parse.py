@@ -3,6 +3,9 @@
 Run from the repository root: `.venv/bin/python bench/parse.py [--runs N] [--ref-runs N]`.
 Targets: parse_header >= 50x faster than gguf.GGUFReader on both real headers, and at
 most 2 reads of growing windows (first 2 MiB, then up to NeedMoreData.needed + margin).
+Indexing also scans each file's chat templates for safety: "scanning adds under 20 ms per
+typical template" (the real templates of the sample files, scanned for the first time
+with a warm sandbox pool; bench/template_scan.py has the wider table).
 """
 
 from __future__ import annotations
@@ -18,10 +21,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bench.template_scan import TARGET_MS as SCAN_TARGET_MS
+from bench.template_scan import Row as ScanRow
+from bench.template_scan import scan_ms
 from registry.gguf.array import GGUFArray
 from registry.gguf.errors import NeedMoreData
 from registry.gguf.reader import next_window, parse_header
+from registry.safety import SandboxPool, chat_templates, special_tokens
 from tests.models import GEMMA3, SMOLLM2, SampleModel, fetch
+from tests.safety.templates import GEMMA3 as GEMMA3_IT_TEMPLATE
 
 FIRST_WINDOW = 2 * 1024 * 1024
 MARGIN = 64 * 1024
@@ -95,12 +103,33 @@ def measure(model: SampleModel, runs: int, ref_runs: int) -> Row:
     return Row(model.filename, header_bytes, ours, decode, from_bytearray, ref, reads, windows)
 
 
+def template_scans(runs: int) -> list[tuple[str, ScanRow]]:
+    """Per-template scan time of each sample file's templates with a warm sandbox pool.
+
+    gemma-3-270m carries no template; its instruction-tuned siblings' one stands in, with
+    that file's bos/eos, since a file without a template costs nothing to scan.
+    """
+    cases = []
+    for model in (SMOLLM2, GEMMA3):
+        path = fetch(model)
+        with path.open("rb") as f:
+            header = parse_header(f.read(16 * 1024 * 1024), file_size=path.stat().st_size)
+        templates = chat_templates(header) or {"default": GEMMA3_IT_TEMPLATE}
+        label = model.filename if chat_templates(header) else f"{model.filename} (it template)"
+        cases.append((label, templates, *special_tokens(header)))
+    with SandboxPool() as pool:
+        pool.warm()  # start-up is paid once per indexing run, not per template
+        return [(label, scan_ms(t, bos, eos, pool, runs)) for label, t, bos, eos in cases]
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=21, help="runs of parse_header per model")
     parser.add_argument("--ref-runs", type=int, default=3, help="runs of gguf.GGUFReader per model")
+    parser.add_argument("--scan-runs", type=int, default=20, help="runs of the chat template scan per model")
     args = parser.parse_args(argv)
     rows = [measure(m, args.runs, args.ref_runs) for m in (SMOLLM2, GEMMA3)]
+    scans = template_scans(args.scan_runs)
 
     head = (
         f"{'model':<34} {'header':>10} {'parse_header':>13} {'+decode all':>12} "
@@ -130,7 +159,19 @@ def main(argv: list[str]) -> int:
         "parse_header: median over header bytes in memory; '+decode all' also turns every array into lists;"
     )
     print("GGUFReader: median of gguf.GGUFReader(path) on the file (memory-mapped).")
-    return 0 if speed_ok and reads_ok else 1
+    print()
+    for label, s in scans:
+        print(
+            f"template scan {label}: {s.chars:,} chars, {s.findings} finding(s); per template "
+            f"first {s.first_ms:.2f} ms, repeat {s.repeat_ms:.2f} ms, cached {s.cached_ms:.3f} ms"
+        )
+    worst_scan = max(s.first_ms for _, s in scans)
+    scan_ok = worst_scan < SCAN_TARGET_MS
+    print(
+        f"scan target: scanning adds < {SCAN_TARGET_MS:.0f} ms per typical template (first scan, worst "
+        f"{worst_scan:.2f} ms): {'met' if scan_ok else 'MISSED'}"
+    )
+    return 0 if speed_ok and reads_ok and scan_ok else 1
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from registry.gguf.facts import derive_facts
 from registry.gguf.filename import ShardGroup, group_shards
 from registry.gguf.limits import Limits
 from registry.hub.local import DEFAULT_FIRST_WINDOW, LocalHeader, read_header
+from workers.templates import TemplateScanner, scanner_scope
 
 log = logging.getLogger(__name__)
 LMSTUDIO_DIRS = {".lmstudio", "lmstudio", "lm-studio"}
@@ -183,8 +184,13 @@ def _newest_mtime(repo: LocalRepo) -> datetime | None:
     return datetime.fromtimestamp(max(times), UTC) if times else None
 
 
-def _read_group(root: Path, group: ShardGroup, limits: Limits, first_window: int) -> ArtifactRecord:
-    """Headers and facts of one artifact; every failure becomes the artifact's error."""
+def _read_group(
+    root: Path, group: ShardGroup, limits: Limits, first_window: int, scanner: TemplateScanner | None = None
+) -> ArtifactRecord:
+    """Headers, facts and template findings of one artifact; every failure becomes its error.
+
+    Blocking (runs in a thread). Without a scanner the findings are None: not scanned.
+    """
     sizes: list[int | None] = []
     for rel in group.paths:
         try:
@@ -217,7 +223,9 @@ def _read_group(root: Path, group: ShardGroup, limits: Limits, first_window: int
         )
     shards = [ShardRecord(s.path, size=h.file_size, header_bytes=h.header.data_offset, split_no=s.split_no)
               for s, h in zip(shards, headers, strict=True)]  # fmt: skip
-    return ArtifactRecord(shards[0].path, tuple(shards), facts=facts)
+    # Templates live in the first shard's metadata, like every other key.
+    findings = scanner.scan_sync(headers[0].header) if scanner is not None else None
+    return ArtifactRecord(shards[0].path, tuple(shards), facts=facts, chat_template_findings=findings)
 
 
 async def _unique_pseudo_id(db: Database, repo: LocalRepo) -> str:
@@ -229,10 +237,15 @@ async def _unique_pseudo_id(db: Database, repo: LocalRepo) -> str:
     return f"{repo.repo_id}-{hashlib.sha1(str(repo.root).encode(), usedforsecurity=False).hexdigest()[:6]}"
 
 
-async def build_snapshot(db: Database, repo: LocalRepo, limits: Limits, first_window: int) -> RepoSnapshot:
+async def build_snapshot(
+    db: Database, repo: LocalRepo, limits: Limits, first_window: int, scanner: TemplateScanner | None = None
+) -> RepoSnapshot:
     records = []
-    for group in group_shards(repo.files):
-        records.append(await asyncio.to_thread(_read_group, repo.root, group, limits, first_window))
+    async with scanner_scope(scanner) as scanner:  # without one from the caller: one for this repo
+        for group in group_shards(repo.files):
+            records.append(
+                await asyncio.to_thread(_read_group, repo.root, group, limits, first_window, scanner)
+            )
     repo_id = await _unique_pseudo_id(db, repo) if repo.pseudo else repo.repo_id
     return RepoSnapshot(
         last_modified=_newest_mtime(repo),
@@ -260,15 +273,19 @@ async def index_paths(
     async with db.sessions() as session, session.begin():
         crawl = Crawl(kind="local", parameters={"paths": [str(a) for a in arguments]})
         session.add(crawl)
-    for repo in repos:
-        snap = await build_snapshot(db, repo, limits, first_window)
-        async with db.sessions() as session, session.begin():
-            report.results.append(await upsert_repo_snapshot(session, snap))
-        report.artifacts += [
-            IndexedArtifact(snap.repo_id, a.path, "indexed" if a.facts else "error",
-                            f"{a.error.code}: {a.error.message}" if a.error else None)
-            for a in snap.artifacts
-        ]  # fmt: skip
+    scanner = TemplateScanner()  # one sandbox pool and scan cache for the whole run
+    try:
+        for repo in repos:
+            snap = await build_snapshot(db, repo, limits, first_window, scanner)
+            async with db.sessions() as session, session.begin():
+                report.results.append(await upsert_repo_snapshot(session, snap))
+            report.artifacts += [
+                IndexedArtifact(snap.repo_id, a.path, "indexed" if a.facts else "error",
+                                f"{a.error.code}: {a.error.message}" if a.error else None)
+                for a in snap.artifacts
+            ]  # fmt: skip
+    finally:
+        await scanner.aclose()
     async with db.sessions() as session, session.begin():
         crawl = await session.get_one(Crawl, crawl.id)
         crawl.status = "finished"

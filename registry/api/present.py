@@ -9,7 +9,7 @@ from typing import Any
 from registry.catalog.lineage import EdgeView
 from registry.catalog.models import Artifact, Crawl, QuantMix, Repo, Shard, Verification
 from registry.catalog.models import Facts as FactsRow
-from registry.catalog.search import SearchItem
+from registry.catalog.search import SearchItem, severity_name
 
 
 def iso(value: datetime | None) -> str | None:
@@ -120,6 +120,7 @@ def artifact_summary(row: Artifact, repo_id: str) -> dict[str, Any]:
         expert_count=row.expert_count, shard_count=row.shard_count, file_size=row.file_size,
         downloads=row.downloads, likes=row.likes, last_modified=row.last_modified,
         verification_status=row.verification_status,
+        chat_template_severity=severity_name(row.chat_template_max_severity),
     )  # fmt: skip
 
 
@@ -130,7 +131,7 @@ def search_item(item: SearchItem) -> dict[str, Any]:
         size_label=item.size_label, license=item.license, context_length=item.context_length,
         expert_count=item.expert_count, shard_count=item.shards, file_size=item.file_size,
         downloads=item.downloads, likes=item.likes, last_modified=item.last_modified,
-        verification_status=item.verification,
+        verification_status=item.verification, chat_template_severity=item.chat_template_severity,
     )  # fmt: skip
 
 
@@ -167,6 +168,8 @@ def artifact_full(
     body["quant_mix"] = quant_mix(row.quant_mix)
     body["shards"] = [shard(s) for s in row.shards]
     body["latest_verification"] = verification(latest) if latest is not None else None
+    # A column of the artifact row, so the repo page gets it at no extra query.
+    body["chat_template_findings"] = row.chat_template_findings
     if with_metadata:
         extra = (row.facts.extra or {}) if row.facts is not None else {}
         body["chat_template"] = extra.get("chat_template")

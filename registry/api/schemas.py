@@ -20,6 +20,7 @@ from registry.catalog.models import (
     REPO_SOURCES,
     VERIFICATION_STATUSES,
 )
+from registry.safety.findings import SEVERITIES
 
 Schema = dict[str, Any]
 
@@ -91,6 +92,10 @@ _SUMMARY_PROPS: dict[str, Schema] = {
     "likes": INT,
     "last_modified": OPT_TIME,
     "verification_status": nullable({"enum": list(VERIFICATION_STATUSES)}),
+    "chat_template_severity": {
+        **nullable({"enum": list(SEVERITIES)}),
+        "description": "Worst chat template safety finding; null when clean or not scanned.",
+    },
     "url": STR,
 }
 ARTIFACT_SUMMARY = obj(_SUMMARY_PROPS)
@@ -111,6 +116,18 @@ FACTS = obj(
     closed=False,
 )  # fmt: skip
 
+# Open: rows written by a newer scanner may carry more keys.
+TEMPLATE_FINDING = obj(
+    {
+        "code": {**STR, "description": "Stable kind of problem, e.g. dunder-attribute."},
+        "severity": {"enum": list(SEVERITIES)},
+        "message": STR,
+        "excerpt": {**STR, "description": "The offending part of the template or its output (bounded)."},
+        "template": {**STR, "description": "`default` or the name of a named template variant."},
+    },
+    closed=False,
+)
+
 QUANT_MIX_ENTRY = obj({"tensor_type": STR, "tensors": INT, "elements": INT, "bytes": INT})
 SHARD = obj({"path": STR, "split_no": INT, "size": OPT_INT, "sha256": OPT_STR, "header_bytes": OPT_INT})
 
@@ -126,6 +143,11 @@ _ARTIFACT_PARTS: dict[str, Schema] = {
     "quant_mix": {"type": "array", "items": ref("QuantMixEntry")},
     "shards": {"type": "array", "items": ref("Shard")},
     "latest_verification": nullable(ref("Verification")),
+    "chat_template_findings": {
+        **nullable({"type": "array", "items": ref("TemplateFinding")}),
+        "description": "Safety findings for the chat templates, worst first; [] when clean (or no template), "
+        "null when not scanned (error rows, scanner unavailable, indexed before scanning existed).",
+    },
 }
 # Flat, closed objects rather than allOf: `additionalProperties: false` inside an allOf
 # branch would reject the very fields the other branch adds.
@@ -220,6 +242,7 @@ COMPONENT_SCHEMAS: dict[str, Schema] = {
     "ArtifactPage": _page("ArtifactSummary"),
     "Facts": FACTS,
     "QuantMixEntry": QUANT_MIX_ENTRY,
+    "TemplateFinding": TEMPLATE_FINDING,
     "Shard": SHARD,
     "Verification": VERIFICATION,
     "ArtifactInRepo": ARTIFACT_IN_REPO,

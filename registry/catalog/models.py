@@ -24,11 +24,16 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    SmallInteger,
     String,
     Text,
     UniqueConstraint,
+    null,
+    text,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import JSON
 
 from registry.catalog.types import EPOCH, BigId, Json, UTCDateTime, metadata, utcnow
 
@@ -107,6 +112,18 @@ class Artifact(Base):
     context_length: Mapped[int | None] = mapped_column(BigInteger)
     expert_count: Mapped[int | None] = mapped_column(Integer)
     verification_status: Mapped[str | None] = mapped_column(String(8))  # latest finished verification
+    # Chat template safety (registry.safety): the findings as JSON, worst first, and the rank
+    # of the worst (0 info .. 4 critical) for the "severity >= X" filter. SQL NULL in both
+    # means "not scanned" (error rows, sandbox unavailable, rows indexed before the scanner),
+    # never "clean"; clean is `[]` with a NULL rank. none_as_null: Python None is SQL NULL,
+    # not the JSON text 'null'; the ORM omits None from an INSERT, so its default is an
+    # explicit NULL (the server default '[]' serves hand-written inserts).
+    chat_template_findings: Mapped[list[dict[str, Any]] | None] = mapped_column(
+        JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql"),
+        default=null(),
+        server_default=text("'[]'"),
+    )
+    chat_template_max_severity: Mapped[int | None] = mapped_column(SmallInteger)
     # ... and of the repo, kept NOT NULL so keyset cursors never meet a NULL.
     downloads: Mapped[int] = mapped_column(BigInteger, default=0)
     likes: Mapped[int] = mapped_column(Integer, default=0)
@@ -155,6 +172,7 @@ class Artifact(Base):
         Index(None, "context_length"),
         Index(None, "expert_count"),
         Index(None, "verification_status"),
+        Index(None, "chat_template_max_severity"),
     )
 
 
@@ -283,6 +301,9 @@ class Verification(Base):
     nonfinite_values: Mapped[int | None] = mapped_column(BigInteger)
     perplexity: Mapped[float | None] = mapped_column(Float)
     generated: Mapped[str | None] = mapped_column(Text)
+    generated_tokens: Mapped[list[int] | None] = mapped_column(Json)
+    bytes_downloaded: Mapped[int | None] = mapped_column(BigInteger)  # 0 when every shard was cached
+    peak_rss_bytes: Mapped[int | None] = mapped_column(BigInteger)  # of the child that ran the checks
     details: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
     timings: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
     queued_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

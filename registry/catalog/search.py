@@ -35,6 +35,7 @@ from registry.catalog import search_index
 from registry.catalog.errors import InvalidCursor, InvalidQuery
 from registry.catalog.lineage import MAX_DEPTH
 from registry.catalog.models import ARTIFACT_STATUSES, Artifact, LineageEdge, QuantMix, Repo
+from registry.safety.findings import SEVERITIES, severity_rank
 
 MAX_LIMIT = 200
 COMMON_ROWS = 2000  # SQLite: a filter matching more rows than this is not served from its index
@@ -51,7 +52,7 @@ SORT_ALIASES = {"modified": "last_modified", "params": "parameter_count", "size"
 FACETS = ("architecture", "license", "file_type", "size_bucket")
 # SearchQuery filters on columns outside the covering facet index.
 _NON_FACET_FILTERS = ("text", "tensor_type", "min_params", "max_params", "size_label", "min_context",
-                      "expert_count", "verification", "descendant_of")  # fmt: skip
+                      "expert_count", "verification", "descendant_of", "template_severity")  # fmt: skip
 STATUSES = (*ARTIFACT_STATUSES, "all")
 
 
@@ -69,6 +70,9 @@ class SearchQuery:
     expert_count: int | None = None
     verification: str | None = None  # latest verification status
     descendant_of: str | None = None  # repo id; through lineage edges, up to MAX_DEPTH
+    # Chat template has a safety finding at least this severe (a SEVERITIES name). Clean and
+    # not-scanned artifacts never match.
+    template_severity: str | None = None
     status: str = "indexed"  # indexed | error | gone | all
     sort: str = "downloads"  # a SORTS key, optionally ":asc" / ":desc"
     limit: int = 20
@@ -97,6 +101,7 @@ class SearchItem:
     likes: int
     last_modified: datetime
     verification: str | None
+    chat_template_severity: str | None  # worst finding; None: clean or not scanned
 
     def to_dict(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in self.__slots__}
@@ -218,7 +223,24 @@ def _column_predicates(q: SearchQuery) -> list[_Predicate]:
         preds.append((Artifact.parameter_count, lambda c: c <= q.max_params))
     if q.min_context is not None:
         preds.append((Artifact.context_length, lambda c: c >= q.min_context))
+    if q.template_severity is not None:
+        rank = template_severity_rank(q.template_severity)
+        preds.append((Artifact.chat_template_max_severity, lambda c: c >= rank))
     return preds
+
+
+def template_severity_rank(name: str) -> int:
+    try:
+        return severity_rank(name)
+    except ValueError:
+        raise InvalidQuery(
+            f"unknown template severity {name!r}", parameter="template_severity", allowed=list(SEVERITIES)
+        ) from None
+
+
+def severity_name(rank: int | None) -> str | None:
+    """The stored worst-severity rank back as its name (None stays None)."""
+    return SEVERITIES[rank] if rank is not None and 0 <= rank < len(SEVERITIES) else None
 
 
 async def _matches_many(session: AsyncSession, predicate: ColumnElement[bool]) -> bool:
@@ -302,6 +324,7 @@ def _item(a: Artifact, repo_id: str) -> SearchItem:
         file_type=a.file_type, size_label=a.size_label, license=a.license, context_length=a.context_length,
         expert_count=a.expert_count, shards=a.shard_count, file_size=a.file_size, downloads=a.downloads,
         likes=a.likes, last_modified=a.last_modified, verification=a.verification_status,
+        chat_template_severity=severity_name(a.chat_template_max_severity),
     )  # fmt: skip
 
 

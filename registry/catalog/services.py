@@ -27,6 +27,7 @@ from registry.catalog.models import Artifact, Facts, LineageEdge, QuantMix, Repo
 from registry.catalog.snapshot import ArtifactRecord, LineageRecord, RepoSnapshot, UpsertResult
 from registry.catalog.types import EPOCH, utcnow
 from registry.gguf.facts_model import Facts as FactsData
+from registry.safety.findings import findings_to_json, max_severity_rank
 
 SEARCH_TEXT_LIMIT = 4000
 _INT32 = 2**31 - 1
@@ -164,8 +165,20 @@ def _artifact_values(repo: Repo, snap: RepoSnapshot, record: ArtifactRecord) -> 
         "last_modified": repo.last_modified or EPOCH,
         "sort_name": f"{repo.repo_id}/{record.path}".lower(),
         "search_text": _search_text(repo, record),
+        **_template_safety(record),
     }
     return _fit(Artifact.__table__, values)
+
+
+def _template_safety(record: ArtifactRecord) -> dict[str, Any]:
+    """The findings column and its worst-severity rank; both NULL when not scanned."""
+    findings = record.chat_template_findings
+    if findings is None:
+        return {"chat_template_findings": None, "chat_template_max_severity": None}
+    return {
+        "chat_template_findings": findings_to_json(findings),
+        "chat_template_max_severity": max_severity_rank(findings),
+    }
 
 
 def _facts_row(artifact_id: int, facts: FactsData) -> dict[str, Any]:

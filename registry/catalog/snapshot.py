@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from registry.gguf.facts_model import Facts
+from registry.safety.findings import Finding
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,10 @@ class ArtifactRecord:
     shards: tuple[ShardRecord, ...]
     facts: Facts | None = None
     error: ArtifactError | None = None
+    # Chat template safety findings, worst first. () is "scanned and clean" (a file without
+    # a template is clean too); None is "not scanned" (error rows, or the sandbox could not
+    # run), which must never read as clean.
+    chat_template_findings: tuple[Finding, ...] | None = None
 
     def __post_init__(self) -> None:
         if (self.facts is None) == (self.error is None):

@@ -5,11 +5,15 @@ a JSON-ready dict; no I/O.
 
 Tensor offsets are absolute byte offsets in their file (where the data really is);
 `header_bytes` says where the data section starts, for the relative offset.
+
+Chat template safety findings are computed by the caller (this layer does not render
+or analyse templates) and passed in as their JSON form, worst first; None means the
+templates were not scanned.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from registry.gguf.facts_model import Facts
@@ -41,8 +45,12 @@ def facts_json(
     *,
     tensors: bool = False,
     paths: Sequence[str] | None = None,
+    template_findings: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Every fact as one JSON-ready object, plus the files and (optionally) the tensors."""
+    """Every fact as one JSON-ready object, plus the files and (optionally) the tensors.
+
+    `chat_template_findings` is always present: a list ([] when clean or without a
+    template), or null when not scanned."""
     out: dict[str, Any] = {}
     if paths is not None:
         out["path"] = paths[0]
@@ -51,6 +59,7 @@ def facts_json(
             for p, h in zip(paths, headers, strict=True)
         ]
     out.update(facts.to_dict())
+    out["chat_template_findings"] = None if template_findings is None else [dict(f) for f in template_findings]
     if tensors:
         out["tensors"] = tensor_rows(headers)
     return out
@@ -85,7 +94,18 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]
     return [fmt(header), *(fmt(r) for r in rows)]
 
 
-def _lines(facts: Facts) -> list[tuple[str, str]]:
+def template_verdict(findings: Sequence[Mapping[str, Any]] | None) -> str:
+    """One line on the chat templates' safety; `findings` worst first, None: not scanned."""
+    if findings is None:
+        return "not scanned"
+    if not findings:
+        return "clean (no findings)"
+    worst = findings[0]
+    more = f" (+{len(findings) - 1} more)" if len(findings) > 1 else ""
+    return f"{str(worst['severity']).upper()}: {worst['code']}: {worst.get('message', '')}{more}"
+
+
+def _lines(facts: Facts, template_findings: Sequence[Mapping[str, Any]] | None = None) -> list[tuple[str, str]]:
     f = facts
     lines: list[tuple[str, str]] = []
 
@@ -137,6 +157,8 @@ def _lines(facts: Facts) -> list[tuple[str, str]]:
         add("chat template", f"sha256 {f.chat_template_sha256} ({len(f.chat_template):,} chars)")
     for name in f.chat_templates:
         add("", f"+ named template {name!r}")
+    if f.chat_template is not None or f.chat_templates:
+        add("template safety", template_verdict(template_findings))
     for i, bm in enumerate(f.base_models):
         desc = bm.repo_id or bm.name or "?"
         extra = [x for x in (bm.name if bm.repo_id else None, bm.version, bm.repo_url) if x]
@@ -161,12 +183,13 @@ def facts_text(
     *,
     title: str | None = None,
     tensors: bool = False,
+    template_findings: Sequence[Mapping[str, Any]] | None = None,
 ) -> str:
     """A readable summary: the facts, the quant mix table and optionally every tensor."""
     out: list[str] = []
     if title:
         out.append(title)
-    pairs = _lines(facts)
+    pairs = _lines(facts, template_findings)
     width = max(len(label) for label, _ in pairs)
     out.extend(f"  {label.ljust(width)}  {value}" for label, value in pairs)
 

@@ -22,6 +22,7 @@ from registry.api.params import (
 )
 from registry.catalog import search as catalog_search
 from registry.catalog.models import VERIFICATION_STATUSES
+from registry.safety.findings import SEVERITIES
 
 routes = web.RouteTableDef()
 
@@ -45,6 +46,8 @@ FILTER_PARAMS: tuple[Param, ...] = (
     choice_param("status", "Artifact status; `all` for every one.", catalog_search.STATUSES, default="indexed"),
     choice_param("verification", "Status of the latest verification.", VERIFICATION_STATUSES),
     text_param("descendant_of", "Only repos below this repo id (org/name) in the lineage graph."),
+    choice_param("template_severity", "Only artifacts whose chat template has a safety finding at least this "
+                 "severe; clean and not-scanned artifacts never match.", SEVERITIES),
 )
 
 

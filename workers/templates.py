@@ -1,0 +1,87 @@
+"""Chat template safety scanning for the artifact builders (`workers.index`, `workers.crawl`).
+
+One `TemplateScanner` per indexing run or crawl: it owns one sandbox pool, started on the
+first template (a run over files without templates starts no process), and one scan
+cache, so a template shared by every quantization in a repo, or by a whole family of
+repos, is scanned once. `close()` ends the sandbox children.
+
+`None` from a scan means "not scanned" and is stored as NULL, never as clean: the
+sandbox could not start (an operational error, logged) or the scanner itself failed on
+this header (a bug, logged with its traceback). Neither costs the artifact its row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import AsyncIterator
+from typing import Any
+
+from registry.safety import Finding, SandboxLimits, SandboxPool, ScanCache, scan_header
+from registry.safety.sandbox import SandboxUnavailable
+
+log = logging.getLogger(__name__)
+
+
+class TemplateScanner:
+    """Findings for the chat templates of parsed GGUF headers; thread-safe, blocking or async."""
+
+    def __init__(self, *, pool_size: int = 1, limits: SandboxLimits | None = None) -> None:
+        self.pool_size = pool_size
+        self.limits = limits or SandboxLimits()
+        self.cache = ScanCache()
+        self.unavailable = 0  # scans skipped because the sandbox could not start
+        self._pool: SandboxPool | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _runner(self) -> SandboxPool:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("template scanner is closed")
+            if self._pool is None:
+                self._pool = SandboxPool(size=self.pool_size, limits=self.limits)
+            return self._pool
+
+    def scan_sync(self, header: Any) -> tuple[Finding, ...] | None:
+        """Findings of the header's templates ((): clean or none); None when not scanned. Blocking."""
+        try:
+            return tuple(scan_header(header, runner=self._runner(), cache=self.cache))
+        except SandboxUnavailable as exc:
+            self.unavailable += 1
+            # Once per run is enough to tell the operator; every artifact records NULL.
+            if self.unavailable == 1:
+                log.error("chat template scanning unavailable, artifacts are stored as not scanned: %s", exc)
+            return None
+        except Exception:
+            log.exception("chat template scanner failed; the artifact is stored as not scanned")
+            return None
+
+    async def scan(self, header: Any) -> tuple[Finding, ...] | None:
+        """`scan_sync` off the event loop: parsing and the sandbox round trip block."""
+        return await asyncio.to_thread(self.scan_sync, header)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
+
+
+@contextlib.asynccontextmanager
+async def scanner_scope(scanner: TemplateScanner | None = None) -> AsyncIterator[TemplateScanner]:
+    """The caller's scanner, or a new one for this scope, closed when the scope ends."""
+    if scanner is not None:
+        yield scanner
+        return
+    own = TemplateScanner()
+    try:
+        yield own
+    finally:
+        await own.aclose()
