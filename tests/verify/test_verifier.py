@@ -1,0 +1,133 @@
+"""The job function and the in-process Verifier: POST /v1/verifications to a finished row."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from sqlalchemy import select
+
+from registry.api.launchers import TaskVerifier
+from registry.catalog.db import Database
+from registry.catalog.models import Artifact, Verification
+from registry.catalog.services import upsert_repo_snapshot
+from registry.catalog.snapshot import ArtifactRecord, RepoSnapshot, ShardRecord
+from tests.api.conftest import WRITE_TOKEN, MakeApi
+from tests.catalog.factories import make_facts
+from tests.fakehub import FakeHub
+from tests.fakehub.corpus import BytesBlob, Corpus, Repo, RepoFile
+from tests.fakehub.testing import TOKEN
+from tests.verify.conftest import make_settings, write_tiny
+from workers.index import index_paths
+from workers.verify import in_process_verifier, run_verification
+
+AUTH = {"Authorization": f"Bearer {WRITE_TOKEN}"}
+
+
+async def _local_artifact(db: Database, folder: Path, **tiny: object) -> int:
+    folder.mkdir()
+    write_tiny(folder / "tiny-mamba.gguf", **tiny)  # type: ignore[arg-type]
+    await index_paths(db, [folder])
+    async with db.sessions() as session:
+        return (await session.scalars(select(Artifact.id))).one()
+
+
+async def test_post_verification_runs_and_records_the_row(
+    make_api: MakeApi,
+    db: Database,
+    tmp_path: Path,
+) -> None:
+    artifact_id = await _local_artifact(db, tmp_path / "models")
+    settings = make_settings(tmp_path)
+    verifier = TaskVerifier(db.sessions, functools.partial(run_verification, db, settings), concurrency=1)
+    api = await make_api(verifier=verifier)
+    reply = await api.post("/v1/verifications", json={"artifact_id": artifact_id}, headers=AUTH)
+    assert reply.status == 202 and reply.body["status"] == "queued"
+    await verifier.join()
+    got = await api.get(reply.headers["Location"])
+    body = got.body
+    assert (body["status"], body["reason"]) == ("skipped", "unsupported_architecture")
+    assert body["tensors_checked"] == 3 and body["nonfinite_values"] == 0
+    assert len(body["sha256"]) == 64 and body["finished_at"] is not None
+    assert {"hash", "header", "dequantize"} <= set(body["timings"])
+    assert body["details"]["architecture"] == "mamba" and body["details"]["message"]
+    async with db.sessions() as session:
+        row = await session.get(Verification, reply.body["id"])
+        art = await session.get(Artifact, artifact_id)
+    assert row is not None and art is not None
+    assert row.bytes_downloaded == 0 and row.peak_rss_bytes and row.peak_rss_bytes > 0
+    assert art.verification_status == "skipped"
+
+
+async def test_failed_verification_and_resume(db: Database, tmp_path: Path) -> None:
+    artifact_id = await _local_artifact(db, tmp_path / "models", nan=True)
+    settings = make_settings(tmp_path)
+    async with db.sessions() as session:
+        left = Verification(artifact_id=artifact_id, status="running")  # a server stopped mid-run
+        session.add(left)
+        await session.commit()
+    verifier = TaskVerifier(db.sessions, functools.partial(run_verification, db, settings))
+    await verifier.resume()
+    await verifier.join()
+    async with db.sessions() as session:
+        row = await session.get(Verification, left.id)
+    assert row is not None
+    assert (row.status, row.reason, row.nonfinite_values) == ("failed", "nonfinite_weights", 1)
+
+
+async def test_missing_file_is_a_failed_row_not_a_stuck_one(db: Database, tmp_path: Path) -> None:
+    artifact_id = await _local_artifact(db, tmp_path / "models")
+    (tmp_path / "models" / "tiny-mamba.gguf").unlink()
+    async with db.sessions() as session:
+        row = Verification(artifact_id=artifact_id, status="queued")
+        session.add(row)
+        await session.commit()
+    await run_verification(db, make_settings(tmp_path), row.id)
+    async with db.sessions() as session:
+        done = await session.get(Verification, row.id)
+    assert done is not None and done.status == "failed" and done.finished_at is not None
+
+
+async def test_hub_artifact_is_downloaded_by_the_job(db: Database, tmp_path: Path) -> None:
+    data = write_tiny(tmp_path / "tiny.gguf").read_bytes()
+    blob = BytesBlob(data, lfs=True)
+    repo = Repo("org/tiny-GGUF", [RepoFile("tiny-Q8_0.gguf", blob)])
+    shard = ShardRecord("tiny-Q8_0.gguf", size=len(data), sha256=blob.sha256, header_bytes=100)
+    async with db.sessions() as session, session.begin():
+        await upsert_repo_snapshot(
+            session,
+            RepoSnapshot("org/tiny-GGUF", repo.sha, (ArtifactRecord(shard.path, (shard,), make_facts()),)),
+        )
+    async with db.sessions() as session:
+        artifact_id = (await session.scalars(select(Artifact.id))).one()
+        row = Verification(artifact_id=artifact_id, status="queued")
+        session.add(row)
+        await session.commit()
+    async with FakeHub(Corpus([repo]), tokens={TOKEN}) as hub:
+        await run_verification(db, make_settings(tmp_path, hub.endpoint), row.id)
+        cdn = hub.requests_to("cdn")
+    async with db.sessions() as session:
+        done = await session.get(Verification, row.id)
+    assert done is not None
+    assert (done.status, done.reason) == ("skipped", "unsupported_architecture")
+    assert done.sha256 == blob.sha256 and done.bytes_downloaded == len(data)
+    assert len(cdn) == 1 and f"/{repo.sha}/" in hub.requests_to("resolve")[0].path  # pinned revision
+
+
+async def test_in_process_verifier_from_settings(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)  # SQLite file in data_dir, as `registry serve` uses it
+    catalog = Database.from_settings(settings)
+    try:
+        artifact_id = await _local_artifact(catalog, tmp_path / "models")
+    finally:
+        await catalog.dispose()
+    async with in_process_verifier(settings) as verifier:
+        verification_id = await verifier.enqueue(artifact_id)
+        await verifier.join()
+    catalog = Database.from_settings(settings)
+    try:
+        async with catalog.sessions() as session:
+            row = await session.get(Verification, verification_id)
+    finally:
+        await catalog.dispose()
+    assert row is not None and row.status == "skipped" and row.finished_at is not None

@@ -1,0 +1,165 @@
+"""Verification of hub files through the fake hub and CDN: download, resume, cache, sha256."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from registry.config import Settings
+from registry.hub.client import RepoFile as RepoFileInfo
+from registry.hub.client import RepoInfo
+from registry.hub.http import HttpOptions
+from tests.fakehub import FakeHub, Fault
+from tests.fakehub.corpus import BytesBlob, Corpus, LocalBlob, Repo, RepoFile
+from tests.fakehub.testing import TOKEN
+from tests.models import GEMMA3, sha256_file
+from tests.verify.conftest import make_settings, write_tiny
+from workers.cache import DownloadCache, Downloader, cache_key
+from workers.verify import ShardSource, TargetError, pick_artifact, verify_hub, verify_shards
+
+REPO = "test/models-GGUF"
+
+
+@pytest.fixture
+async def hub() -> AsyncIterator[FakeHub]:
+    async with FakeHub(Corpus(), tokens={TOKEN}) as h:
+        yield h
+
+
+def _add(hub: FakeHub, repo_id: str, *files: RepoFile) -> None:
+    hub.corpus.add(Repo(repo_id, list(files)))
+
+
+def _settings(hub: FakeHub, tmp_path: Path, **verify: object) -> Settings:
+    return make_settings(tmp_path, hub.endpoint, **verify)
+
+
+async def test_gemma3_passes_with_download_and_sha256(
+    gemma3_path: Path, hub: FakeHub, tmp_path: Path
+) -> None:
+    assert GEMMA3.sha256 is not None
+    _add(hub, REPO, RepoFile(gemma3_path.name, LocalBlob(gemma3_path, GEMMA3.sha256)))
+    settings = _settings(hub, tmp_path)
+    r = await verify_hub(REPO, None, settings)
+    assert (r.status, r.reason) == ("passed", None), r.message
+    d = r.to_dict()
+    assert d["sha256"] == [GEMMA3.sha256]
+    assert d["bytes_downloaded"] == gemma3_path.stat().st_size
+    assert d["architecture"] == "gemma3" and d["nonfinite_values"] == 0
+    assert d["tensors_checked"] == 236 and d["perplexity"] < 20 and d["generated_tokens"]
+    cached = settings.cache_dir / "blobs" / GEMMA3.sha256
+    assert cached.stat().st_size == gemma3_path.stat().st_size
+    cdn = hub.requests_to("cdn")
+    assert cdn and not any(req.authorization for req in cdn)  # the token stays with the hub
+    assert all(req.authorization for req in hub.requests_to("resolve"))
+
+
+async def test_hash_mismatch_stops_before_the_checks(
+    smollm2_path: Path, hub: FakeHub, tmp_path: Path
+) -> None:
+    wrong = "0" * 63 + "1"
+    _add(hub, REPO, RepoFile(smollm2_path.name, LocalBlob(smollm2_path, wrong)))
+    settings = _settings(hub, tmp_path)
+    r = await verify_hub(REPO, smollm2_path.name, settings)
+    assert (r.status, r.reason) == ("failed", "hash_mismatch"), r.message
+    assert r.sha256 == [sha256_file(smollm2_path)]
+    assert "checks" not in r.timings and r.report is None
+    assert not (settings.cache_dir / "blobs" / wrong).exists()  # bad bytes are not kept
+
+
+async def test_download_resumes_after_a_reset(hub: FakeHub, tmp_path: Path) -> None:
+    data = write_tiny(tmp_path / "tiny.gguf", rows=40_000).read_bytes()  # 5 MB
+    blob = BytesBlob(data, lfs=True)
+    _add(hub, REPO, RepoFile("tiny.gguf", blob))
+    hub.faults.add(Fault("reset", route="cdn", after_bytes=3 << 20))
+    settings = _settings(hub, tmp_path)
+    r = await verify_hub(REPO, "tiny.gguf", settings)
+    assert (r.status, r.reason) == ("skipped", "unsupported_architecture"), r.message
+    assert r.sha256 == [blob.sha256]
+    first, second = hub.requests_to("cdn")
+    assert first.range is None and second.range is not None
+    resumed_at = int(second.range.removeprefix("bytes=").rstrip("-"))
+    assert 0 < resumed_at <= 3 << 20  # what arrived before the reset is kept
+    assert r.bytes_downloaded == len(data) == resumed_at + second.bytes_sent
+
+
+async def test_partial_file_is_continued_and_cache_hits_download_nothing(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    data = write_tiny(tmp_path / "tiny.gguf").read_bytes()
+    blob = BytesBlob(data, lfs=True)
+    _add(hub, REPO, RepoFile("tiny.gguf", blob))
+    settings = _settings(hub, tmp_path)
+    partial = settings.cache_dir / "partial" / blob.sha256
+    partial.parent.mkdir(parents=True)
+    partial.write_bytes(data[:1000])  # what a killed worker left behind
+    first = await verify_hub(REPO, None, settings)
+    assert first.bytes_downloaded == len(data) - 1000
+    assert [req.range for req in hub.requests_to("cdn")] == ["bytes=1000-"]
+    again = await verify_hub(REPO, None, settings)
+    assert again.bytes_downloaded == 0 and again.sha256 == first.sha256 == [blob.sha256]
+    assert len(hub.requests_to("cdn")) == 1
+
+
+async def test_short_file_on_the_server_is_truncated(hub: FakeHub, tmp_path: Path) -> None:
+    data = write_tiny(tmp_path / "tiny.gguf").read_bytes()
+    blob = BytesBlob(data, lfs=True)
+    _add(hub, REPO, RepoFile("tiny.gguf", blob))
+    settings = _settings(hub, tmp_path)
+    url = f"{hub.endpoint}/{REPO}/resolve/main/tiny.gguf"
+    listed = ShardSource("tiny.gguf", url=url, size=len(data) + 4096, sha256=blob.sha256, key=blob.sha256)
+    r = await verify_shards([listed], settings)
+    assert (r.status, r.reason) == ("failed", "truncated"), r.message
+
+
+async def test_target_errors(hub: FakeHub, tmp_path: Path) -> None:
+    data = write_tiny(tmp_path / "tiny.gguf").read_bytes()
+    _add(
+        hub,
+        REPO,
+        RepoFile("a.gguf", BytesBlob(data, lfs=True)),
+        RepoFile("b.gguf", BytesBlob(data + b"x", lfs=True)),
+    )
+    settings = _settings(hub, tmp_path)
+    with pytest.raises(TargetError, match="2 GGUF artifacts"):
+        await verify_hub(REPO, None, settings)
+    with pytest.raises(TargetError, match="no GGUF file"):
+        await verify_hub(REPO, "c.gguf", settings)
+
+
+async def test_cache_evicts_least_recently_used(hub: FakeHub, tmp_path: Path) -> None:
+    blobs = [BytesBlob(bytes([i]) * 1000, lfs=True) for i in range(3)]
+    _add(hub, REPO, *(RepoFile(f"f{i}.bin", b) for i, b in enumerate(blobs)))
+    cache = DownloadCache(tmp_path / "cache", max_bytes=2500)
+    async with Downloader(HttpOptions(endpoint=hub.endpoint, token=TOKEN)) as dl:
+        for i in (0, 1):
+            await cache.fetch(dl, hub.resolve_url(REPO, f"f{i}.bin"), blobs[i].sha256, 1000)
+        os.utime(cache.path_for(blobs[0].sha256), (1, 1))  # f0 used long ago, f1 recently
+        got = await cache.fetch(dl, hub.resolve_url(REPO, "f2.bin"), blobs[2].sha256, 1000)
+    assert got.bytes_downloaded == 1000 and not got.hit
+    assert sorted(p.name for p in cache.blobs.iterdir()) == sorted([blobs[1].sha256, blobs[2].sha256])
+    assert cache.usage() == 2000
+
+
+def test_cache_keys() -> None:
+    oid = "A" * 64
+    assert cache_key(oid, repo_id="r/x", revision=None, path="p") == oid.lower()
+    plain = cache_key(None, repo_id="r/x", revision="abc", path="p")
+    assert len(plain) == 64 and plain != cache_key(None, repo_id="r/x", revision="abd", path="p")
+
+
+def test_pick_artifact_finds_every_shard() -> None:
+    files = tuple(
+        RepoFileInfo(p, 10, None)
+        for p in ("q/m-Q8_0-00002-of-00002.gguf", "q/m-Q8_0-00001-of-00002.gguf", "README.md")
+    )
+    info = RepoInfo("org/m", "abc", files=files)
+    want = ["q/m-Q8_0-00001-of-00002.gguf", "q/m-Q8_0-00002-of-00002.gguf"]
+    assert pick_artifact(info, None) == want
+    assert pick_artifact(info, "q/m-Q8_0-00002-of-00002.gguf") == want
+    broken = RepoInfo("org/m", "abc", files=files[1:])
+    with pytest.raises(TargetError, match="1 of 2 shards missing"):
+        pick_artifact(broken, None)

@@ -1,0 +1,332 @@
+"""The download cache of the verify worker: whole files, resumable, with an LRU size cap.
+
+Files live under `<cache>/blobs/<key>` where the key is the hub's LFS sha256 when there
+is one (content-addressed: the same bytes in two repos are downloaded once), else a hash
+of repo, revision and path. A download writes `<cache>/partial/<key>` and renames it
+into place only once it has every byte, so a killed worker leaves a partial file that
+the next attempt continues with a Range request instead of starting over.
+
+Recency is the file's mtime, refreshed on every use; before a download, the least
+recently used complete files are deleted until the new file fits under the cap. Tracking
+recency in the file system rather than in memory keeps it right across restarts.
+
+The HTTP side follows `registry.hub.http`'s rules: redirects by hand so the token goes
+only to the hub's origin, jittered exponential backoff on retryable failures, and a
+check that the file does not change under a resumed download (If-Range on the ETag).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import random
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import aiofiles
+import aiohttp
+
+from registry.hub.errors import HubConnectionError, HubError, HubTimeout, InvalidResponse, error_for_status
+from registry.hub.http import HttpOptions, retry_hint
+
+_CHUNK = 1 << 20
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+_UNSATISFIED = re.compile(r"^bytes \*/(\d+)$")
+_KEY = re.compile(r"^[0-9a-f]{64}$")
+
+Sleep = Callable[[float], Awaitable[Any]]
+
+
+class SizeMismatch(HubError):
+    """The server's file is not the size the hub listed: cut short, or a different file."""
+
+    code = "size_mismatch"
+
+    def __init__(self, message: str, *, expected: int, actual: int, url: str) -> None:
+        self.expected = expected
+        self.actual = actual
+        super().__init__(message, url=url)
+
+
+def cache_key(sha256: str | None, *, repo_id: str, revision: str | None, path: str) -> str:
+    if sha256 and _KEY.match(sha256.lower()):
+        return sha256.lower()
+    return hashlib.sha256(f"{repo_id}@{revision or 'main'}/{path}".encode()).hexdigest()
+
+
+async def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, in a thread (hashlib releases the GIL on large buffers)."""
+
+    def run() -> str:
+        h = hashlib.sha256()
+        with path.open("rb") as f:
+            while chunk := f.read(1 << 22):
+                h.update(chunk)
+        return h.hexdigest()
+
+    return await asyncio.to_thread(run)
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    return (
+        parts.scheme,
+        (parts.hostname or "").lower(),
+        parts.port or {"http": 80, "https": 443}.get(parts.scheme),
+    )
+
+
+class Downloader:
+    """Whole-file GETs that resume by Range after a failure."""
+
+    def __init__(
+        self,
+        options: HttpOptions,
+        *,
+        session: aiohttp.ClientSession | None = None,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.options = options
+        self._session = session
+        self._own = session is None
+        self._sleep = sleep
+        self._hub = _origin(options.endpoint)
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=options.connect_timeout, sock_read=options.read_timeout
+        )
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=self._timeout,
+                auto_decompress=False,
+                headers={"User-Agent": self.options.user_agent},
+                cookie_jar=aiohttp.DummyCookieJar(),
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._own and self._session is not None:
+            await self._session.close()
+        self._session = None
+
+    async def __aenter__(self) -> Downloader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def download(self, url: str, dest: Path, expected_size: int | None) -> int:
+        """Complete `dest` (possibly partial) from `url`; returns the body bytes received.
+
+        Retryable failures resume where the file stops; attempts are counted only while no
+        progress is made, so a CDN that cuts every connection still gets the file through.
+        """
+        policy = self.options.retry
+        progress = _Progress()
+        attempt, waited = 0, 0.0
+        etag: str | None = None
+        while True:
+            attempt += 1
+            before = progress.bytes
+            try:
+                await self._once(url, dest, expected_size, etag, progress)
+                return progress.bytes
+            except HubError as exc:
+                etag = progress.etag
+                if progress.bytes > before:
+                    attempt = 1  # progress: this is a new run of failures, not the same one
+                if not exc.retryable or attempt >= policy.max_attempts:
+                    raise
+                delay = min(policy.max_delay, policy.base_delay * 2 ** (attempt - 1))
+                delay = max(delay * (0.5 + random.random() / 2), getattr(exc, "retry_after", None) or 0.0)
+                if waited + delay > policy.max_total_wait:
+                    raise
+                waited += delay
+                await self._sleep(delay)
+
+    async def _once(
+        self, url: str, dest: Path, expected: int | None, etag: str | None, progress: _Progress
+    ) -> None:
+        """One request that completes the file, or raises (retryable when resuming may help)."""
+        have = dest.stat().st_size if dest.exists() else 0
+        if expected is not None and have > expected:
+            dest.unlink()  # more than the whole file: not a prefix of it
+            have = 0
+        headers = {"Accept-Encoding": "identity"}
+        if have:
+            headers["Range"] = f"bytes={have}-"
+            if etag and not etag.startswith("W/"):
+                headers["If-Range"] = etag
+        resp = await self._open(url, headers)
+        try:
+            if resp.status == 416 and have:
+                m = _UNSATISFIED.match(resp.headers.get("Content-Range", ""))
+                total = int(m.group(1)) if m else None
+                if total == have:
+                    self._check_size(url, expected, total)
+                    return
+                dest.unlink()  # a partial file the server no longer agrees with
+                raise _ShortBody("range not satisfiable: starting over", url=url, status=416)
+            if resp.status == 206:
+                m = _CONTENT_RANGE.match(resp.headers.get("Content-Range", "").strip())
+                if m is None or int(m.group(1)) != have or m.group(3) == "*":
+                    raise InvalidResponse(f"bad Content-Range for a range at {have}", url=url, status=206)
+                total, mode = int(m.group(3)), "ab"
+            elif resp.status == 200:
+                length = resp.headers.get("Content-Length", "")
+                total, mode = (int(length) if length.isdigit() else None), "wb"
+            else:
+                raise error_for_status(
+                    resp.status,
+                    url=url,
+                    message=resp.headers.get("X-Error-Message") or resp.reason or f"HTTP {resp.status}",
+                    request_id=resp.headers.get("X-Request-Id"),
+                    error_code=resp.headers.get("X-Error-Code"),
+                    retry_after=retry_hint(resp.headers),
+                )
+            self._check_size(url, expected, total)
+            progress.etag = resp.headers.get("ETag") or etag
+            await self._write(resp, dest, mode, progress)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise (HubTimeout if isinstance(exc, TimeoutError) else HubConnectionError)(
+                f"{type(exc).__name__}: {exc}", url=url
+            ) from exc
+        finally:
+            resp.release()
+        size = dest.stat().st_size
+        if total is not None and size < total:
+            raise _ShortBody(f"body ended at {size} of {total} bytes", url=url)
+        if total is None:
+            self._check_size(url, expected, size)
+
+    def _check_size(self, url: str, expected: int | None, total: int | None) -> None:
+        if expected is not None and total is not None and total != expected:
+            raise SizeMismatch(
+                f"the server's file has {total} bytes, the hub lists {expected}",
+                expected=expected,
+                actual=total,
+                url=url,
+            )
+
+    async def _write(self, resp: aiohttp.ClientResponse, dest: Path, mode: str, progress: _Progress) -> None:
+        async with aiofiles.open(dest, mode) as f:
+            while chunk := await resp.content.read(_CHUNK):
+                await f.write(chunk)
+                progress.bytes += len(chunk)
+
+    async def _open(self, url: str, headers: dict[str, str]) -> aiohttp.ClientResponse:
+        for _ in range(self.options.max_redirects + 1):
+            auth = (
+                {"Authorization": f"Bearer {self.options.token}"}
+                if self.options.token and _origin(url) == self._hub
+                else {}
+            )
+            try:
+                resp = await self.session.get(url, headers={**headers, **auth}, allow_redirects=False)
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                raise (HubTimeout if isinstance(exc, TimeoutError) else HubConnectionError)(
+                    f"{type(exc).__name__}: {exc}", url=url
+                ) from exc
+            if resp.status not in _REDIRECTS:
+                return resp
+            location = resp.headers.get("Location")
+            resp.release()
+            if not location:
+                raise InvalidResponse("redirect without Location", url=url, status=resp.status)
+            url = urljoin(url, location)
+            if urlsplit(url).scheme not in ("http", "https"):
+                raise InvalidResponse(f"redirect to a non-HTTP location {url!r}", url=url)
+        raise InvalidResponse("too many redirects", url=url)
+
+
+@dataclass
+class _Progress:
+    bytes: int = 0  # body bytes written, over all attempts
+    etag: str | None = None
+
+
+class _ShortBody(HubError):
+    code = "truncated_body"
+    retryable = True
+
+
+@dataclass(frozen=True)
+class CachedFile:
+    path: Path
+    bytes_downloaded: int  # 0 on a cache hit
+    hit: bool
+
+
+class DownloadCache:
+    def __init__(self, root: Path, max_bytes: int) -> None:
+        self.root = root
+        self.max_bytes = max_bytes
+        self.blobs = root / "blobs"
+        self.partial = root / "partial"
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def path_for(self, key: str) -> Path:
+        return self.blobs / key
+
+    def discard(self, key: str) -> None:
+        """Drop a cached file (one whose hash turned out wrong must not be served again)."""
+        for p in (self.path_for(key), self.partial / key):
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+
+    def usage(self) -> int:
+        return sum(p.stat().st_size for d in (self.blobs, self.partial) if d.is_dir() for p in d.iterdir())
+
+    def evict(self, need: int, *, keep: frozenset[str] = frozenset()) -> list[str]:
+        """Delete least recently used complete files until `need` more bytes fit the cap."""
+        if not self.blobs.is_dir():
+            return []
+        files = sorted(
+            (p for p in self.blobs.iterdir() if p.name not in keep), key=lambda p: p.stat().st_mtime
+        )
+        used, evicted = self.usage(), []
+        for p in files:
+            if used + need <= self.max_bytes:
+                break
+            size = p.stat().st_size
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+                used -= size
+                evicted.append(p.name)
+        return evicted
+
+    async def fetch(
+        self,
+        downloader: Downloader,
+        url: str,
+        key: str,
+        size: int | None,
+        *,
+        keep: frozenset[str] = frozenset(),
+    ) -> CachedFile:
+        """The cached file for `key`, downloading (or finishing) it from `url` if needed."""
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            final = self.path_for(key)
+            if final.exists() and (size is None or final.stat().st_size == size):
+                os.utime(final)  # most recently used
+                return CachedFile(final, 0, True)
+            self.blobs.mkdir(parents=True, exist_ok=True)
+            self.partial.mkdir(parents=True, exist_ok=True)
+            part = self.partial / key
+            have = part.stat().st_size if part.exists() else 0
+            self.evict(max((size or 0) - have, 0), keep=keep | {key})
+            received = await downloader.download(url, part, size)
+            part.replace(final)
+            os.utime(final, (time.time(), time.time()))
+            return CachedFile(final, received, False)

@@ -1,0 +1,421 @@
+"""The verify worker: prove a GGUF artifact works, from the hub's bytes to generated text.
+
+One verification of one artifact (every shard of a split model):
+
+1. download each shard in full into the download cache (`workers.cache`), resuming by
+   Range, and check its size against what the hub lists (`truncated` when short);
+2. sha256 each file and compare it with the hub's LFS oid (`hash_mismatch`); local files
+   are hashed too, with nothing to compare against;
+3. in a child process with an address-space cap and a wall-clock limit
+   (`workers.verify_child`): every tensor inside its file, every tensor dequantized with
+   its statistics, then perplexity of a fixed paragraph and a greedy continuation
+   (`workers.verify_checks`).
+
+The result is a `VerifyResult`; `run_verification` is the job function that writes it to
+the catalog's `verifications` row (the same plain async function runs in-process under
+`registry serve` and, later, from a queue).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import selectinload
+
+from registry.api.launchers import TaskVerifier
+from registry.catalog.db import Database
+from registry.catalog.models import Artifact, Verification, utcnow
+from registry.config import Settings
+from registry.gguf.filename import parse_shard
+from registry.hub.client import HubClient, RepoInfo
+from registry.hub.errors import HubError
+from registry.hub.http import HttpOptions
+from registry.hub.local import shard_paths
+from workers.cache import DownloadCache, Downloader, SizeMismatch, cache_key, sha256_file
+from workers.verify_checks import CheckReport, Reason, status_for
+
+# What a report keeps of stderr when the child dies: the end says why.
+_STDERR_TAIL = 2000
+
+
+@dataclass(frozen=True)
+class ShardSource:
+    """One file of an artifact: a URL to download (with what the hub says of it) or a path."""
+
+    name: str
+    url: str | None = None
+    local_path: Path | None = None
+    size: int | None = None
+    sha256: str | None = None  # the hub's LFS oid, when known
+    key: str | None = None  # cache key
+
+
+@dataclass
+class VerifyResult:
+    status: str
+    reason: str | None = None
+    message: str | None = None
+    sha256: list[str] = field(default_factory=list)  # computed, one per shard
+    bytes_downloaded: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+    report: CheckReport | None = None
+
+    @classmethod
+    def failed(cls, reason: Reason, message: str, **kw: Any) -> VerifyResult:
+        return cls(status_for(reason), str(reason), message, **kw)
+
+    def to_dict(self, *, tensors: bool = True) -> dict[str, Any]:
+        r = self.report or CheckReport()
+        out: dict[str, Any] = {
+            "status": self.status,
+            "reason": self.reason,
+            "message": self.message,
+            "sha256": self.sha256,
+            "bytes_downloaded": self.bytes_downloaded,
+            "peak_rss_bytes": r.peak_rss_bytes,
+            "timings": self.timings,
+            "architecture": r.architecture,
+            "tensors_checked": r.tensors_checked,
+            "nonfinite_values": r.nonfinite_values,
+            "perplexity": r.perplexity,
+            "text_tokens": r.text_tokens,
+            "prompt": r.prompt,
+            "generated_tokens": r.generated_tokens,
+            "generated_text": r.generated_text,
+            "prompt_tokens_per_second": r.prompt_tokens_per_second,
+            "tokens_per_second": r.tokens_per_second,
+        }
+        if tensors:
+            out["tensors"] = [vars(t) for t in r.tensors]
+        return out
+
+
+# -- the child process ------------------------------------------------------------------
+
+
+def child_request(paths: Sequence[Path], settings: Settings) -> dict[str, Any]:
+    v, p = settings.verify, settings.parser
+    return {
+        "paths": [str(x) for x in paths],
+        "memory_cap_bytes": v.memory_cap_bytes,
+        "options": {
+            "perplexity_threshold": v.perplexity_threshold,
+            "n_generate": v.n_generate,
+            "chunk_bytes": v.chunk_bytes,
+            "limits": {
+                "max_kv_count": p.max_kv_count,
+                "max_tensor_count": p.max_tensor_count,
+                "max_string_length": p.max_string_length,
+                "max_array_length": p.max_array_length,
+            },
+        },
+    }
+
+
+async def run_checks(paths: Sequence[Path], settings: Settings) -> CheckReport:
+    """`workers.verify_checks.check_files` in a child process, killed when time is up."""
+    timeout = settings.verify.timeout_seconds
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "workers.verify_child",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        request = json.dumps(child_request(paths, settings)).encode()
+        out, err = await asyncio.wait_for(proc.communicate(request), timeout)
+    except TimeoutError:
+        report = CheckReport()
+        report.fail(Reason.TIMEOUT, f"the checks took more than {timeout:g} s")
+        return report
+    finally:
+        if proc.returncode is None:  # timed out or cancelled: the child must not outlive us
+            proc.kill()
+            await proc.wait()
+    if proc.returncode == 0 and out:
+        return CheckReport.from_dict(json.loads(out))
+    tail = err.decode("utf-8", "replace")[-_STDERR_TAIL:].strip()
+    report = CheckReport()
+    if "MemoryError" in tail or "Cannot allocate memory" in tail or "pthread_create failed" in tail:
+        report.fail(Reason.MEMORY_EXCEEDED, f"the memory cap was reached: {tail.splitlines()[-1]}")
+    else:
+        last = tail.splitlines()[-1] if tail else "no output"
+        report.fail(Reason.CRASHED, f"the check process exited with {proc.returncode}: {last}")
+    return report
+
+
+# -- one verification -------------------------------------------------------------------
+
+
+def cache_for(settings: Settings) -> DownloadCache:
+    return DownloadCache(settings.cache_dir, settings.verify.cache_max_bytes)
+
+
+class _Verdict(Exception):
+    """Ends a verification early (download or hash stage) with a reason."""
+
+    def __init__(self, reason: Reason, message: str) -> None:
+        self.reason = reason
+        self.message = message
+        super().__init__(message)
+
+
+@contextlib.contextmanager
+def _timed(timings: dict[str, float], stage: str) -> Iterator[None]:
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[stage] = round(time.perf_counter() - t0, 4)
+
+
+async def _download(
+    shards: Sequence[ShardSource], settings: Settings, downloader: Downloader | None, result: VerifyResult
+) -> list[Path]:
+    """The local path of every shard, downloading the remote ones into the cache."""
+    cache = cache_for(settings)
+    keys = frozenset(s.key for s in shards if s.key)
+    dl = downloader or Downloader(HttpOptions.from_settings(settings.hub))
+    paths: list[Path] = []
+    try:
+        for s in shards:
+            if s.local_path is not None:
+                paths.append(s.local_path)
+                continue
+            assert s.url is not None and s.key is not None
+            try:
+                got = await cache.fetch(dl, s.url, s.key, s.size, keep=keys)
+            except SizeMismatch as exc:
+                cache.discard(s.key)  # a partial copy of the wrong file is no use to a retry
+                short = exc.actual < exc.expected
+                raise _Verdict(
+                    Reason.TRUNCATED if short else Reason.DOWNLOAD_FAILED, f"{s.name}: {exc}"
+                ) from None
+            except (HubError, OSError) as exc:
+                raise _Verdict(Reason.DOWNLOAD_FAILED, f"{s.name}: {exc}") from None
+            result.bytes_downloaded += got.bytes_downloaded
+            paths.append(got.path)
+    finally:
+        if downloader is None:
+            await dl.close()
+    return paths
+
+
+async def _hash(
+    shards: Sequence[ShardSource], paths: Sequence[Path], settings: Settings, result: VerifyResult
+) -> None:
+    for s, path in zip(shards, paths, strict=True):
+        try:
+            digest = await sha256_file(path)
+        except OSError as exc:
+            raise _Verdict(Reason.DOWNLOAD_FAILED, f"{s.name}: {exc}") from None
+        result.sha256.append(digest)
+        if s.sha256 and digest != s.sha256.lower():
+            if s.key:
+                cache_for(settings).discard(s.key)  # never serve these bytes again
+            raise _Verdict(
+                Reason.HASH_MISMATCH, f"{s.name}: sha256 {digest}, the hub's LFS oid is {s.sha256}"
+            )
+
+
+async def verify_shards(
+    shards: Sequence[ShardSource], settings: Settings, *, downloader: Downloader | None = None
+) -> VerifyResult:
+    """Download (when remote), hash and check one artifact's files."""
+    result = VerifyResult("passed")
+    try:
+        with _timed(result.timings, "download"):
+            paths = await _download(shards, settings, downloader, result)
+        with _timed(result.timings, "hash"):
+            await _hash(shards, paths, settings, result)
+    except _Verdict as v:
+        result.status, result.reason, result.message = status_for(v.reason), str(v.reason), v.message
+        return result
+    with _timed(result.timings, "checks"):
+        report = await run_checks(paths, settings)
+    result.timings.update(report.timings)
+    result.report = report
+    result.status, result.reason, result.message = report.status, report.reason, report.message
+    return result
+
+
+async def verify_local(path: Path, settings: Settings) -> VerifyResult:
+    """Verify a local file (all shards of its split model): no download, no oid to match."""
+    paths = shard_paths(path)
+    missing = [p for p in paths if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"no such file: {missing[0]}")
+    return await verify_shards([ShardSource(p.name, local_path=p) for p in paths], settings)
+
+
+# -- artifacts on the hub ---------------------------------------------------------------
+
+
+class TargetError(Exception):
+    """A `REPO[:PATH]` that does not name one GGUF artifact."""
+
+
+def pick_artifact(info: RepoInfo, path: str | None) -> list[str]:
+    """Paths of every shard of the artifact `path` names (or the repo's only one)."""
+    files = {f.path: f for f in info.gguf_files}
+    if path is None:
+        firsts = [p for p in files if (s := parse_shard(p.rsplit("/", 1)[-1])) is None or s[1] == 1]
+        if len(firsts) != 1:
+            shown = ", ".join(sorted(firsts)[:5]) or "none"
+            raise TargetError(
+                f"{info.repo_id} has {len(firsts)} GGUF artifacts ({shown}); name one as REPO:PATH"
+            )
+        path = firsts[0]
+    if path not in files:
+        raise TargetError(f"{info.repo_id} has no GGUF file {path!r}")
+    head, _, name = path.rpartition("/")
+    parsed = parse_shard(name)
+    if parsed is None:
+        return [path]
+    stem, _, count = parsed
+    prefix = f"{head}/" if head else ""
+    wanted = [f"{prefix}{stem}-{i:05d}-of-{count:05d}{name[-5:]}" for i in range(1, count + 1)]
+    missing = [w for w in wanted if w not in files]
+    if missing:
+        raise TargetError(f"{info.repo_id}: {len(missing)} of {count} shards missing, first {missing[0]!r}")
+    return wanted
+
+
+def hub_shards(
+    client: HubClient, repo_id: str, revision: str | None, files: Sequence[Any]
+) -> list[ShardSource]:
+    """Shard sources from (path, size, sha256) records: a RepoFile or a catalog Shard."""
+    return [
+        ShardSource(
+            name=f.path,
+            url=client.resolve_url(repo_id, revision, f.path),
+            size=f.size,
+            sha256=f.sha256,
+            key=cache_key(f.sha256, repo_id=repo_id, revision=revision, path=f.path),
+        )
+        for f in files
+    ]
+
+
+async def verify_hub(
+    repo_id: str,
+    path: str | None,
+    settings: Settings,
+    *,
+    revision: str | None = None,
+    downloader: Downloader | None = None,
+) -> VerifyResult:
+    """Verify `repo_id[:path]` on the configured hub, pinned to the revision it lists now."""
+    client = HubClient.from_settings(settings.hub)
+    info = await client.repo_info(repo_id, revision)
+    by_path = {f.path: f for f in info.files}
+    chosen = [by_path[p] for p in pick_artifact(info, path)]
+    shards = hub_shards(client, repo_id, info.sha or revision, chosen)
+    return await verify_shards(shards, settings, downloader=downloader)
+
+
+# -- the job: one catalog row -----------------------------------------------------------
+
+
+async def _artifact_shards(db: Database, artifact_id: int, settings: Settings) -> list[ShardSource]:
+    async with db.sessions() as session:
+        art = await session.scalar(
+            select(Artifact)
+            .where(Artifact.id == artifact_id)
+            .options(selectinload(Artifact.repo), selectinload(Artifact.shards))
+        )
+    if art is None:
+        raise TargetError(f"no artifact with id {artifact_id}")
+    shards = sorted(art.shards, key=lambda s: s.split_no)
+    if art.repo.local_path:
+        root = Path(art.repo.local_path)
+        return [ShardSource(s.path, local_path=root / s.path) for s in shards]
+    client = HubClient.from_settings(settings.hub)
+    return hub_shards(client, art.repo.repo_id, art.revision, shards)
+
+
+def _fill_row(row: Verification, result: VerifyResult) -> None:
+    r = result.report or CheckReport()
+    row.status, row.reason = result.status, result.reason
+    row.sha256 = result.sha256[0] if result.sha256 else None
+    row.tensors_checked = r.tensors_checked
+    row.nonfinite_values = r.nonfinite_values
+    row.perplexity = r.perplexity
+    row.generated = r.generated_text
+    row.generated_tokens = r.generated_tokens
+    row.bytes_downloaded = result.bytes_downloaded
+    row.peak_rss_bytes = r.peak_rss_bytes
+    row.timings = result.timings
+    # The rest of the result (message, every shard's sha256, per-tensor statistics, speeds)
+    # goes to details; what the row has columns for is not repeated there, except the new
+    # columns the API does not present yet (generated_tokens, bytes, peak RSS).
+    details = result.to_dict()
+    for key in ("status", "reason", "timings", "generated_text", "perplexity"):
+        details.pop(key)
+    row.details = details
+    row.finished_at = utcnow()
+
+
+async def run_verification(
+    db: Database, settings: Settings, verification_id: int, *, downloader: Downloader | None = None
+) -> None:
+    """Run the queued verification `verification_id` and record its result.
+
+    Whatever happens, the row ends finished: an unexpected error is recorded as `crashed`
+    with its message rather than left `running` forever.
+    """
+    async with db.sessions() as session:
+        row = await session.get(Verification, verification_id)
+        if row is None:
+            return
+        row.status, row.started_at = "running", utcnow()
+        artifact_id = row.artifact_id
+        await session.commit()
+    try:
+        shards = await _artifact_shards(db, artifact_id, settings)
+        result = await verify_shards(shards, settings, downloader=downloader)
+    except (TargetError, HubError, OSError) as exc:
+        result = VerifyResult.failed(Reason.DOWNLOAD_FAILED, str(exc))
+    except Exception as exc:  # a bug must not leave the row "running"; its message is kept
+        result = VerifyResult.failed(Reason.CRASHED, f"{type(exc).__name__}: {exc}")
+    async with db.sessions() as session:
+        row = await session.get(Verification, verification_id)
+        if row is None:
+            return
+        _fill_row(row, result)
+        art = await session.get(Artifact, artifact_id)
+        if art is not None:
+            art.verification_status = result.status
+        await session.commit()
+
+
+@contextlib.asynccontextmanager
+async def in_process_verifier(settings: Settings) -> AsyncIterator[TaskVerifier]:
+    """The Verifier `registry serve` passes to the API: verifications as tasks of the
+    server process, `verify.concurrency` at a time, over a database of its own.
+
+    Pass `verifier.resume` as a background job of serve so that rows a stopped server
+    left queued or running are picked up once the schema is in place."""
+    db = Database.from_settings(settings)
+    verifier = TaskVerifier(
+        db.sessions,
+        functools.partial(run_verification, db, settings),
+        concurrency=settings.verify.concurrency,
+    )
+    try:
+        yield verifier
+    finally:
+        await verifier.close()
+        await db.dispose()

@@ -1,0 +1,381 @@
+"""The checks of a verification that need the whole file: bounds, weights, smoke inference.
+
+`check_files` runs synchronously over local files (every shard of one artifact) and never
+raises for anything wrong with them: the verdict is a `CheckReport` with a typed
+`Reason`. It is what the child process of `workers.verify_child` runs, under a memory cap
+and a wall-clock limit, so that a hostile file costs a failed row and nothing else.
+
+Stages, each timed: `header` (parse, every tensor inside its file), `dequantize` (every
+tensor in bounded row chunks, with per-tensor min/max/mean/std and NaN/Inf counts),
+`load` (architecture, tokenizer, weights), `perplexity` and `generate`.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import resource
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from registry.gguf.errors import GGUFError, InvalidTensor, NeedMoreData, TruncatedFile, UnknownTensorType
+from registry.gguf.limits import Limits
+from registry.gguf.model import GGUFHeader, TensorInfo
+from registry.gguf.reader import next_window, parse_header
+from registry.hub.local import shard_paths
+from registry.quant import dequantize_chunks
+from registry.quant.base import DequantError, UnsupportedType
+from registry.runner import (
+    SMOKE_PROMPT,
+    SMOKE_TEXT,
+    ModelFile,
+    NonFiniteLogits,
+    RunnerError,
+    TokenizerUnsupported,
+    UnsupportedArchitecture,
+    load_model,
+    load_tokenizer,
+    run_smoke,
+)
+
+
+class Reason(enum.StrEnum):
+    """Why a verification did not pass. The first ten are the issue's; the rest cover
+    what else can go wrong with a file or a run."""
+
+    HASH_MISMATCH = "hash_mismatch"
+    TRUNCATED = "truncated"
+    TENSOR_OUT_OF_BOUNDS = "tensor_out_of_bounds"
+    NONFINITE_WEIGHTS = "nonfinite_weights"
+    UNSUPPORTED_TYPE = "unsupported_type"
+    UNSUPPORTED_ARCHITECTURE = "unsupported_architecture"
+    TOKENIZER_UNSUPPORTED = "tokenizer_unsupported"
+    INFERENCE_NONFINITE = "inference_nonfinite"
+    PERPLEXITY_TOO_HIGH = "perplexity_too_high"
+    TIMEOUT = "timeout"
+    INVALID_HEADER = "invalid_header"  # any other format error of the header
+    INVALID_MODEL = "invalid_model"  # keys or tensors the architecture needs are missing or wrong
+    MEMORY_EXCEEDED = "memory_exceeded"
+    DOWNLOAD_FAILED = "download_failed"
+    CRASHED = "crashed"  # the child process died without a verdict
+
+
+# Reasons that say "this registry cannot judge the file", not "the file is bad".
+SKIP_REASONS = frozenset(
+    {Reason.UNSUPPORTED_TYPE, Reason.UNSUPPORTED_ARCHITECTURE, Reason.TOKENIZER_UNSUPPORTED}
+)
+
+
+def status_for(reason: Reason | None) -> str:
+    if reason is None:
+        return "passed"
+    return "skipped" if reason in SKIP_REASONS else "failed"
+
+
+class CheckFailed(Exception):
+    def __init__(self, reason: Reason, message: str) -> None:
+        self.reason = reason
+        self.message = message
+        super().__init__(f"{reason}: {message}")
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    perplexity_threshold: float = 100.0
+    n_generate: int = 8
+    chunk_bytes: int = 64 * 1024 * 1024
+    limits: Limits = field(default_factory=Limits)
+    text: str = SMOKE_TEXT
+    prompt: str = SMOKE_PROMPT
+
+
+@dataclass
+class TensorStats:
+    name: str
+    type: str
+    n_elements: int
+    min: float | None = None  # over the finite values; None when there are none
+    max: float | None = None
+    mean: float | None = None
+    std: float | None = None
+    nan: int = 0
+    inf: int = 0
+
+
+@dataclass
+class CheckReport:
+    status: str = "passed"
+    reason: str | None = None
+    message: str | None = None
+    architecture: str | None = None
+    tensors_checked: int = 0
+    nonfinite_values: int = 0
+    tensors: list[TensorStats] = field(default_factory=list)
+    perplexity: float | None = None
+    text_tokens: int | None = None
+    prompt: str | None = None
+    generated_tokens: list[int] = field(default_factory=list)
+    generated_text: str | None = None
+    prompt_tokens_per_second: float | None = None
+    tokens_per_second: float | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    peak_rss_bytes: int | None = None
+
+    def fail(self, reason: Reason, message: str) -> None:
+        self.status, self.reason, self.message = status_for(reason), str(reason), message
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CheckReport:
+        tensors = [TensorStats(**t) for t in data.get("tensors", [])]
+        return cls(**{**data, "tensors": tensors})
+
+
+@contextmanager
+def _stage(report: CheckReport, name: str) -> Iterator[None]:
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        report.timings[name] = round(time.perf_counter() - t0, 4)
+
+
+# -- header and bounds ------------------------------------------------------------------
+
+_FIRST_WINDOW = 1 << 20
+_MARGIN = 64 * 1024
+
+
+def read_header(data: np.ndarray, limits: Limits) -> GGUFHeader:
+    """Parse the header of a memory-mapped file from growing prefixes.
+
+    The file size is withheld from the parser on purpose: with it, a tensor reaching past
+    the end is a parse error, and the bounds check below tells a truncated file from a
+    tensor offset pointing outside it.
+    """
+    size = int(data.size)
+    window = min(_FIRST_WINDOW, size)
+    while True:
+        try:
+            return parse_header(data[:window].tobytes(), limits=limits)
+        except NeedMoreData as exc:
+            if window >= size:
+                raise CheckFailed(
+                    Reason.TRUNCATED, f"the file ends at {size} bytes, inside its header"
+                ) from None
+            window = min(next_window(exc, margin=_MARGIN), size)
+
+
+def check_bounds(header: GGUFHeader, size: int, name: str) -> None:
+    """Every tensor's bytes inside the file, telling truncation from a bad offset.
+
+    Writers (llama.cpp, gguf-py) pack tensors back to back, each padded to the alignment.
+    A tensor that starts where packing puts it but ends past the file means the file was
+    cut short; one that starts anywhere else and ends past the file has a bad offset.
+    """
+    if header.data_offset > size and header.tensors:
+        raise CheckFailed(
+            Reason.TRUNCATED, f"{name}: {size} bytes, the header says data starts at {header.data_offset}"
+        )
+    packed_at = header.data_offset
+    for t in header.tensors:
+        end = t.file_offset + t.n_bytes
+        if end > size:
+            if t.file_offset == packed_at:
+                raise CheckFailed(
+                    Reason.TRUNCATED,
+                    f"{name}: {size} bytes, tensor {t.name!r} needs {end}; the file was cut short",
+                )
+            raise CheckFailed(
+                Reason.TENSOR_OUT_OF_BOUNDS,
+                f"{name}: tensor {t.name!r} at bytes {t.file_offset}..{end} lies outside the {size}-byte file",
+            )
+        packed_at = -(-end // header.alignment) * header.alignment
+
+
+def _header_failure(exc: GGUFError, name: str) -> CheckFailed:
+    if isinstance(exc, TruncatedFile):
+        return CheckFailed(Reason.TRUNCATED, f"{name}: {exc}")
+    if isinstance(exc, UnknownTensorType):
+        return CheckFailed(Reason.UNSUPPORTED_TYPE, f"{name}: {exc}")
+    if isinstance(exc, InvalidTensor) and (exc.field or "").endswith(".offset"):
+        return CheckFailed(Reason.TENSOR_OUT_OF_BOUNDS, f"{name}: {exc}")
+    return CheckFailed(Reason.INVALID_HEADER, f"{name}: {exc.code}: {exc}")
+
+
+# -- weights ----------------------------------------------------------------------------
+
+
+def tensor_stats(info: TensorInfo, data: np.ndarray, *, big_endian: bool, chunk_bytes: int) -> TensorStats:
+    """Dequantize one tensor chunk by chunk; statistics merged with Chan's formula."""
+    raw = data[info.file_offset : info.file_offset + info.n_bytes]
+    stats = TensorStats(info.name, info.type.name, info.n_elements)
+    n, mean, m2 = 0, 0.0, 0.0
+    lo, hi = math.inf, -math.inf
+    for _, rows in dequantize_chunks(
+        raw, info.type, info.shape, big_endian=big_endian, max_bytes=chunk_bytes
+    ):
+        x = rows.reshape(-1)
+        total = float(x.sum(dtype=np.float64))
+        if not math.isfinite(total):  # only then can there be NaN or Inf: count them
+            nan, inf = int(np.isnan(x).sum()), int(np.isinf(x).sum())
+            stats.nan += nan
+            stats.inf += inf
+            if nan or inf:
+                x = x[np.isfinite(x)]
+                total = float(x.sum(dtype=np.float64))
+        if x.size == 0:
+            continue
+        c_mean = total / x.size
+        d = x - np.float32(c_mean)
+        c_m2 = float(np.dot(d, d))
+        lo, hi = min(lo, float(x.min())), max(hi, float(x.max()))
+        delta = c_mean - mean
+        k = n + x.size
+        mean += delta * x.size / k
+        m2 += c_m2 + delta * delta * n * x.size / k
+        n = k
+    if n:
+        stats.min, stats.max, stats.mean, stats.std = lo, hi, mean, math.sqrt(m2 / n)
+    return stats
+
+
+# -- the model --------------------------------------------------------------------------
+
+
+class ShardedModelFile(ModelFile):
+    """The runner's view of a split model: metadata from shard 1, tensors from any shard."""
+
+    def __init__(self, files: Sequence[ModelFile]) -> None:
+        super().__init__(files[0].header, files[0]._data)
+        self._files = {t.name: f for f in files for t in f.header.tensors}
+
+    def has_tensor(self, name: str) -> bool:
+        return name in self._files
+
+    def tensor_info(self, name: str) -> TensorInfo:
+        f = self._files.get(name)
+        return f.tensor_info(name) if f is not None else super().tensor_info(name)
+
+    def tensor(self, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+        f = self._files.get(name)
+        return f.tensor(name, shape) if f is not None else super().tensor(name, shape)
+
+
+def _open(path: Path, limits: Limits) -> ModelFile:
+    data = np.memmap(path, dtype=np.uint8, mode="r") if path.stat().st_size else np.zeros(0, np.uint8)
+    try:
+        header = read_header(data, limits)
+    except GGUFError as exc:
+        raise _header_failure(exc, path.name) from None
+    check_bounds(header, int(data.size), path.name)
+    return ModelFile(header, data)
+
+
+def open_model_file(path: str | Path, limits: Limits | None = None) -> ModelFile:
+    """The runner's view of a local model (all shards of a split one), bounds checked."""
+    files = [_open(p, limits or Limits()) for p in shard_paths(path)]
+    return files[0] if len(files) == 1 else ShardedModelFile(files)
+
+
+def _smoke(files: list[ModelFile], opts: CheckOptions, report: CheckReport) -> None:
+    with _stage(report, "load"):
+        mf = files[0] if len(files) == 1 else ShardedModelFile(files)
+        model = load_model(mf)  # architecture first: an unknown one is skipped, whatever the tokenizer
+        tokenizer = load_tokenizer(mf)
+    smoke = run_smoke(model, tokenizer, text=opts.text, prompt=opts.prompt, n_generate=opts.n_generate)
+    report.timings["perplexity"] = round(smoke.perplexity_seconds, 4)
+    report.timings["generate"] = round(smoke.generate_seconds, 4)
+    report.perplexity = smoke.perplexity
+    report.text_tokens = smoke.n_text_tokens
+    report.prompt = smoke.prompt
+    report.generated_tokens = smoke.generated_tokens
+    report.generated_text = smoke.generated_text
+    if smoke.perplexity_seconds > 0:
+        report.prompt_tokens_per_second = smoke.n_text_tokens / smoke.perplexity_seconds
+    if smoke.generate_seconds > 0 and smoke.generated_tokens:
+        report.tokens_per_second = len(smoke.generated_tokens) / smoke.generate_seconds
+    if not math.isfinite(smoke.perplexity) or smoke.perplexity > opts.perplexity_threshold:
+        raise CheckFailed(
+            Reason.PERPLEXITY_TOO_HIGH,
+            f"perplexity {smoke.perplexity:.2f} on the smoke text is above {opts.perplexity_threshold}",
+        )
+
+
+def _runner_failure(exc: RunnerError) -> CheckFailed:
+    if isinstance(exc, UnsupportedArchitecture):
+        return CheckFailed(Reason.UNSUPPORTED_ARCHITECTURE, str(exc))
+    if isinstance(exc, TokenizerUnsupported):
+        return CheckFailed(Reason.TOKENIZER_UNSUPPORTED, str(exc))
+    if isinstance(exc, NonFiniteLogits):
+        return CheckFailed(Reason.INFERENCE_NONFINITE, str(exc))
+    return CheckFailed(Reason.INVALID_MODEL, f"{exc.code}: {exc}")
+
+
+def _check(paths: Sequence[Path], opts: CheckOptions, report: CheckReport) -> None:
+    files: list[ModelFile] = []
+    with _stage(report, "header"):
+        files = [_open(path, opts.limits) for path in paths]
+        report.architecture = files[0].header.get("general.architecture")
+    with _stage(report, "dequantize"):
+        for mf in files:
+            big = mf.header.endianness == "big"
+            for info in mf.header.tensors:
+                try:
+                    stats = tensor_stats(info, mf._data, big_endian=big, chunk_bytes=opts.chunk_bytes)
+                except UnsupportedType as exc:
+                    raise CheckFailed(Reason.UNSUPPORTED_TYPE, f"tensor {info.name!r}: {exc}") from None
+                except DequantError as exc:
+                    raise CheckFailed(Reason.INVALID_HEADER, f"tensor {info.name!r}: {exc}") from None
+                report.tensors.append(stats)
+                report.tensors_checked += 1
+                report.nonfinite_values += stats.nan + stats.inf
+    if report.nonfinite_values:
+        bad = [t.name for t in report.tensors if t.nan or t.inf]
+        raise CheckFailed(
+            Reason.NONFINITE_WEIGHTS,
+            f"{report.nonfinite_values} NaN/Inf weights in {len(bad)} tensors, first {bad[0]!r}",
+        )
+    try:
+        _smoke(files, opts, report)
+    except RunnerError as exc:
+        raise _runner_failure(exc) from None
+
+
+def check_files(paths: Sequence[Path], opts: CheckOptions | None = None) -> CheckReport:
+    """Check every shard of one artifact and smoke-run it; the verdict, never an exception
+    for a bad file (a MemoryError under the child's cap becomes `memory_exceeded`)."""
+    opts = opts or CheckOptions()
+    report = CheckReport()
+    try:
+        _check([Path(p) for p in paths], opts, report)
+    except CheckFailed as exc:
+        report.fail(exc.reason, exc.message)
+    except MemoryError:
+        report.fail(Reason.MEMORY_EXCEEDED, "the memory cap was reached")
+    report.peak_rss_bytes = peak_rss_bytes()
+    return report
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory.
+
+    VmHWM belongs to the address space created at exec; ru_maxrss is carried across
+    execve on Linux, so a child forked from a large parent would report the parent's peak.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
