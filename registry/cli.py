@@ -10,6 +10,8 @@ no traceback reaches the terminal.
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
@@ -19,6 +21,7 @@ from registry.config import ConfigError, Settings, load_settings
 if TYPE_CHECKING:
     from registry.catalog.search import SearchItem
     from registry.gguf.limits import Limits
+    from registry.hub.http import RemoteHeader
 
 Handler = Callable[[argparse.Namespace, Settings], int]
 
@@ -60,10 +63,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _add_inspect(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p = sub.add_parser(
         "inspect",
-        help="show the facts of a local GGUF file (all shards of a split model)",
-        description="Parse the header of a GGUF file (no tensor data is read) and show its facts.",
+        help="show the facts of a GGUF file, local or remote (all shards of a split model)",
+        description="Parse the header of a GGUF file (no tensor data is read) and show its facts. A remote "
+        "file is read by HTTP range requests, header bytes only.",
     )
-    p.add_argument("path", metavar="PATH", help="a .gguf file; for a split model any of its shards")
+    p.add_argument("path", metavar="PATH",
+                   help="a .gguf file, an http(s) URL or a hub path org/name/file.gguf; for a split model "
+                   "any of its shards")  # fmt: skip
+    p.add_argument("--revision", default="main", help="branch, tag or commit of a hub path (default: main)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--tensors", action="store_true", help="also list every tensor")
     return "inspect", _cmd_inspect
@@ -77,36 +84,102 @@ def _cmd_inspect(args: argparse.Namespace, settings: Settings) -> int:
     from registry.gguf.errors import GGUFError
     from registry.gguf.facts import derive_facts
     from registry.gguf.summary import facts_json, facts_text
+    from registry.hub.errors import HubError
     from registry.hub.local import read_artifact_headers
 
     path: str = args.path
-    if "://" in path:
-        print(f"registry: inspect: {path}: only local files can be inspected for now", file=sys.stderr)
-        return EXIT_ERROR
+    url = _remote_url(path, args.revision, settings)
+    fetched: dict[str, int] | None = None
     try:
-        local = read_artifact_headers(path, limits=_limits(settings), first_window=settings.hub.first_window)
-        headers = [h.header for h in local]
-        facts = derive_facts(headers, file_sizes=[h.file_size for h in local])
-    except GGUFError as exc:
+        if url is not None:
+            remote = _read_remote(url, settings)
+            headers, sizes, paths = (
+                [r.header for r in remote],
+                [r.file_size for r in remote],
+                [r.url for r in remote],
+            )
+            fetched = {"files": len(remote), "bytes": sum(r.bytes_fetched for r in remote),
+                       "requests": sum(r.requests for r in remote)}  # fmt: skip
+        else:
+            local = read_artifact_headers(
+                path, limits=_limits(settings), first_window=settings.hub.first_window
+            )
+            headers, sizes, paths = (
+                [h.header for h in local],
+                [h.file_size for h in local],
+                [h.path for h in local],
+            )
+        facts = derive_facts(headers, file_sizes=sizes)
+    except (GGUFError, HubError) as exc:
         err, text = exc.to_dict(), str(exc)
     except Exception as exc:  # a parser bug on a hostile file must still not print a traceback
         text = f"{type(exc).__name__}: {exc}"
         err = {"code": "internal_error", "message": text, "field": None, "offset": None}
     else:
+        findings = _template_findings(path, headers[0])
         if args.json:
             # ASCII-only JSON: a model name or template in any script survives any terminal.
-            doc = facts_json(facts, headers, tensors=args.tensors, paths=[h.path for h in local])
+            doc = facts_json(facts, headers, tensors=args.tensors, paths=paths,
+                             template_findings=findings)  # fmt: skip
+            if fetched is not None:
+                doc["fetched"] = fetched
             print(json.dumps(doc, indent=2))
         else:
             if isinstance(sys.stdout, io.TextIOWrapper):
                 sys.stdout.reconfigure(errors="replace")  # a non-UTF-8 terminal gets "?"s, not a crash
-            title = path if len(local) == 1 else f"{path} (split model, {len(local)} shards)"
-            sys.stdout.write(facts_text(facts, headers, title=title, tensors=args.tensors))
+            title = path if len(headers) == 1 else f"{path} (split model, {len(headers)} shards)"
+            sys.stdout.write(facts_text(facts, headers, title=title, tensors=args.tensors,
+                                        template_findings=findings))  # fmt: skip
+            if fetched is not None:
+                print(f"fetched {fetched['bytes']:,} bytes in {fetched['requests']} request(s) "
+                      f"for {fetched['files']} file(s)")  # fmt: skip
         return EXIT_OK
     print(f"registry: inspect: {path}: {err['code']}: {text}", file=sys.stderr)
     if args.json:
         print(json.dumps({"error": err}))
     return EXIT_ERROR
+
+
+_HUB_PATH = re.compile(r"^[\w.-]+/[\w.-]+/.+\.gguf$", re.IGNORECASE)
+
+
+def _remote_url(path: str, revision: str, settings: Settings) -> str | None:
+    """The URL to read for PATH: itself for http(s), a /resolve/ URL for a hub path that is
+    not a local file, None for a local file."""
+    from urllib.parse import quote
+
+    if path.startswith(("http://", "https://")):
+        return path
+    if os.path.exists(path) or not _HUB_PATH.match(path):
+        return None
+    org, name, file = path.split("/", 2)
+    endpoint = settings.hub.endpoint.rstrip("/")
+    return f"{endpoint}/{org}/{name}/resolve/{quote(revision, safe='')}/{quote(file)}"
+
+
+def _read_remote(url: str, settings: Settings) -> list[RemoteHeader]:
+    import asyncio
+
+    from registry.hub.http import read_remote_artifact_headers
+
+    return asyncio.run(read_remote_artifact_headers(url, settings.hub, limits=_limits(settings)))
+
+
+def _template_findings(path: str, header: Any) -> list[dict[str, str]] | None:
+    """Safety findings for the file's chat templates as JSON, worst first; None: not scanned.
+
+    The templates are rendered only in a sandbox child process (started for this call,
+    and only when the file has a template); a sandbox that cannot start is a warning, not
+    a failed inspect, and the findings then read "not scanned", never clean.
+    """
+    from registry.safety import findings_to_json, scan_header
+    from registry.safety.sandbox import SandboxUnavailable
+
+    try:
+        return findings_to_json(scan_header(header))
+    except SandboxUnavailable as exc:
+        print(f"registry: inspect: {path}: chat template not scanned: {exc}", file=sys.stderr)
+        return None
 
 
 def _catalog_call(name: str, work: Callable[[], Coroutine[Any, Any, int]]) -> int:
@@ -123,14 +196,18 @@ def _catalog_call(name: str, work: Callable[[], Coroutine[Any, Any, int]]) -> in
         print(f"registry: {name}: {exc.code}: {exc.message}", file=sys.stderr)
         return EXIT_USAGE if exc.status == 400 else EXIT_ERROR
     except (SQLAlchemyError, OSError) as exc:
-        print(f"registry: {name}: database error: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
+        print(
+            f"registry: {name}: database error: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr
+        )
         return EXIT_ERROR
 
 
 def _add_db(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p = sub.add_parser("db", help="create, migrate or inspect the catalog database schema")
     p.add_argument("action", choices=["upgrade", "downgrade", "current"])
-    p.add_argument("revision", nargs="?", help="target revision (upgrade: default head; downgrade: e.g. -1, base)")
+    p.add_argument(
+        "revision", nargs="?", help="target revision (upgrade: default head; downgrade: e.g. -1, base)"
+    )
     return "db", _cmd_db
 
 
@@ -180,7 +257,9 @@ def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
     async def work() -> int:
         db = Database.from_settings(settings)
         try:
-            report = await index_paths(db, args.paths, limits=_limits(settings), first_window=settings.hub.first_window)
+            report = await index_paths(
+                db, args.paths, limits=_limits(settings), first_window=settings.hub.first_window
+            )
         finally:
             await db.dispose()
         for a in report.artifacts:
@@ -191,7 +270,10 @@ def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
         for path in report.skipped:
             print(f"registry: index: {path}: no such file or folder", file=sys.stderr)
         repos = len({a.repo for a in report.artifacts})
-        print(f"{len(report.artifacts)} artifact(s) in {repos} repo(s), {report.errors} with errors", file=sys.stderr)
+        print(
+            f"{len(report.artifacts)} artifact(s) in {repos} repo(s), {report.errors} with errors",
+            file=sys.stderr,
+        )
         return EXIT_ERROR if report.skipped else EXIT_OK
 
     return _catalog_call("index", work)
@@ -212,16 +294,23 @@ def _limits(settings: Settings) -> Limits:
 
 def _add_search(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p = sub.add_parser("search", help="search the catalog", description="Search indexed GGUF artifacts.")
-    p.add_argument("text", nargs="?", metavar="TEXT", help="words to find in repo id, names, tags, description")
+    p.add_argument(
+        "text", nargs="?", metavar="TEXT", help="words to find in repo id, names, tags, description"
+    )
     p.add_argument("--architecture")
     p.add_argument("--license")
     p.add_argument("--file-type", metavar="T", help="file type label, e.g. Q4_K_M")
-    p.add_argument("--tensor-type", metavar="T", help="has at least one tensor of this ggml type, e.g. IQ2_XS")
+    p.add_argument(
+        "--tensor-type", metavar="T", help="has at least one tensor of this ggml type, e.g. IQ2_XS"
+    )
     p.add_argument("--min-params", type=int, metavar="N")
     p.add_argument("--max-params", type=int, metavar="N")
     p.add_argument("--size-label", metavar="L", help="e.g. 7B, 8x7B")
     p.add_argument("--min-context", type=int, metavar="N")
     p.add_argument("--descendant-of", metavar="REPO", help="only repos below REPO in the lineage graph")
+    p.add_argument("--template-severity", metavar="S",
+                   help="chat template has a safety finding at least this severe: info, low, medium, high "
+                   "or critical")  # fmt: skip
     p.add_argument("--status", default="indexed", choices=["indexed", "error", "gone", "all"])
     p.add_argument("--sort", default="downloads", metavar="KEY",
                    help="downloads, likes, last_modified, parameter_count, file_size or name; add :asc or :desc")  # fmt: skip
@@ -242,6 +331,7 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
         text=args.text, architecture=args.architecture, license=args.license, file_type=args.file_type,
         tensor_type=args.tensor_type, min_params=args.min_params, max_params=args.max_params,
         size_label=args.size_label, min_context=args.min_context, descendant_of=args.descendant_of,
+        template_severity=args.template_severity,
         status=args.status, sort=args.sort, limit=args.limit, cursor=args.cursor,
     )  # fmt: skip
 
@@ -270,23 +360,296 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
 def _search_table(items: Sequence[SearchItem]) -> str:
     if not items:
         return "no matches\n"
-    head = ("REPO", "PATH", "ARCH", "PARAMS", "TYPE", "SIZE", "LICENSE", "SHARDS", "STATUS")
+    head = ("REPO", "PATH", "ARCH", "PARAMS", "TYPE", "SIZE", "LICENSE", "SHARDS", "TEMPLATE", "STATUS")
     rows = [head] + [
         (i.repo, i.path, i.architecture or "-", f"{i.parameter_count:,}" if i.parameter_count else "-",
-         i.file_type or "-", i.size_label or "-", i.license or "-", str(i.shards),
+         i.file_type or "-", i.size_label or "-", i.license or "-", str(i.shards), i.chat_template_severity or "-",
          i.status if not i.error else f"{i.status}: {i.error_code}: {i.error}"[:120])
         for i in items
     ]  # fmt: skip
     widths = [min(60, max(len(r[c]) for r in rows)) for c in range(len(head) - 1)]
-    return "".join("  ".join(v[:w].ljust(w) for v, w in zip(r, widths, strict=False)) + "  " + r[-1] + "\n" for r in rows)
+    return "".join(
+        "  ".join(v[:w].ljust(w) for v, w in zip(r, widths, strict=False)) + "  " + r[-1] + "\n" for r in rows
+    )
 
 
 # Registered subcommands, in the order `registry --help` lists them.
+def _add_verify(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
+    p = sub.add_parser(
+        "verify",
+        help="prove a GGUF model works: download, sha256, dequantize every tensor, smoke inference",
+        description="Verify one model from the hub (REPO or REPO:PATH; shards are found by name) "
+        "or a local file (hashed, not compared). Exit status: 0 passed, 1 failed or error, "
+        "3 skipped (an architecture, tokenizer or type this registry cannot run).",
+    )
+    p.add_argument("target", metavar="REPO[:PATH] | LOCAL_PATH", help="org/name[:file.gguf] or a .gguf path")
+    p.add_argument("--revision", help="hub revision (default: main, pinned to its commit)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--tensors", action="store_true", help="with --json, include per-tensor statistics")
+    return "verify", _cmd_verify
+
+
+def _cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
+    import asyncio
+    import json
+    import re
+    from pathlib import Path
+
+    from registry.gguf.errors import GGUFError
+    from registry.hub.errors import HubError
+    from workers.verify import TargetError, verify_hub, verify_local
+
+    target: str = args.target
+    repo, _, path = target.partition(":")
+    # org/name[:path] unless a file by that name exists or it looks like a file name
+    hub = re.fullmatch(r"[\w][\w.-]*/[\w.-]+", repo) and not repo.lower().endswith(".gguf")
+    try:
+        if Path(target).exists() or not hub:
+            result = asyncio.run(verify_local(Path(target), settings))
+        else:
+            result = asyncio.run(verify_hub(repo, path or None, settings, revision=args.revision))
+    except (TargetError, HubError, GGUFError, OSError) as exc:
+        print(f"registry: verify: {target}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as exc:  # e.g. a repo id the hub client rejects: still one line, no traceback
+        print(f"registry: verify: {target}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.json:
+        print(json.dumps(result.to_dict(tensors=args.tensors), indent=2))
+    else:
+        print(_verify_text(target, result.to_dict(tensors=False)))
+    return {"passed": EXIT_OK, "skipped": 3}.get(result.status, EXIT_ERROR)
+
+
+def _verify_text(target: str, r: dict[str, Any]) -> str:
+    lines = [f"{r['status']}: {target}" + (f" ({r['reason']}: {r['message']})" if r["reason"] else "")]
+    lines += [f"  sha256      {h}" for h in r["sha256"]]
+    if r["tensors_checked"]:
+        lines.append(
+            f"  tensors     {r['tensors_checked']} dequantized, {r['nonfinite_values']} NaN/Inf values"
+        )
+    if r["perplexity"] is not None:
+        lines.append(f"  perplexity  {r['perplexity']:.3f} over {r['text_tokens']} tokens")
+    if r["generated_text"] is not None:
+        lines.append(f"  generated   {r['prompt']!r} -> {r['generated_text']!r}")
+    lines.append(f"  downloaded  {r['bytes_downloaded']} bytes; peak RSS {r['peak_rss_bytes'] or 0} bytes")
+    lines.append("  timings     " + ", ".join(f"{k} {v:.2f}s" for k, v in r["timings"].items()))
+    return "\n".join(lines)
+
+
+def _add_run(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
+    p = sub.add_parser("run", help="run a local GGUF model on the CPU: tokenize, perplexity, generate")
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, text in (
+        ("tokenize", "token ids of a text (with BOS when the model adds one)"),
+        ("perplexity", "perplexity of a text file, BOS added as llama.cpp does"),
+        ("generate", "greedy continuation of a prompt"),
+    ):
+        a = actions.add_parser(name, help=text, description=text)
+        a.add_argument("path", metavar="PATH", help="a .gguf file; for a split model any of its shards")
+        a.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+        if name == "tokenize":
+            a.add_argument("--text", required=True)
+        elif name == "perplexity":
+            a.add_argument("--text-file", required=True, metavar="FILE")
+        else:
+            a.add_argument("--prompt", required=True)
+            a.add_argument("-n", type=int, default=16, metavar="N", help="tokens to generate (default 16)")
+    return "run", _cmd_run
+
+
+def _cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+    import time
+
+    from registry.gguf.errors import GGUFError
+    from registry.runner import RunnerError, greedy_generate, load_model, load_tokenizer, perplexity
+    from workers.verify_checks import CheckFailed, open_model_file
+
+    try:
+        text = _read_text(args.text_file) if args.action == "perplexity" else None
+        mf = open_model_file(args.path, _limits(settings))
+        tokenizer = load_tokenizer(mf)
+        ids = tokenizer.encode(args.text if args.action == "tokenize" else text or args.prompt)
+        if args.action == "tokenize":
+            doc: dict[str, Any] = {"tokens": ids}
+        elif args.action == "perplexity":
+            doc = {"perplexity": perplexity(load_model(mf), ids), "tokens": len(ids)}
+        else:
+            eos, model = tokenizer.vocab.eos_id, load_model(mf)
+            t0 = time.perf_counter()
+            out = greedy_generate(model, ids, args.n, stop=() if eos is None else (eos,))
+            elapsed = time.perf_counter() - t0
+            doc = {"tokens": out, "text": tokenizer.decode(out), "tokens_per_second": len(out) / elapsed}
+    except (GGUFError, RunnerError, CheckFailed, OSError, ValueError) as exc:
+        print(f"registry: run {args.action}: {args.path}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.json:
+        print(json.dumps(doc))
+    elif args.action == "generate":
+        print(doc["text"])
+    else:
+        print(" ".join(f"{k} {v}" for k, v in doc.items()))
+    return EXIT_OK
+
+
+def _read_text(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def _add_crawl(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
+    p = sub.add_parser(
+        "crawl",
+        help="crawl a hub: index the headers of every changed GGUF repo",
+        description="List GGUF repos on the hub, and for each one whose revision changed since the last "
+        "crawl read every GGUF file's header by range requests and index it. One failing repo is recorded "
+        "and the crawl goes on. Creates or migrates the database when needed.",
+    )
+    p.add_argument("--endpoint", metavar="URL", help="hub to crawl for this run (default: hub.endpoint)")
+    p.add_argument("--search", metavar="Q", help="only repos matching the hub's search term")
+    p.add_argument("--author", metavar="A", help="only repos of this user or organization")
+    p.add_argument("--limit", type=int, metavar="N", help="look at most at N repos")
+    p.add_argument("--full", action="store_true", help="re-read repos whose revision did not change")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    return "crawl", _cmd_crawl
+
+
+def _cmd_crawl(args: argparse.Namespace, settings: Settings) -> int:
+    import dataclasses
+    import json
+
+    from registry.catalog.db import Database
+    from workers.crawl import CrawlParams, crawl_from_settings
+
+    hub = settings.hub
+    if args.endpoint and args.endpoint.rstrip("/") != hub.endpoint.rstrip("/"):
+        # The configured token belongs to the configured hub: never hand it to another host.
+        hub = dataclasses.replace(hub, endpoint=args.endpoint.rstrip("/"), token="")
+    params = CrawlParams(author=args.author, search=args.search, limit=args.limit, full=args.full)
+    progress = _CrawlProgress(sys.stderr)
+
+    async def work() -> int:
+        db = Database.from_settings(settings)
+        try:
+            report = await crawl_from_settings(db, hub, params, limits=_limits(settings), progress=progress)
+        finally:
+            await db.dispose()
+        progress.close()
+        doc = {"crawl_id": report.crawl_id, "status": report.status, "endpoint": hub.endpoint,
+               "counters": report.counters(), "errors": report.errors}  # fmt: skip
+        if args.json:
+            print(json.dumps(doc))
+        else:
+            print(_crawl_summary(doc))
+        return EXIT_OK if report.status == "finished" else EXIT_ERROR
+
+    return _catalog_call("crawl", work)
+
+
+class _CrawlProgress:
+    """A one-line live display on a terminal; on a pipe, a plain line at most every 10 s."""
+
+    def __init__(self, stream: Any) -> None:
+        import time
+
+        self.stream = stream
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.clock = time.monotonic
+        self.start = self.last = self.clock()
+        self.shown = False
+
+    def __call__(self, r: Any) -> None:
+        now = self.clock()
+        if now - self.last < (0.2 if self.tty else 10.0):
+            return
+        self.last = now
+        rate = r.files / max(now - self.start, 1e-9)
+        line = (f"repos {r.listed} seen, {r.indexed} indexed, {r.unchanged} unchanged, {r.failed} failed | "
+                f"files {r.files} ({rate:.1f}/s) | {r.bytes_fetched / 1e6:.1f} MB in {r.requests} requests")  # fmt: skip
+        if self.tty:
+            self.stream.write("\r\x1b[K" + line[:200])
+            self.shown = True
+        else:
+            self.stream.write(f"registry: crawl: {line}\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+def _crawl_summary(doc: dict[str, Any]) -> str:
+    c = doc["counters"]
+    lines = [
+        f"crawl {doc['crawl_id']} {doc['status']} ({doc['endpoint']})",
+        f"  repos:     {c['listed']} seen, {c['indexed']} indexed, {c['unchanged']} unchanged, {c['failed']} failed",
+        f"  artifacts: {c['artifacts']} read, {c['artifact_errors']} with errors; {c['files']} files",
+        f"  transfer:  {c['bytes_fetched']:,} bytes in {c['requests']} requests",
+    ]
+    lines += [
+        f"  error: {e['repo']}{'/' + e['path'] if e['path'] else ''}: {e['error']}" for e in doc["errors"]
+    ]
+    return "\n".join(lines)
+
+
+def _add_serve(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
+    p = sub.add_parser(
+        "serve",
+        help="run the REST API with in-process crawls and the crawl schedule",
+        description="Serve the catalog API until SIGINT/SIGTERM. POST /v1/crawls runs crawls in this process; "
+        "[schedule] crawl runs them periodically. A SQLite database is created or migrated at start.",
+    )
+    p.add_argument("--host", help="address to listen on (default: api.host)")
+    p.add_argument("--port", type=int, help="TCP port (default: api.port; 0 picks a free one)")
+    return "serve", _cmd_serve
+
+
+def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    import logging
+
+    from registry.api.launchers import CrawlSpec, InProcessLauncher
+    from registry.api.serve import serve
+    from workers.schedule import ScheduleError, parse_schedule, run_schedule
+    from workers.verify import in_process_verifier
+
+    try:
+        schedule = parse_schedule(settings.schedule.crawl)
+    except ScheduleError as exc:
+        print(f"registry: serve: configuration error: schedule.crawl: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per hub API call drowns the rest
+    s = settings.schedule
+    spec = CrawlSpec(source="hub", search=s.search or None, author=s.author or None, limit=s.limit or None)
+
+    async def work() -> int:
+        launcher = InProcessLauncher(settings)
+        try:
+            async with in_process_verifier(settings) as verifier:
+                # resume: verifications a stopped server left queued or running.
+                background: list[Callable[[], Coroutine[Any, Any, object]]] = [verifier.resume]
+                if schedule is not None:
+                    background.append(lambda: run_schedule(schedule, lambda: launcher.crawl(spec)))
+                await serve(settings, args.host, args.port, launcher=launcher, verifier=verifier,
+                            background=background)  # fmt: skip
+        finally:
+            await launcher.aclose()
+        return EXIT_OK
+
+    return _catalog_call("serve", work)
+
+
 _COMMANDS: list[Callable[[argparse._SubParsersAction], tuple[str, Handler]]] = [
     _add_inspect,
     _add_index,
     _add_search,
     _add_db,
+    _add_verify,
+    _add_run,
+    _add_crawl,
+    _add_serve,
 ]
 
 

@@ -48,7 +48,9 @@ class HubSettings:
     first_window: int = _setting(2 * 1024 * 1024, "Bytes fetched by the first range request of a file header.")
     max_header_bytes: int = _setting(64 * 1024 * 1024, "Largest header fetched per file before giving up.")
     shard_window: int = _setting(
-        256 * 1024, "Bytes fetched by the first range request of shards 2..N of a split model (tensor infos only)."
+        256 * 1024,
+        "Bytes fetched by the first range request of files without a vocabulary: shards 2..N of a split "
+        "model, projectors (mmproj) and LoRA adapters, told by their file names.",
     )
     per_host_concurrency: int = _setting(8, "Most requests in flight to one host (the hub, the CDN) at a time.")
     connect_timeout: float = _setting(10.0, "Seconds to wait for a connection to a host.")
@@ -57,6 +59,23 @@ class HubSettings:
     backoff_base: float = _setting(0.5, "Seconds before the first retry; doubles each retry, with jitter.")
     backoff_max: float = _setting(30.0, "Longest single backoff wait in seconds (a server's Retry-After may be longer).")
     max_retry_wait: float = _setting(120.0, "Most seconds spent waiting between retries for one file before giving up.")
+    crawl_concurrency: int = _setting(
+        24,
+        "Repos a crawl reads at once. Each holds at most one artifact's headers in memory (a 262k-token "
+        "vocabulary is ~9 MB); requests per host stay capped by per_host_concurrency.",
+    )
+
+
+@dataclass(frozen=True)
+class ScheduleSettings:
+    crawl: str = _setting(
+        "",
+        "When `registry serve` crawls the hub: `every 6h` (units s, m, h, d), a 5-field cron expression "
+        "in UTC such as `0 */6 * * *`, or empty for no scheduled crawls.",
+    )
+    search: str = _setting("", "Search term of the scheduled crawl (empty: every GGUF repo).")
+    author: str = _setting("", "Only repos of this user or organization in the scheduled crawl (empty: any).")
+    limit: int = _setting(0, "Most repos the scheduled crawl looks at (0: no limit).")
 
 
 @dataclass(frozen=True)
@@ -81,16 +100,46 @@ class ApiSettings:
 
 
 @dataclass(frozen=True)
+class VerifySettings:
+    cache_dir: str = _setting("", "Folder of the download cache. Empty means `cache` in data_dir.")
+    cache_max_bytes: int = _setting(
+        20 * 1024**3, "Most bytes the download cache keeps; least recently used files are evicted first."
+    )
+    timeout_seconds: float = _setting(
+        900.0, "Wall-clock limit in seconds for the checks and smoke inference of one verification."
+    )
+    memory_cap_bytes: int = _setting(
+        8 * 1024**3,
+        "Address-space limit (RLIMIT_AS) of the child process that dequantizes and runs a model. "
+        "Memory maps count against it, so leave room for the file size plus the float32 weights.",
+    )
+    perplexity_threshold: float = _setting(
+        100.0, "A model whose perplexity on the built-in English paragraph is above this fails."
+    )
+    n_generate: int = _setting(8, "Tokens generated greedily from the built-in prompt.")
+    chunk_bytes: int = _setting(
+        64 * 1024 * 1024, "Most float32 bytes of one tensor held at once while computing weight statistics."
+    )
+    concurrency: int = _setting(1, "Verifications run at once by `registry serve`; each needs a model's memory.")
+
+
+@dataclass(frozen=True)
 class Settings:
     general: GeneralSettings = field(default_factory=GeneralSettings)
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     hub: HubSettings = field(default_factory=HubSettings)
+    schedule: ScheduleSettings = field(default_factory=ScheduleSettings)
     parser: ParserSettings = field(default_factory=ParserSettings)
     api: ApiSettings = field(default_factory=ApiSettings)
+    verify: VerifySettings = field(default_factory=VerifySettings)
 
     @property
     def data_dir(self) -> Path:
         return Path(self.general.data_dir)
+
+    @property
+    def cache_dir(self) -> Path:
+        return Path(self.verify.cache_dir) if self.verify.cache_dir else self.data_dir / "cache"
 
     @property
     def database_url(self) -> str:

@@ -17,10 +17,11 @@ repo, so the next crawl tries it again instead of recording a revision as indexe
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
@@ -36,7 +37,11 @@ from registry.gguf.filename import ShardGroup, group_shards
 from registry.gguf.limits import Limits
 from registry.hub.client import HubClient, RepoFile, RepoInfo, RepoSummary
 from registry.hub.errors import FileChanged, HubError
-from registry.hub.http import SHARD_WINDOW, HubHttp, RemoteHeader
+from registry.hub.http import SHARD_WINDOW, HubHttp, RemoteHeader, first_window_for
+from workers.templates import TemplateScanner, scanner_scope
+
+if TYPE_CHECKING:
+    from registry.config import HubSettings
 
 log = logging.getLogger(__name__)
 MAX_ERRORS_KEPT = 100
@@ -59,23 +64,33 @@ class CrawlParams:
 
 @dataclass
 class CrawlReport:
-    listed: int = 0
-    unchanged: int = 0
+    listed: int = 0  # repos seen
+    unchanged: int = 0  # repos skipped: same revision as indexed
     indexed: int = 0  # repos written
     failed: int = 0  # repos not written because of a transient or hub error
     artifacts: int = 0
-    artifact_errors: int = 0
+    artifact_errors: int = 0  # artifacts recorded with an error (bad or unreadable files)
+    files: int = 0  # GGUF files whose header was read (each shard counts)
     bytes_fetched: int = 0
     requests: int = 0
     errors: list[dict[str, str]] = field(default_factory=list)
+    crawl_id: int | None = None  # the Crawl row, once created
+    status: str = "running"  # then "finished" or "failed", as on the row
 
     def counters(self) -> dict[str, int]:
-        return {k: v for k, v in vars(self).items() if isinstance(v, int)}
+        return {k: v for k, v in vars(self).items() if isinstance(v, int) and k != "crawl_id"}
 
     def error(self, repo: str, exc: BaseException, path: str | None = None) -> None:
         code = getattr(exc, "code", type(exc).__name__)
+        self.add_error(repo, path or "", f"{code}: {exc}")
+
+    def add_error(self, repo: str, path: str, text: str) -> None:
+        # Capped: a crawl of a broken mirror must not grow one row without bound.
         if len(self.errors) < MAX_ERRORS_KEPT:
-            self.errors.append({"repo": repo, "path": path or "", "error": f"{code}: {exc}"})
+            self.errors.append({"repo": repo, "path": path, "error": text})
+
+
+Progress = Callable[[CrawlReport], None]
 
 
 @dataclass(frozen=True)
@@ -83,6 +98,8 @@ class ReadOptions:
     limits: Limits | None = None
     first_window: int | None = None  # None: the HubHttp's own setting
     shard_window: int = SHARD_WINDOW
+    # Chat template scanner shared by a whole crawl; None: one per repo snapshot.
+    scanner: TemplateScanner | None = None
 
 
 def _is_transient(exc: HubError) -> bool:
@@ -106,13 +123,21 @@ async def _read_artifact(
     try:
         if not group.complete:
             raise GGUFError(f"split model incomplete: shards {list(group.missing)} of {group.count} missing")
+        first = opts.first_window or http.options.first_window
         remote = list(
             await asyncio.gather(
                 *(
                     http.fetch_header(
                         client.resolve_url(info.repo_id, info.sha, p),
                         limits=opts.limits,
-                        first_window=opts.first_window if i == 0 else opts.shard_window,
+                        first_window=first_window_for(
+                            p,
+                            split_no=i,
+                            size=files[p].size,
+                            first_window=first,
+                            small_window=opts.shard_window,
+                        ),
+                        expected_size=files[p].size,
                     )
                     for i, p in enumerate(group.paths)
                 )
@@ -131,7 +156,8 @@ async def _read_artifact(
         )
         for s, r in zip(shards, remote, strict=True)
     ]
-    return ArtifactRecord(shards[0].path, tuple(shards), facts=facts), remote
+    findings = await opts.scanner.scan(remote[0].header) if opts.scanner is not None else None
+    return ArtifactRecord(shards[0].path, tuple(shards), facts=facts, chat_template_findings=findings), remote
 
 
 async def build_snapshot(
@@ -141,14 +167,21 @@ async def build_snapshot(
     assert info.sha is not None
     files = {f.path: f for f in info.files}
     records = []
-    for group in group_shards(files):
-        record, remote = await _read_artifact(http, client, info, group, files, opts)
-        records.append(record)
-        if report is not None:
-            report.artifacts += 1
-            report.artifact_errors += record.error is not None
-            report.bytes_fetched += sum(r.bytes_fetched for r in remote)
-            report.requests += sum(r.requests for r in remote)
+    async with scanner_scope(opts.scanner) as scanner:
+        opts = dataclasses.replace(opts, scanner=scanner)
+        for group in group_shards(files):
+            record, remote = await _read_artifact(http, client, info, group, files, opts)
+            records.append(record)
+            if report is not None:
+                report.artifacts += 1
+                report.artifact_errors += record.error is not None
+                report.files += len(remote)
+                if record.error is not None:
+                    report.add_error(
+                        info.repo_id, record.path, f"{record.error.code}: {record.error.message}"
+                    )
+                report.bytes_fetched += sum(r.bytes_fetched for r in remote)
+                report.requests += sum(r.requests for r in remote)
     return RepoSnapshot(
         repo_id=info.repo_id,
         revision=info.sha,
@@ -220,12 +253,22 @@ async def crawl_hub(
     opts: ReadOptions | None = None,
     concurrency: int = 4,
     batch: int = 100,
+    progress: Progress | None = None,
 ) -> CrawlReport:
-    """Run one crawl and keep its row up to date; creates the row when `crawl_id` is None."""
+    """Run one crawl and keep its row up to date; creates the row when `crawl_id` is None.
+
+    `concurrency` repos are read at once; each reads its artifacts one after another
+    (shards in parallel), so at most about `concurrency` headers are in memory, and each
+    repo's headers are dropped once its snapshot is written. `progress` is called after
+    every repo with the running report.
+    """
     opts = opts or ReadOptions()
+    # One sandbox pool and scan cache for the crawl: a hub repeats the same few templates.
+    own_scanner = TemplateScanner() if opts.scanner is None else None
+    opts = dataclasses.replace(opts, scanner=opts.scanner or own_scanner)
     await migrate.ensure_schema(db.engine)
     crawl_id = await _start(db, crawl_id, params)
-    report = CrawlReport()
+    report = CrawlReport(crawl_id=crawl_id)
     slots = asyncio.Semaphore(concurrency)
 
     async def one(repo_id: str, known: str | None) -> None:
@@ -236,23 +279,35 @@ async def crawl_hub(
                 report.failed += 1
                 report.error(repo_id, exc)
                 log.warning("crawl %s: %s: %s", crawl_id, repo_id, exc)
-                return
-            if result is None or result.unchanged:
-                report.unchanged += 1
+            except Exception as exc:  # a bug or a database error on one repo must not end the crawl
+                report.failed += 1
+                report.error(repo_id, exc)
+                log.exception("crawl %s: %s failed", crawl_id, repo_id)
             else:
-                report.indexed += 1
+                if result is None or result.unchanged:
+                    report.unchanged += 1
+                else:
+                    report.indexed += 1
+            if progress is not None:
+                progress(report)
 
     status = "finished"
+    running: set[asyncio.Task[None]] = set()
     try:
         pending: list[RepoSummary] = []
         async for summary in _candidates(client, params):
             report.listed += 1
             pending.append(summary)
             if len(pending) >= batch:
-                await _run_batch(db, pending, params, report, one)
-                await _heartbeat(db, crawl_id, report)
+                running |= await _start_batch(db, pending, params, report, one)
                 pending = []
-        await _run_batch(db, pending, params, report, one)
+                # Keep the listing at most one batch ahead of the workers: bounded tasks.
+                while len(running) > batch:
+                    _, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                await _heartbeat(db, crawl_id, report)
+        running |= await _start_batch(db, pending, params, report, one)
+        if running:
+            await asyncio.gather(*running)
     except HubError as exc:  # the listing itself failed: keep what was indexed, say why
         status = "failed"
         report.error("", exc)
@@ -260,23 +315,29 @@ async def crawl_hub(
         status = "failed"
         raise
     finally:
+        for task in running:  # only left when the crawl itself failed or was cancelled
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        report.status = status
+        if own_scanner is not None:
+            await own_scanner.aclose()
         await _finish(db, crawl_id, report, status)
     return report
 
 
-async def _run_batch(
+async def _start_batch(
     db: Database, pending: list[RepoSummary], params: CrawlParams, report: CrawlReport, one: Any
-) -> None:
+) -> set[asyncio.Task[None]]:
     if not pending:
-        return
+        return set()
     known = {} if params.full else await _known_revisions(db, [s.repo_id for s in pending])
-    todo = []
+    tasks = set()
     for s in pending:
         if s.sha is not None and s.repo_id in known and known[s.repo_id] == s.sha:
             report.unchanged += 1  # the listing's sha saves a repo_info call per unchanged repo
         else:
-            todo.append((s.repo_id, known.get(s.repo_id)))
-    await asyncio.gather(*(one(r, k) for r, k in todo))
+            tasks.add(asyncio.ensure_future(one(s.repo_id, known.get(s.repo_id))))
+    return tasks
 
 
 async def _start(db: Database, crawl_id: int | None, params: CrawlParams) -> int:
@@ -306,3 +367,28 @@ async def _finish(db: Database, crawl_id: int, report: CrawlReport, status: str)
         row.finished_at = utcnow()
         row.counters = report.counters()
         row.errors = list(report.errors)
+
+
+async def crawl_from_settings(
+    db: Database,
+    hub: HubSettings,
+    params: CrawlParams,
+    *,
+    crawl_id: int | None = None,
+    limits: Limits | None = None,
+    progress: Progress | None = None,
+) -> CrawlReport:
+    """One crawl with clients built from the settings: what `registry crawl`, the API's
+    in-process launcher and the scheduler run."""
+    client = HubClient.from_settings(hub)
+    async with HubHttp.from_settings(hub) as http:
+        return await crawl_hub(
+            db,
+            client,
+            http,
+            params,
+            crawl_id=crawl_id,
+            opts=ReadOptions(limits=limits, shard_window=hub.shard_window),
+            concurrency=hub.crawl_concurrency,
+            progress=progress,
+        )

@@ -9,9 +9,23 @@ client sends can make the service fetch an arbitrary address.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from registry.catalog.models import Verification
+
+if TYPE_CHECKING:
+    from registry.catalog.db import Database
+    from registry.config import Settings
+    from workers.crawl import CrawlReport
+
+log = logging.getLogger("registry.api")
 
 
 @dataclass(frozen=True)
@@ -60,6 +74,70 @@ class Verifier(Protocol):
         ...
 
 
+class TaskVerifier:
+    """Runs verifications as asyncio tasks of this process, at most `concurrency` at once.
+
+    `enqueue` writes the `queued` row and returns at once; `run(verification_id)` is the
+    job function (`workers.verify.run_verification` bound to its database and settings),
+    passed in so that the API does not import the workers. The row is the queue: `resume`
+    picks up rows a stopped server left queued or running.
+    """
+
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        run: Callable[[int], Awaitable[None]],
+        *,
+        concurrency: int = 1,
+    ) -> None:
+        self._sessions = sessions
+        self._run = run
+        self._slots = asyncio.Semaphore(max(1, concurrency))
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def enqueue(self, artifact_id: int) -> int:
+        async with self._sessions() as session:
+            row = Verification(artifact_id=artifact_id, status="queued")
+            session.add(row)
+            await session.commit()
+            verification_id = row.id
+        self._start(verification_id)  # after the commit: the job must find its row
+        return verification_id
+
+    async def resume(self) -> None:
+        """Start every verification left queued or running (a background job for serve)."""
+        async with self._sessions() as session:
+            ids = list(
+                await session.scalars(
+                    select(Verification.id)
+                    .where(Verification.status.in_(("queued", "running")))
+                    .order_by(Verification.id)
+                )
+            )
+        for verification_id in ids:
+            self._start(verification_id)
+
+    def _start(self, verification_id: int) -> None:
+        task = asyncio.create_task(self._guarded(verification_id), name=f"verification-{verification_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _guarded(self, verification_id: int) -> None:
+        async with self._slots:
+            await self._run(verification_id)
+
+    async def join(self) -> None:
+        """Wait for every started verification to finish."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Cancel running verifications (their rows stay queued/running for `resume`)."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
 @dataclass
 class RecordingLauncher:
     """A launcher that remembers what it was asked to start and does nothing else.
@@ -78,3 +156,70 @@ class RecordingLauncher:
 
     async def launch(self, crawl_id: int, spec: CrawlSpec) -> None:
         self.launched.append((crawl_id, spec))
+
+
+class LauncherBusy(RuntimeError):
+    """Every crawl slot of an in-process launcher is taken."""
+
+
+class InProcessLauncher:
+    """Runs crawls in this process (the embedded mode of `registry serve`).
+
+    Each accepted crawl becomes an asyncio task running `workers.crawl` against the row the
+    API created; at most `max_running` run at once and a launch beyond that is refused, so
+    the API answers 503 instead of queueing unbounded work in memory. `aclose()` cancels
+    what still runs (each crawl then marks its row failed) and disposes the engine.
+    The worker is imported when first used: the API package itself does not depend on it.
+    """
+
+    def __init__(self, settings: Settings, *, max_running: int = 2) -> None:
+        self.settings = settings
+        self.max_running = max_running
+        self._db: Database | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def sources(self) -> Collection[str]:
+        return ("hub",)
+
+    def kind_of(self, source: str) -> str:
+        return "hub"
+
+    @property
+    def running(self) -> int:
+        return len(self._tasks)
+
+    def _database(self) -> Database:
+        if self._db is None:
+            from registry.catalog.db import Database
+
+            self._db = Database.from_settings(self.settings)
+        return self._db
+
+    async def launch(self, crawl_id: int, spec: CrawlSpec) -> None:
+        if len(self._tasks) >= self.max_running:
+            raise LauncherBusy(f"{self.max_running} crawls are already running")
+        task = asyncio.create_task(self.crawl(spec, crawl_id), name=f"crawl-{crawl_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("crawl task %s failed", task.get_name(), exc_info=task.exception())
+
+    async def crawl(self, spec: CrawlSpec, crawl_id: int | None = None) -> CrawlReport:
+        """Run one crawl now and return its report (the scheduler awaits this directly)."""
+        from workers.crawl import CrawlParams, crawl_from_settings
+
+        params = CrawlParams(
+            repos=spec.repos, author=spec.author, search=spec.search, limit=spec.limit, full=spec.full
+        )
+        return await crawl_from_settings(self._database(), self.settings.hub, params, crawl_id=crawl_id)
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._db is not None:
+            await self._db.dispose()
+            self._db = None

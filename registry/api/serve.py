@@ -10,7 +10,8 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from typing import Any
 
 from aiohttp import web
 
@@ -34,11 +35,13 @@ async def serve(
     verifier: Verifier | None = None,
     listening: asyncio.Future[int] | None = None,
     stop: asyncio.Event | None = None,
+    background: Sequence[Callable[[], Coroutine[Any, Any, object]]] = (),
 ) -> None:
     """Serve until a signal (or `stop`, for tests and embedding) asks to stop.
 
     `host`/`port` default to `api.host`/`api.port`; port 0 picks a free port, which
-    `listening` receives once the socket accepts connections."""
+    `listening` receives once the socket accepts connections. Each of `background` (the
+    crawl scheduler) runs as a task from then on and is cancelled at shutdown."""
     db = Database.from_settings(settings)
     if db.dialect == "sqlite":
         # Embedded mode is one command on one machine: create or migrate the file database
@@ -48,6 +51,7 @@ async def serve(
     # access_log=None: the observe middleware writes the structured access log.
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
     stop = stop or asyncio.Event()
+    tasks: list[asyncio.Task[object]] = []
     try:
         await runner.setup()
         site = web.TCPSite(runner, host or settings.api.host, settings.api.port if port is None else port)
@@ -55,10 +59,14 @@ async def serve(
         log.info("listening on %s", ", ".join(str(a) for a in runner.addresses))
         if listening is not None and not listening.done():
             listening.set_result(int(runner.addresses[0][1]))
+        tasks = [asyncio.create_task(job()) for job in background]
         with _signals_set(stop):
             await stop.wait()
         log.info("shutting down: finishing requests in flight")
     finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await runner.cleanup()  # stops listening, waits for handlers, runs on_cleanup
         await db.dispose()
 

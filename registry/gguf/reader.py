@@ -86,11 +86,23 @@ _STRING_GUESS = 16
 # further into a vocabulary, tensor names with more digits); 10% slack on the remainder
 # costs a little transfer and saves the round trip a low sample mean would cost.
 _SAMPLE_SLACK = 1.1
+_STRING_BLOCK = 4096  # strings walked between checkpoints of the fast string walk
 
 # Vocabulary arrays that follow `tokenizer.ggml.tokens` with one 4-byte element per token.
-_PARALLEL_VOCAB_KEYS = ("tokenizer.ggml.scores", "tokenizer.ggml.token_type")
+# BPE ("gpt2") vocabularies carry no scores: llama.cpp's converter writes them only for
+# SentencePiece-style tokenizers, so counting them for BPE overshot by 4 bytes a token.
+_SCORES_KEY = "tokenizer.ggml.scores"
+_PARALLEL_VOCAB_KEYS = (_SCORES_KEY, "tokenizer.ggml.token_type")
 _TOKENS_KEY = "tokenizer.ggml.tokens"
 _MERGES_KEY = "tokenizer.ggml.merges"
+_PRE_KEY = "tokenizer.ggml.pre"
+# Merges per token of a BPE vocabulary, by `tokenizer.ggml.pre` (written before the
+# tokens). Most BPE vocabularies have about one merge per token (gpt2 50000/50257, qwen2
+# 151387/151643, smollm 48900/49152); tiktoken-derived ones list every way to build a
+# token, e.g. llama3's 280147 merges for 128256 tokens. Guessing one per token for those
+# costs a round trip; guessing two for the rest would double the merges transfer.
+_MERGES_PER_TOKEN = {"llama-bpe": 2.2, "smaug-bpe": 2.2}
+_DEFAULT_MERGES_PER_TOKEN = 1.0
 
 _PREAMBLE, _KVS, _TENSORS = 0, 1, 2
 
@@ -333,18 +345,18 @@ class _Parser:
         n = self.vocab_count
         if not n:
             return 0
+        model = self.fields.get("tokenizer.ggml.model")
+        bpe = model is not None and model.value == "gpt2"
         guess = 0
         for key in _PARALLEL_VOCAB_KEYS:
-            if key not in self.fields and key != self.key:
+            if key not in self.fields and key != self.key and not (bpe and key == _SCORES_KEY):
                 guess += 4 * n
-        model = self.fields.get("tokenizer.ggml.model")
-        if (
-            model is not None
-            and model.value == "gpt2"
-            and _MERGES_KEY not in self.fields
-            and self.key != _MERGES_KEY
-        ):
-            guess += int(n * (self.lw + 2 * self.vocab_mean + 1))
+        if bpe and _MERGES_KEY not in self.fields and self.key != _MERGES_KEY:
+            pre = self.fields.get(_PRE_KEY)
+            per_token = _MERGES_PER_TOKEN.get(pre.value if pre is not None else "", _DEFAULT_MERGES_PER_TOKEN)
+            # A merge "a b" joins two pieces into one token: its text is about one token
+            # long plus the space, not two tokens long.
+            guess += int(n * per_token * (self.lw + self.vocab_mean + 1))
         return guess
 
     # -- key/value section -----------------------------------------------------------------
@@ -478,26 +490,41 @@ class _Parser:
         The fast loop only adds lengths; reading past the buffer raises struct.error, and
         any doubt (out of bytes, a string over the limit) falls back to the checked walk,
         which finds the exact element at fault.
+
+        The walk goes in blocks so that running out of bytes (every NeedMoreData inside a
+        vocabulary) resumes the checked walk at the last block instead of the array start:
+        a re-walk of 150k tokens with every check cost more than the whole header parse.
         """
-        buf, unpack, lw = self.buf, self.length.unpack_from, self.lw
-        pos = start
+        buf, unpack, lw, n = self.buf, self.length.unpack_from, self.lw, self.n
+        max_len = self.limits.max_string_length
+        pos = block_pos = start
+        done = 0  # elements before block_pos, all complete inside the buffer
         try:
-            for _ in range(count):
-                pos += lw + unpack(buf, pos)[0]
+            while done < count:
+                step = min(_STRING_BLOCK, count - done)
+                for _ in range(step):
+                    pos += lw + unpack(buf, pos)[0]
+                if pos > n:
+                    break
+                done += step
+                block_pos = pos
         except (struct.error, OverflowError):  # OverflowError: an offset beyond ssize_t
-            return self._skip_strings_checked(start, count, field)
-        # The sum of all string bytes bounds each one, so under the limit means all are.
-        if pos > self.n or pos - start - lw * count > self.limits.max_string_length:
-            return self._skip_strings_checked(start, count, field)
+            pass
+        # The sum of the string bytes walked bounds each one, so under the limit means all
+        # are; a walk that ran past the buffer resumes, checked, where it was still sound.
+        if done < count or pos > n or pos - start - lw * count > max_len:
+            if block_pos - start - lw * done > max_len:
+                done, block_pos = 0, start
+            return self._skip_strings_checked(start, count, field, done, block_pos)
         if field == _TOKENS_KEY and count:
             self.vocab_mean = (pos - start) / count - lw
         return pos
 
-    def _skip_strings_checked(self, start: int, count: int, field: str) -> int:
+    def _skip_strings_checked(self, start: int, count: int, field: str, first: int = 0, at: int = -1) -> int:
         buf, unpack, lw, n = self.buf, self.length.unpack_from, self.lw, self.n
         max_len = self.limits.max_string_length
-        pos = start
-        for i in range(count):
+        pos = start if at < 0 else at
+        for i in range(first, count):
             if pos + lw > n:
                 self._short_in_strings(start, pos, pos + lw, i, count, field)
             size = unpack(buf, pos)[0]

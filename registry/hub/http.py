@@ -2,9 +2,10 @@
 
 The parser drives the reads: it raises `NeedMoreData(needed)` with its estimate of the
 whole header size, and the reader fetches exactly the missing bytes plus a margin. A
-first window of 2 MiB holds most headers outright; a 262k-token vocabulary takes one
-more request. Shards 2..N of a split model carry only tensor infos, so their callers
-pass a small first window (`SHARD_WINDOW`).
+first window of 2 MiB holds headers up to a ~50k-token vocabulary outright; larger ones
+(128k-262k tokens, 5-9 MB) take exactly one more request. Files without a vocabulary
+(shards 2..N of a split model, projectors, LoRA adapters) get a small first window, and a
+listed file size below the window caps it (`first_window_for`).
 
 Rules this module keeps, each proved by a test against the fake hub:
 - The token goes only to the configured hub origin. Redirects are followed by hand
@@ -55,6 +56,9 @@ if TYPE_CHECKING:
 MiB = 1024 * 1024
 FIRST_WINDOW = 2 * MiB
 SHARD_WINDOW = 256 * 1024
+# Files whose header has no vocabulary: projectors (llama.cpp names them mmproj-*.gguf) and
+# LoRA adapters (convert_lora_to_gguf.py adds "-LoRA"). Their headers are tens of KiB.
+_NO_VOCAB_NAME = re.compile(r"(?:^|[-_.])(?:mmproj|lora|adapter)(?:[-_.]|$)", re.IGNORECASE)
 MAX_HEADER_BYTES = 64 * MiB
 _CHUNK = 256 * 1024
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -127,6 +131,7 @@ class _File:
     final: str
     buf: bytearray = field(default_factory=bytearray)
     file_size: int | None = None
+    expected_size: int | None = None  # from the hub's file listing, when known
     etag: str | None = None
     stream: aiohttp.ClientResponse | None = None  # open 200 body when Range was ignored
     release: Callable[[], None] | None = None
@@ -232,10 +237,11 @@ class HubHttp:
         max_header_bytes: int | None = None,
         limits: Limits | None = None,
         margin: int = 64 * 1024,
+        expected_size: int | None = None,
     ) -> RemoteHeader:
         parse = self._parser or parse_header
         budget = max_header_bytes if max_header_bytes is not None else self.options.max_header_bytes
-        f = _File(url=url, final=url)
+        f = _File(url=url, final=url, expected_size=expected_size)
         window = first_window or self.options.first_window
         target = min(window, budget)
         try:
@@ -443,6 +449,16 @@ class HubHttp:
                 status=resp.status,
                 request_id=resp.headers.get("X-Request-Id"),
             )
+        if f.expected_size is not None and size != f.expected_size:
+            # The URL pins a commit, so the hub's listed size must hold. A short 200 with
+            # an honest Content-Length would otherwise pass for a tiny, truncated file and
+            # be recorded as a bad file instead of being read again.
+            raise FileChanged(
+                f"the server reports {size} bytes, the hub lists {f.expected_size}",
+                url=f.url,
+                status=resp.status,
+                request_id=resp.headers.get("X-Request-Id"),
+            )
         return size
 
     # -- HTTP: redirects by hand, token only to the hub ------------------------------
@@ -548,6 +564,29 @@ async def fetch_header(
     )
 
 
+def first_window_for(
+    path: str,
+    *,
+    split_no: int = 0,
+    size: int | None = None,
+    first_window: int = FIRST_WINDOW,
+    small_window: int = SHARD_WINDOW,
+) -> int:
+    """The first range to ask for a file, from what its name and listed size tell.
+
+    Shards 2..N (`split_no` > 0) carry only tensor infos and projectors and adapters have
+    no vocabulary, so they get `small_window`: a 2 MiB first read would be ~90% waste.
+    A listed size below the window caps it, so a small file is one exact request.
+    """
+    name = unquote(path.rsplit("/", 1)[-1])
+    shard = parse_shard(name)
+    small = split_no > 0 or (shard is not None and shard[1] > 1) or bool(_NO_VOCAB_NAME.search(name))
+    window = small_window if small else first_window
+    if size is not None and size > 0:
+        window = min(window, size)
+    return window
+
+
 def normalize_url(url: str) -> str:
     """A hub page URL (`.../blob/<rev>/<path>`) becomes its download URL (`/resolve/`)."""
     parts = urlsplit(url)
@@ -586,9 +625,16 @@ async def fetch_artifact_headers(
     per-host limit.
     """
     urls = shard_urls(normalize_url(url))
+    first = client.options.first_window
     tasks = [
         asyncio.ensure_future(
-            client.fetch_header(u, limits=limits, first_window=None if i == 0 else shard_window)
+            client.fetch_header(
+                u,
+                limits=limits,
+                first_window=first_window_for(
+                    urlsplit(u).path, split_no=i, first_window=first, small_window=shard_window
+                ),
+            )
         )
         for i, u in enumerate(urls)
     ]

@@ -6,7 +6,8 @@ import argparse
 import asyncio
 import contextlib
 
-from tests.fakehub.corpus import sample_corpus, synthetic_corpus
+from tests.fakehub.corpus import header_corpus, sample_corpus, synthetic_corpus
+from tests.fakehub.faults import Fault
 from tests.fakehub.server import FakeHub
 
 
@@ -16,9 +17,13 @@ async def _serve(args: argparse.Namespace) -> None:
         if args.repos
         else sample_corpus()
     )
+    if args.header_corpus:
+        for repo in header_corpus():
+            corpus.add(repo)
+    faults = [Fault("latency", route="*", delay=args.latency, times=None)] if args.latency else []
     # Benches make millions of requests: recording them all would only grow memory.
     async with FakeHub(
-        corpus, port=args.port, cdn_port=args.cdn_port, tokens=args.token, record=False
+        corpus, port=args.port, cdn_port=args.cdn_port, tokens=args.token, record=False, faults=faults
     ) as hub:
         print(f"fake hub {hub.endpoint} cdn {hub.cdn_url} repos {len(corpus)}", flush=True)
         await asyncio.Event().wait()
@@ -31,6 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repos", type=int, default=0, help="synthetic repos to serve (0: the test corpus)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--big-vocab", action="store_true", help="mix in vocabularies up to 262k tokens")
+    p.add_argument(
+        "--header-corpus", action="store_true", help="add the fetch-cost bench's repos (bench/...)"
+    )
+    p.add_argument("--latency", type=float, default=0.0, help="seconds added to every request")
     p.add_argument("--token", action="append", default=["hf_test_token"], help="accepted access token")
     args = p.parse_args(argv)
     with contextlib.suppress(KeyboardInterrupt):

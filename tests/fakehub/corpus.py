@@ -60,7 +60,9 @@ class BytesBlob(Blob):
         return self.data[start:end]
 
 
-@functools.lru_cache(maxsize=4096)
+# Headers in flight at once, with room for a file's second read: a bench corpus of 3,000
+# distinct multi-MB headers must not all stay in the fake hub's memory.
+@functools.lru_cache(maxsize=128)
 def _synth(spec: ModelSpec, shard: tuple[int, int] | None) -> SynthFile:
     return build(spec, shard=shard)
 
@@ -290,7 +292,20 @@ def sample_corpus(*, real: bool = True) -> Corpus:
 
 
 _ARCHS = ("llama", "qwen2", "gemma3", "phi3", "mistral", "qwen3moe", "granite", "olmo2")
-_VOCABS = ((32_000, "llama"), (49_152, "gpt2"), (151_936, "gpt2"), (262_144, "gpt2"))
+# Real vocabulary families: (tokens, tokenizer model, tokenizer.ggml.pre, merges or None for
+# one per token): llama2/mistral SentencePiece, SmolLM BPE, llama3 BPE with its 280k merges,
+# qwen2 BPE, gemma3 SentencePiece with 262k tokens (scores, no merges).
+_VOCABS: tuple[tuple[int, str, str | None, int | None], ...] = (
+    (32_000, "llama", None, None),
+    (49_152, "gpt2", "smollm", None),
+    (128_256, "gpt2", "llama-bpe", 280_147),
+    (151_936, "gpt2", "qwen2", None),
+    (262_144, "llama", "default", None),
+)
+_SMALL_VOCABS: tuple[tuple[int, str, str | None, int | None], ...] = (
+    (1024, "llama", None, None),
+    (2048, "gpt2", None, None),
+)
 _LICENSES = ("apache-2.0", "mit", "llama3.1", "gemma", "other", None)
 
 
@@ -300,15 +315,15 @@ def synthetic_corpus(
     """`n_repos` varied repos for benches. Headers are shared by spec and built on demand.
 
     Small vocabularies by default keep the bench measuring the crawler, not header
-    generation; `big_vocab` mixes in real-world sizes up to 262k tokens.
+    generation; `big_vocab` mixes in the real vocabulary families, 32k to 262k tokens.
     """
     rng = random.Random(seed)
     corpus = Corpus()
     quant_names = list(FILE_TYPES)
-    vocabs: list[tuple[int, str]] = list(_VOCABS) if big_vocab else [(1024, "llama"), (2048, "gpt2")]
+    vocabs = _VOCABS if big_vocab else _SMALL_VOCABS
     for i in range(n_repos):
         arch = rng.choice(_ARCHS)
-        size, tok = rng.choice(vocabs)
+        size, tok, pre, merges = rng.choice(vocabs)
         org = f"org{i % 37}"
         base = f"base{i % 53}/{arch}-{i % 11}b"
         # Real-world shapes (GB-sized files) so a first window never swallows a whole file.
@@ -325,6 +340,8 @@ def synthetic_corpus(
             size_label=f"{i % 11 + 1}B",
             vocab_size=size,
             tokenizer=tok,
+            pre=pre,
+            merges=merges,
             n_experts=8 if arch.endswith("moe") else 0,
             base_models=((f"{arch}-{i % 11}b", base.split("/")[0], f"https://huggingface.co/{base}"),),
         )
@@ -343,4 +360,29 @@ def synthetic_corpus(
                 last_modified=f"2025-{1 + i % 12:02d}-{1 + i % 28:02d}T00:00:00.000Z",
             )
         )
+    return corpus
+
+
+def header_corpus(*, real: bool = True) -> Corpus:
+    """Realistic headers for the fetch-cost bench: the two sample models, a llama3-style
+    128k vocabulary with 280k merges, a qwen2-style 152k one, a projector, a LoRA adapter and
+    a 4-shard split model (shards 2..4 carry tensor infos only)."""
+    corpus = sample_corpus(real=real)
+    for repo_id in [r.repo_id for r in corpus if not r.repo_id.startswith("samples/")]:
+        del corpus.repos[repo_id]
+    llama3 = ModelSpec(arch="llama", name="Llama 3.1 8B Instruct", size_label="8B", n_layers=32, n_embd=4096,
+                       n_ff=14336, n_head=32, n_head_kv=8, vocab_size=128_256, tokenizer="gpt2",
+                       pre="llama-bpe", merges=280_147, context_length=131_072)  # fmt: skip
+    qwen2 = ModelSpec(arch="qwen2", name="Qwen2.5 7B Instruct", size_label="7B", n_layers=28, n_embd=3584,
+                      n_ff=18944, n_head=28, n_head_kv=4, vocab_size=151_936, tokenizer="gpt2", pre="qwen2",
+                      merges=151_387, context_length=32_768)  # fmt: skip
+    corpus.add(gguf_repo("bench/Llama-3.1-8B-Instruct-GGUF", llama3))
+    corpus.add(gguf_repo("bench/Qwen2.5-7B-Instruct-GGUF", qwen2))
+    projector = ModelSpec(arch="clip", kind="mmproj", name="SigLIP", n_embd=1152, n_layers=27)
+    corpus.add(Repo("bench/vision-mmproj-GGUF", [RepoFile("mmproj-model-f16.gguf", SynthBlob(projector))]))
+    lora = ModelSpec(kind="lora", name="Llama 3 8B Adapter", n_layers=32, n_embd=4096)
+    corpus.add(Repo("bench/adapter-GGUF", [RepoFile("Llama-3-8B-Adapter-F16-LoRA.gguf", SynthBlob(lora))]))
+    big = replace(llama3, name="Llama 3.1 70B Instruct", size_label="70B", n_layers=80, n_embd=8192,
+                  n_ff=28672, n_head=64)  # fmt: skip
+    corpus.add(gguf_repo("bench/Llama-3.1-70B-Instruct-GGUF", big, quants=("Q4_K_M",), shards=4))
     return corpus

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import io
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -61,17 +62,26 @@ class _CachingWriter(gguf.GGUFWriter):
 
 
 @functools.lru_cache(maxsize=16)
-def vocab(size: int, style: str) -> tuple[list[str], list[float], list[int], list[str]]:
-    """Deterministic token strings, scores, token types and (for BPE) merges."""
+def vocab(
+    size: int, style: str, n_merges: int | None = None
+) -> tuple[list[str], list[float], list[int], list[str]]:
+    """Deterministic token strings, scores, token types and (for BPE) merges.
+
+    Like a real BPE vocabulary, a merge splits a token in two ("t1a2" <- "t1 a2"), and there
+    is about one merge per token unless `n_merges` says otherwise (llama3 has 2.2 per token;
+    the extra ones repeat tokens, as its other ways to build them do).
+    """
     specials = (
         ["<unk>", "<s>", "</s>"] if style == "llama" else ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     )
     tokens = specials + [f"t{i:x}" for i in range(len(specials), size)]
     scores = [float(-i) for i in range(size)]
     types = [3] * len(specials) + [1] * (size - len(specials))
-    merges = (
-        [f"t{i:x} t{i + 1:x}" for i in range(len(specials), min(size, 50_000) - 1)] if style == "gpt2" else []
-    )
+    merges: list[str] = []
+    if style == "gpt2":
+        plain = tokens[len(specials) :]
+        count = len(plain) if n_merges is None else n_merges
+        merges = [f"{t[:2]} {t[2:]}" for t in itertools.islice(itertools.cycle(plain), count)]
     return tokens, scores, types, merges
 
 
@@ -95,6 +105,8 @@ class ModelSpec:
     context_length: int = 4096
     vocab_size: int = 1024
     tokenizer: str = "llama"  # "llama" (sentencepiece) or "gpt2" (BPE with merges)
+    pre: str | None = None  # tokenizer.ggml.pre, e.g. "llama-bpe", "qwen2"
+    merges: int | None = None  # BPE merges; None: one per token
     chat_template: str | None = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
     kind: str = "model"  # "model", "lora" (adapter) or "mmproj" (vision projector)
     base_models: tuple[tuple[str, str, str], ...] = ()  # (name, organization, repo_url)
@@ -173,8 +185,10 @@ class ModelSpec:
                 writer.add_uint32(f"{a}.expert_used_count", min(2, self.n_experts))
             writer.add_uint32("general.file_type", FILE_TYPES[self.quant][1])
             writer.add_uint32("general.quantization_version", 2)
-            tokens, scores, types, merges = vocab(self.vocab_size, self.tokenizer)
+            tokens, scores, types, merges = vocab(self.vocab_size, self.tokenizer, self.merges)
             writer.add_string("tokenizer.ggml.model", self.tokenizer)
+            if self.pre is not None:
+                writer.add_string("tokenizer.ggml.pre", self.pre)
             writer.add_array("tokenizer.ggml.tokens", tokens)
             if self.tokenizer == "llama":
                 writer.add_array("tokenizer.ggml.scores", scores)

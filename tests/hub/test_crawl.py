@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,9 @@ from registry.catalog import migrate
 from registry.catalog.db import Database
 from registry.catalog.models import Artifact, Crawl, Repo
 from registry.hub.client import HubClient
-from registry.hub.http import HttpOptions, HubHttp
-from tests.fakehub import FakeHub, Fault, sample_corpus
+from registry.hub.http import HttpOptions, HubHttp, first_window_for
+from tests.fakehub import FakeHub, Fault, RepoFile, sample_corpus
+from tests.fakehub.corpus import SynthBlob
 from tests.fakehub.testing import FAST_RETRY, TOKEN, Sleeps
 from workers.crawl import CrawlParams, crawl_hub, index_repo
 
@@ -112,3 +114,40 @@ async def test_explicit_repos_and_known_revision(db: Database, hub: FakeHub) -> 
         sha = hub.corpus.repos["synth/big-vocab-GGUF"].sha
         assert await index_repo(db, client, http, "synth/big-vocab-GGUF", known_revision=sha) is None
     assert hub.requests_to("cdn") == []
+
+
+async def test_new_revision_is_reindexed_alone(db: Database, hub: FakeHub) -> None:
+    client, http = _clients(hub)
+    async with http:
+        await crawl_hub(db, client, http, CrawlParams())
+        # A new commit replaces the F16 file by a Q6_K one.
+        repo = hub.corpus.repos["synth/tiny-llama-GGUF"]
+        blob = repo.file("tiny-llama-Q8_0.gguf").blob  # type: ignore[union-attr]
+        assert isinstance(blob, SynthBlob)
+        repo.files = [f for f in repo.files if "F16" not in f.path]
+        repo.files.append(RepoFile("tiny-llama-Q6_K.gguf", SynthBlob(replace(blob.spec, quant="Q6_K"))))
+        repo.sha = "f" * 40
+        hub.corpus.add(repo)  # registers the new blob with the CDN
+        hub.requests.clear()
+        report = await crawl_hub(db, client, http, CrawlParams())
+    assert report.indexed == 1 and report.unchanged == len(hub.corpus) - 1
+    # Beyond the listing, only the changed repo was looked into (its new revision as a whole).
+    assert {r.repo for r in hub.requests if r.route != "api" or r.repo} == {"synth/tiny-llama-GGUF"}
+    artifacts = await _artifacts(db)
+    assert artifacts[("synth/tiny-llama-GGUF", "tiny-llama-F16.gguf")].status == "gone"
+    new = artifacts[("synth/tiny-llama-GGUF", "tiny-llama-Q6_K.gguf")]
+    assert new.status != "error" and new.file_type == "Q6_K" and new.revision == "f" * 40
+
+
+def test_first_window_follows_name_and_size() -> None:
+    big, small = 2 * 1024 * 1024, 256 * 1024
+    kw = {"first_window": big, "small_window": small}
+    assert first_window_for("Llama-3-8B-Q4_K_M.gguf", **kw) == big
+    assert first_window_for("Llama-3-8B-Q4_K_M-00001-of-00003.gguf", **kw) == big
+    assert first_window_for("Llama-3-8B-Q4_K_M-00002-of-00003.gguf", **kw) == small
+    assert first_window_for("x.gguf", split_no=1, **kw) == small
+    assert first_window_for("mmproj-model-f16.gguf", **kw) == small
+    assert first_window_for("sub/Qwen2-VL-mmproj.F16.gguf", **kw) == small
+    assert first_window_for("Llama-3-8B-F16-LoRA.gguf", **kw) == small
+    assert first_window_for("Florance-7B.gguf", **kw) == big  # "lora" only as a whole word
+    assert first_window_for("tiny.gguf", size=50_000, **kw) == 50_000

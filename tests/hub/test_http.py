@@ -344,3 +344,19 @@ async def test_range_ignored_only_on_the_second_read(hub: FakeHub, http: HubHttp
     assert len(remote.header.get("tokenizer.ggml.tokens")) == 262_144
     # The restart at byte 0 re-reads the first window once; still nowhere near the file.
     assert remote.bytes_fetched <= 2 * MiB + remote.header.data_offset + 2 * MiB
+
+
+async def test_short_200_disagreeing_with_the_listed_size_is_file_changed(
+    hub: FakeHub, http: HubHttp
+) -> None:
+    # A server ignoring Range that also cuts the body, framed honestly: alone it would pass
+    # for a 1000-byte file; the size the hub lists tells it apart, so it is retried later.
+    hub.faults.add(
+        Fault("ignore_range", route="cdn", times=None), Fault("truncate", route="cdn", after_bytes=1000)
+    )
+    size = hub.corpus.repos[TINY[0]].file(TINY[1]).blob.size  # type: ignore[union-attr]
+    with pytest.raises(FileChanged, match="hub lists"):
+        await http.fetch_header(hub.resolve_url(*TINY), expected_size=size)
+    hub.faults.clear()
+    remote = await http.fetch_header(hub.resolve_url(*TINY), expected_size=size)
+    assert remote.file_size == size
