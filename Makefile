@@ -23,10 +23,12 @@ $(SAMPLES): | $(STAMP)
 
 models: $(SAMPLES)
 
-# The product on its embedded default: inspect the sample models.
+# The product on its embedded default (SQLite under data/): catalog the sample models,
+# then serve the API with in-process crawls, verifications and the crawl schedule.
 run: models
-	$(BIN)/registry inspect $(MODELS)/SmolLM2-135M-Instruct.Q4_1.gguf
-	$(BIN)/registry inspect $(MODELS)/gemma-3-270m-q4_k_m.gguf
+	$(BIN)/registry index $(MODELS)
+	@echo "API on http://127.0.0.1:8080 - try /v1/artifacts, /v1/facets, /openapi.json; Ctrl-C stops it"
+	$(BIN)/registry serve
 
 test: models
 	$(BIN)/python -m pytest
@@ -38,10 +40,14 @@ lint: $(STAMP)
 fuzz: models
 	REGISTRY_FUZZ_EXAMPLES=20000 $(BIN)/python -m pytest tests/gguf/test_fuzz.py -q
 
+# Each benchmark runs this project side by side with its peers and prints the ratios.
 bench: models
-	$(BIN)/python bench/parse.py
-	$(BIN)/python bench/dequant.py
-	$(BIN)/python bench/search.py
+	$(BIN)/python -m bench.parse
+	$(BIN)/python -m bench.dequant
+	$(BIN)/python -m bench.search
+	$(BIN)/python -m bench.api
+	$(BIN)/python -m bench.crawl
+	$(BIN)/python -m bench.verify
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -3,7 +3,7 @@
 A reference for tests and a peer for benchmarks; never used by `registry/`. The library
 is the `libggml-base.so` that llama-cpp-python bundles. Where it lives: the
 `REGISTRY_GGML_LIB` environment variable (read when `load()` is called, never at import),
-else the first match under /work/refvenv or the current interpreter's site-packages.
+else the first match under the peer virtualenv (`make refvenv`, .cache/refvenv) or the current interpreter's site-packages.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 ENV_VAR = "REGISTRY_GGML_LIB"
-_SEARCH_ROOTS = ("/work/refvenv",)
 _LIB_NAMES = ("libggml-base.so", "libggml-base.dylib")
 
 # void (*)(const void * x, float * y, int64_t k)
@@ -54,11 +53,17 @@ class TypeTraits:
     has_from_float_ref: bool
 
 
+def peer_venv() -> Path:
+    """The separate virtualenv holding llama-cpp-python (`make refvenv`), or $REGISTRY_PEER_VENV."""
+    default = Path(__file__).resolve().parent.parent / ".cache" / "refvenv"
+    return Path(os.environ.get("REGISTRY_PEER_VENV", default))
+
+
 def _candidates() -> list[Path]:
     env = os.environ.get(ENV_VAR)
     if env:
         return [Path(env)]
-    roots = [Path(r) for r in _SEARCH_ROOTS]
+    roots = [peer_venv()]
     roots += [Path(p) for p in [*site.getsitepackages(), site.getusersitepackages()]]
     roots += [Path(sys.prefix)]
     found: list[Path] = []
@@ -174,7 +179,7 @@ def load() -> GGML:
     """The first loadable libggml-base; GGMLUnavailable says why there is none."""
     candidates = _candidates()
     if not candidates:
-        where = os.environ.get(ENV_VAR) or f"{', '.join(_SEARCH_ROOTS)} or site-packages"
+        where = os.environ.get(ENV_VAR) or f"{peer_venv()} (make refvenv) or site-packages"
         raise GGMLUnavailable(f"no libggml-base found ({ENV_VAR} unset; searched {where})")
     errors = []
     for path in candidates:

@@ -14,7 +14,7 @@ For each sample model, on the same file and the same number of threads:
 - perplexity of the smoke paragraph (whole text in one context, BOS as the vocabulary
   says), and each side's peak RSS for the speed runs.
 
-Each side's speed runs in a fresh process of its own (llama.cpp's under /work/refvenv),
+Each side's speed runs in a fresh process of its own (llama.cpp's in the peer virtualenv, `make refvenv`),
 so that peak RSS is that side's alone. Targets: generation at least 0.2x llama.cpp's
 tokens/s; a whole verification of the gemma file under 30 s; peak RSS under 3 GB.
 """
@@ -33,12 +33,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-REFVENV_PYTHON = Path("/work/refvenv/bin/python")
+from bench.ggml_ref import peer_venv
+
 GEN_RATIO_TARGET = 0.2
 VERIFY_SECONDS_TARGET = 30.0
 RSS_TARGET = 3 * 1024**3
 
-# Run by /work/refvenv/bin/python: llama.cpp's side of the speed runs, JSON on stdout.
+# Run by the peer virtualenv's python: llama.cpp's side of the speed runs, JSON on stdout.
 _LLAMA_SCRIPT = r"""
 import json, math, resource, sys, time
 import numpy as np
@@ -148,7 +149,7 @@ def bench_model(name: str, path: Path, sha256: str, threads: int, n_tokens: int)
     ours = _child_json([sys.executable, "-m", "bench.verify", "--ours-speed", str(path), str(n_tokens)], env)
     ref = _child_json(
         [
-            str(REFVENV_PYTHON),
+            str(peer_venv() / "bin" / "python"),
             "-c",
             _LLAMA_SCRIPT,
             str(path),

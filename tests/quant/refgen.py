@@ -191,7 +191,7 @@ The other types' files were made by naming them (e.g. `python -m tests.quant.ref
 when its kernel was added); each file's meta keeps the command that made it.
 
 run with the project venv, with libggml-base.so from llama-cpp-python (found under
-/work/refvenv or site-packages, or named by $REGISTRY_GGML_LIB; see bench/ggml_ref.py).
+the peer virtualenv (`make refvenv`) or site-packages, or named by $REGISTRY_GGML_LIB; see bench/ggml_ref.py).
 Blocks: half are "pattern" blocks (byte j of block k is (j + k) mod 256, so every byte
 position takes every value) and half random bytes; in both, scale fields get sane random
 magnitudes, and in the random half a quarter get special values (+-0, subnormals, the

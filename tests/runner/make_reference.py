@@ -2,7 +2,7 @@
 
 Runs under the separate reference venv, never under the project's own:
 
-    /work/refvenv/bin/python tests/runner/make_reference.py [--speed]
+    .cache/refvenv/bin/python tests/runner/make_reference.py [--speed]
 
 It writes tests/data/runner/reference_<model>.json with, per sample model: token ids
 for a set of texts (llama_cpp.Llama.tokenize(text, add_bos=True, special=False), i.e.
@@ -213,7 +213,7 @@ def main() -> None:
         data = {
             "model": SAMPLES[name],
             "llama_cpp_python": llama_cpp.__version__,
-            "command": "/work/refvenv/bin/python tests/runner/make_reference.py"
+            "command": ".cache/refvenv/bin/python tests/runner/make_reference.py"
             + (" --speed" if args.speed else ""),
             "tokenize_mode": "Llama.tokenize(text.encode(), add_bos=True, special=False)",
             "tokenize": {k: {"text": TOKENIZE_TEXTS[k], "ids": v} for k, v in tok.items()},
