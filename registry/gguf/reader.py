@@ -47,6 +47,7 @@ from registry.gguf.errors import (
 )
 from registry.gguf.limits import DEFAULT_LIMITS, Limits
 from registry.gguf.model import Endianness, Field, GGUFHeader, TensorInfo
+from registry.gguf.strings import walk_strings
 from registry.gguf.types import (
     DEFAULT_ALIGNMENT,
     GGUF_MAGIC,
@@ -86,7 +87,6 @@ _STRING_GUESS = 16
 # further into a vocabulary, tensor names with more digits); 10% slack on the remainder
 # costs a little transfer and saves the round trip a low sample mean would cost.
 _SAMPLE_SLACK = 1.1
-_STRING_BLOCK = 4096  # strings walked between checkpoints of the fast string walk
 
 # Vocabulary arrays that follow `tokenizer.ggml.tokens` with one 4-byte element per token.
 # BPE ("gpt2") vocabularies carry no scores: llama.cpp's converter writes them only for
@@ -487,37 +487,22 @@ class _Parser:
     def _skip_strings(self, start: int, count: int, field: str) -> int:
         """End of an array of `count` strings at `start`, walked without decoding.
 
-        The fast loop only adds lengths; reading past the buffer raises struct.error, and
-        any doubt (out of bytes, a string over the limit) falls back to the checked walk,
-        which finds the exact element at fault.
-
-        The walk goes in blocks so that running out of bytes (every NeedMoreData inside a
-        vocabulary) resumes the checked walk at the last block instead of the array start:
-        a re-walk of 150k tokens with every check cost more than the whole header parse.
+        The fast walk (registry.gguf.strings: numpy over the length prefixes, ~0.3 ns a
+        byte against ~43 ns a string in a Python loop) accepts only elements that are
+        complete inside the buffer and within the length limit, and stops at the first one
+        that is not. The checked walk resumes there, at that exact element, so errors and
+        the NeedMoreData estimate (position and mean so far) are those of a walk from the
+        array start, without re-walking a 262k-token vocabulary in Python.
         """
-        buf, unpack, lw, n = self.buf, self.length.unpack_from, self.lw, self.n
-        max_len = self.limits.max_string_length
-        pos = block_pos = start
-        done = 0  # elements before block_pos, all complete inside the buffer
-        try:
-            while done < count:
-                step = min(_STRING_BLOCK, count - done)
-                for _ in range(step):
-                    pos += lw + unpack(buf, pos)[0]
-                if pos > n:
-                    break
-                done += step
-                block_pos = pos
-        except (struct.error, OverflowError):  # OverflowError: an offset beyond ssize_t
-            pass
-        # The sum of the string bytes walked bounds each one, so under the limit means all
-        # are; a walk that ran past the buffer resumes, checked, where it was still sound.
-        if done < count or pos > n or pos - start - lw * count > max_len:
-            if block_pos - start - lw * done > max_len:
-                done, block_pos = 0, start
-            return self._skip_strings_checked(start, count, field, done, block_pos)
+        # The buffer is already cut at file_size and max_header_bytes, so an element that
+        # ends inside it passes the checks of _declared too.
+        done, pos = walk_strings(
+            self.buf, start, count, self.lw, self.endianness == "big", self.limits.max_string_length
+        )
+        if done < count:
+            return self._skip_strings_checked(start, count, field, done, pos)
         if field == _TOKENS_KEY and count:
-            self.vocab_mean = (pos - start) / count - lw
+            self.vocab_mean = (pos - start) / count - self.lw
         return pos
 
     def _skip_strings_checked(self, start: int, count: int, field: str, first: int = 0, at: int = -1) -> int:
