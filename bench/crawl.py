@@ -2,6 +2,7 @@
 
     python bench/crawl.py                     # both parts (a few minutes on 2 cores)
     python bench/crawl.py --repos 200         # a smaller crawl
+    python bench/crawl.py --workers 1,2,4     # distributed: 1, 2, 4 worker processes (PostgreSQL)
 
 Both parts run against one fake hub (tests/fakehub) in a separate process, so its memory
 and CPU are not the crawler's; every request to it waits `--latency` (50 ms) first.
@@ -53,6 +54,7 @@ FILES_PER_S_TARGET = 50.0
 RSS_TARGET_MB = 400.0
 HF_JS_CHUNK = 2 * 10**6  # HTTP_CHUNK_SIZE in @huggingface/gguf
 GO_BUFFER = 4 * 1024 * 1024
+DEFAULT_REPOS = 1000
 
 
 @dataclass
@@ -247,10 +249,24 @@ def part2(endpoint: str, repos: int, latency: float, concurrency: int | None, *,
     return ok_rate and ok_rss
 
 
+def _workers_mode(args: argparse.Namespace) -> int:
+    from bench import crawl_workers
+
+    repos = args.repos if args.repos != DEFAULT_REPOS else 60  # a few minutes for three runs
+    proc, endpoint = start_hub(repos, args.latency)
+    try:
+        counts = [int(n) for n in args.workers.split(",")]
+        crawl_workers.run(endpoint, counts, args.concurrency or 4, args.latency)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
-        "--repos", type=int, default=1000, help="synthetic repos to crawl in part 2 (3 files each)"
+        "--repos", type=int, default=DEFAULT_REPOS, help="synthetic repos to crawl in part 2 (3 files each)"
     )
     p.add_argument("--latency", type=float, default=0.05, help="seconds the fake hub adds to every request")
     p.add_argument(
@@ -260,11 +276,16 @@ def main() -> int:
     p.add_argument("--small-vocab-too", action="store_true",
                    help="also crawl the same number of repos with 1k-2k token vocabularies (informational: "
                    "shows what is network-bound and what is parse-bound)")  # fmt: skip
+    p.add_argument("--workers", metavar="N,...",
+                   help="instead: the distributed crawl with these numbers of `registry worker` processes on "
+                   "PostgreSQL (e.g. 1,2,4; $REGISTRY_TEST_POSTGRES_URL; --repos defaults to 60 there)")  # fmt: skip
     p.add_argument("--child", metavar="ENDPOINT", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         print(json.dumps(asyncio.run(_crawl_child(args.child, args.repos, args.concurrency))))
         return 0
+    if args.workers:
+        return _workers_mode(args)
     proc, endpoint = start_hub(args.repos, args.latency)
     try:
         ok = asyncio.run(part1(endpoint))

@@ -24,6 +24,10 @@ target_metadata = Base.metadata
 def include_object(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
     # The FTS5 table, its shadow tables and triggers, and the pg_trgm index are created by
     # hand in a migration (SQLAlchemy cannot declare them); autogenerate must not drop them.
+    # procrastinate's tables, types and functions (distributed mode) are its own schema,
+    # applied by `registry db upgrade` from the installed procrastinate, not by alembic.
+    if name is not None and name.startswith("procrastinate_"):
+        return False
     return not is_search_index_object(name)
 
 

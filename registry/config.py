@@ -124,6 +124,30 @@ class VerifySettings:
 
 
 @dataclass(frozen=True)
+class JobsSettings:
+    mode: str = _setting(
+        "embedded",
+        "`embedded`: jobs run inside `registry serve` (a bounded pool, jobs kept in the catalog's `jobs` "
+        "table). `distributed`: jobs go to procrastinate's PostgreSQL queue and `registry worker` processes "
+        "run them; needs a PostgreSQL database.url.",
+    )
+    concurrency: int = _setting(4, "Jobs one process runs at once (`registry serve` embedded, or each `registry worker`).")
+    queues: str = _setting(
+        "crawl,index,verify", "Comma-separated queues a `registry worker` takes jobs from (--queues overrides)."
+    )
+    max_attempts: int = _setting(5, "Attempts of a job (the first included) that fails with a transient hub error.")
+    retry_wait: int = _setting(
+        2, "Seconds before a job's first retry after a transient error; each further wait is longer (exponential)."
+    )
+    stalled_seconds: float = _setting(
+        30.0,
+        "A distributed job whose worker sent no heartbeat for this long is retried by another worker "
+        "(a killed machine loses no job).",
+    )
+    heartbeat_seconds: float = _setting(5.0, "Seconds between a `registry worker`'s heartbeats.")
+
+
+@dataclass(frozen=True)
 class Settings:
     general: GeneralSettings = field(default_factory=GeneralSettings)
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
@@ -132,6 +156,7 @@ class Settings:
     parser: ParserSettings = field(default_factory=ParserSettings)
     api: ApiSettings = field(default_factory=ApiSettings)
     verify: VerifySettings = field(default_factory=VerifySettings)
+    jobs: JobsSettings = field(default_factory=JobsSettings)
 
     @property
     def data_dir(self) -> Path:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -392,3 +392,73 @@ async def crawl_from_settings(
             concurrency=hub.crawl_concurrency,
             progress=progress,
         )
+
+
+# -- the crawl job of the job runners: list, then one index-repo job per changed repo --------
+
+Enqueue = Callable[[str, str | None], Awaitable[object]]
+
+
+def params_of(crawl: Crawl) -> CrawlParams:
+    """The CrawlParams a crawl row was created with (by the API, a schedule or the CLI)."""
+    p = crawl.parameters or {}
+    return CrawlParams(
+        repos=tuple(p.get("repos") or ()), author=p.get("author"), search=p.get("search"),
+        limit=p.get("limit"), full=bool(p.get("full")),
+    )  # fmt: skip
+
+
+async def enqueue_crawl(
+    db: Database, client: HubClient, crawl_id: int, enqueue: Enqueue, *, batch: int = 100
+) -> CrawlReport:
+    """Run crawl `crawl_id` as a job: list the hub and `enqueue(repo_id, known_revision)` each
+    changed repo, so that any number of workers share the reading. The row ends `finished`
+    once every changed repo is queued (counter `queued`); the repos' own jobs write them.
+
+    Idempotent: running it again (a retried job) queues the same repos again, and the queue's
+    per-repo lock drops the ones still queued.
+    """
+    await migrate.ensure_schema(db.engine)
+    async with db.sessions() as session:
+        row = await session.get_one(Crawl, crawl_id)
+        params = params_of(row)
+    await _start(db, crawl_id, params)
+    report = CrawlReport(crawl_id=crawl_id)
+    queued = 0
+    status = "finished"
+
+    async def flush(pending: list[RepoSummary]) -> None:
+        nonlocal queued
+        known = {} if params.full else await _known_revisions(db, [s.repo_id for s in pending])
+        for s in pending:
+            if s.sha is not None and known.get(s.repo_id) == s.sha:
+                report.unchanged += 1
+            else:
+                await enqueue(s.repo_id, known.get(s.repo_id))
+                queued += 1
+
+    try:
+        pending: list[RepoSummary] = []
+        async for summary in _candidates(client, params):
+            report.listed += 1
+            pending.append(summary)
+            if len(pending) >= batch:
+                await flush(pending)
+                pending = []
+                await _heartbeat(db, crawl_id, report)
+        await flush(pending)
+    except HubError as exc:  # the listing failed: what was queued still runs
+        status = "failed"
+        report.error("", exc)
+    except BaseException:
+        status = "failed"
+        raise
+    finally:
+        report.status = status
+        counters = report.counters()
+        counters["queued"] = queued
+        async with db.sessions() as session, session.begin():
+            crawl = await session.get_one(Crawl, crawl_id)
+            crawl.status, crawl.finished_at = status, utcnow()
+            crawl.counters, crawl.errors = counters, list(report.errors)
+    return report

@@ -14,6 +14,7 @@ from registry.api.auth import TokenAuth, auth_middleware
 from registry.api.errors import error_middleware
 from registry.api.keys import (
     AUTH_KEY,
+    JOBS_KEY,
     LAUNCHER_KEY,
     METRICS_KEY,
     OPENAPI_KEY,
@@ -21,7 +22,7 @@ from registry.api.keys import (
     SETTINGS_KEY,
     VERIFIER_KEY,
 )
-from registry.api.launchers import CrawlLauncher, Verifier
+from registry.api.launchers import CatalogJobs, CrawlLauncher, JobReader, Verifier
 from registry.api.metrics import ApiMetrics
 from registry.api.middleware import observe_middleware
 from registry.api.openapi import build_openapi
@@ -45,13 +46,15 @@ def create_app(
     *,
     launcher: CrawlLauncher | None = None,
     verifier: Verifier | None = None,
+    jobs: JobReader | None = None,
     metrics: ApiMetrics | None = None,
     dispose_engine: bool = False,
 ) -> web.Application:
     """The REST API over a catalog database.
 
     `db` is an engine or a session factory. `launcher` starts crawls and `verifier` queues
-    verifications; without them those routes answer 503. Pass `metrics` to share one
+    verifications; without them those routes answer 503. `jobs` lists jobs (default: the
+    catalog's `jobs` table, the embedded runner's record). Pass `metrics` to share one
     metrics object with in-process workers. With `dispose_engine` the app disposes the
     engine on cleanup (the `serve` command's case).
     """
@@ -66,6 +69,7 @@ def create_app(
     app[AUTH_KEY] = TokenAuth.from_settings(settings.api)
     app[LAUNCHER_KEY] = launcher
     app[VERIFIER_KEY] = verifier
+    app[JOBS_KEY] = jobs if jobs is not None else CatalogJobs(sessions)
     for table in ROUTE_TABLES:
         app.router.add_routes(table)
     app[OPENAPI_KEY] = build_openapi(settings.api, launcher.sources() if launcher is not None else ())

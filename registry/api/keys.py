@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
     from registry.api.auth import TokenAuth
-    from registry.api.launchers import CrawlLauncher, Verifier
+    from registry.api.launchers import CrawlLauncher, JobReader, Verifier
     from registry.api.metrics import ApiMetrics
     from registry.config import Settings
 
@@ -26,6 +26,7 @@ METRICS_KEY: web.AppKey[ApiMetrics] = web.AppKey("metrics")
 AUTH_KEY: web.AppKey[TokenAuth] = web.AppKey("auth")
 LAUNCHER_KEY: web.AppKey[CrawlLauncher | None] = web.AppKey("crawl_launcher")
 VERIFIER_KEY: web.AppKey[Verifier | None] = web.AppKey("verifier")
+JOBS_KEY: web.AppKey[JobReader] = web.AppKey("jobs")
 OPENAPI_KEY: web.AppKey[dict[str, Any]] = web.AppKey("openapi")
 
 REQUEST_ID_KEY = web.RequestKey("request_id", str)

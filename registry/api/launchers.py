@@ -1,8 +1,9 @@
 """What the API needs from the workers, as Protocols passed into `create_app`.
 
-The crawl and verify workers are separate parts of the product (in-process tasks in the
-embedded mode, a procrastinate queue in the distributed one); the API only asks them to
-start work. A crawl request names a configured source, never a URL or a path: the
+The crawl and verify workers are separate parts of the product (a job pool inside
+`registry serve` in the embedded mode, a procrastinate queue in the distributed one); the
+API only asks them to start work, through one `JobQueue` protocol in both modes
+(`QueueLauncher`, `QueueVerifier`), and reads jobs back through it. A crawl request names a configured source, never a URL or a path: the
 launcher resolves the name to the endpoint or folder from the settings, so nothing a
 client sends can make the service fetch an arbitrary address.
 """
@@ -13,12 +14,13 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from registry.catalog.models import Verification
+from registry.catalog.models import Job, Verification
 
 if TYPE_CHECKING:
     from registry.catalog.db import Database
@@ -163,7 +165,8 @@ class LauncherBusy(RuntimeError):
 
 
 class InProcessLauncher:
-    """Runs crawls in this process (the embedded mode of `registry serve`).
+    """Runs whole crawls as tasks of this process, without a job queue (for embedding the
+    API in another program; `registry serve` uses `QueueLauncher` over its job queue).
 
     Each accepted crawl becomes an asyncio task running `workers.crawl` against the row the
     API created; at most `max_running` run at once and a launch beyond that is refused, so
@@ -223,3 +226,122 @@ class InProcessLauncher:
         if self._db is not None:
             await self._db.dispose()
             self._db = None
+
+
+# -- the job queue: one protocol for the embedded pool and procrastinate ---------------------
+
+JOB_STATES = ("queued", "running", "failed", "done")
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """One job as the API and `registry jobs` show it, whichever runner holds it."""
+
+    id: int
+    kind: str  # "crawl", "index_repo", "verify"
+    queue: str
+    status: str  # one of JOB_STATES
+    args: dict[str, Any]
+    attempts: int
+    error: str | None
+    created_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    def to_dict(self) -> dict[str, Any]:
+        def iso(t: datetime | None) -> str | None:
+            return t.isoformat() if t is not None else None
+
+        return {
+            "id": self.id, "kind": self.kind, "queue": self.queue, "status": self.status,
+            "args": self.args, "attempts": self.attempts, "error": self.error,
+            "created_at": iso(self.created_at), "started_at": iso(self.started_at),
+            "finished_at": iso(self.finished_at),
+        }  # fmt: skip
+
+
+@runtime_checkable
+class JobReader(Protocol):
+    async def list_jobs(
+        self, *, status: str | None = None, limit: int = 50, before_id: int | None = None
+    ) -> list[JobInfo]:
+        """Jobs newest first; `before_id` pages (ids below it)."""
+        ...
+
+    async def get_job(self, job_id: int) -> JobInfo | None: ...
+
+
+@runtime_checkable
+class JobQueue(JobReader, Protocol):
+    """Where jobs go. Call the enqueue methods only after the transaction that created the
+    row a job works on (crawl, verification) has committed: a worker may start at once.
+    Each returns the job id, or None when an equal job is already queued or running."""
+
+    async def enqueue_crawl(self, crawl_id: int) -> int | None: ...
+
+    async def enqueue_index_repo(self, repo_id: str, known_revision: str | None = None) -> int | None: ...
+
+    async def enqueue_verify(self, verification_id: int) -> int | None: ...
+
+
+def job_info(row: Job) -> JobInfo:
+    return JobInfo(id=row.id, kind=row.kind, queue=row.queue, status=row.status, args=dict(row.args or {}),
+                   attempts=row.attempts, error=row.error, created_at=row.created_at,
+                   started_at=row.started_at, finished_at=row.finished_at)  # fmt: skip
+
+
+class CatalogJobs:
+    """A JobReader over the catalog's `jobs` table: the embedded runner's record, read by
+    the API even in a process that runs no jobs itself."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._sessions = sessions
+
+    async def list_jobs(
+        self, *, status: str | None = None, limit: int = 50, before_id: int | None = None
+    ) -> list[JobInfo]:
+        query = select(Job).order_by(Job.id.desc()).limit(limit)
+        if status is not None:
+            query = query.where(Job.status == status)
+        if before_id is not None:
+            query = query.where(Job.id < before_id)
+        async with self._sessions() as session:
+            return [job_info(r) for r in await session.scalars(query)]
+
+    async def get_job(self, job_id: int) -> JobInfo | None:
+        async with self._sessions() as session:
+            row = await session.get(Job, job_id)
+            return job_info(row) if row is not None else None
+
+
+class QueueLauncher:
+    """The CrawlLauncher of both modes: the API committed the crawl row, the queue runs it."""
+
+    def __init__(self, queue: JobQueue) -> None:
+        self.queue = queue
+
+    def sources(self) -> Collection[str]:
+        return ("hub",)
+
+    def kind_of(self, source: str) -> str:
+        return "hub"
+
+    async def launch(self, crawl_id: int, spec: CrawlSpec) -> None:
+        await self.queue.enqueue_crawl(crawl_id)
+
+
+class QueueVerifier:
+    """The Verifier of both modes: commit the `queued` row, then enqueue its job."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], queue: JobQueue) -> None:
+        self._sessions = sessions
+        self.queue = queue
+
+    async def enqueue(self, artifact_id: int) -> int:
+        async with self._sessions() as session:
+            row = Verification(artifact_id=artifact_id, status="queued")
+            session.add(row)
+            await session.commit()
+            verification_id = row.id
+        await self.queue.enqueue_verify(verification_id)
+        return verification_id

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from registry.api.params import BIGINT_MAX, Param
-from registry.api.routes import artifacts, crawls, repos
+from registry.api.routes import artifacts, crawls, jobs, repos
 from registry.api.schemas import COMPONENT_SCHEMAS, crawl_request, ref
 from registry.config import ApiSettings
 
@@ -90,6 +90,10 @@ def operations(api: ApiSettings) -> list[Operation]:
         Operation("get", "/v1/verifications/{id}", "get_verification", "One verification.", "verifications",
                   ok_schema="Verification", path_params=(("id", _ID, "Verification id."),),
                   errors=("404", "503")),
+        Operation("get", "/v1/jobs", "list_jobs", "Jobs of either runner, newest first (keyset-paged).", "jobs",
+                  ok_schema="JobPage", query=jobs.list_params(api.max_limit), headers=_LINK),
+        Operation("get", "/v1/jobs/{id}", "get_job", "One job.", "jobs", ok_schema="Job",
+                  path_params=(("id", _ID, "Job id."),), errors=("404",)),
     ]  # fmt: skip
 
 

@@ -10,6 +10,7 @@ from collections.abc import Collection
 from typing import Any
 
 from registry.api.bodies import MAX_CRAWL_LIMIT, MAX_CRAWL_REPOS, MAX_SEARCH, REPO_PART
+from registry.api.launchers import JOB_STATES
 from registry.api.params import BIGINT_MAX, NOT_BLANK
 from registry.catalog.models import (
     ARTIFACT_STATUSES,
@@ -209,6 +210,16 @@ CRAWL = obj({
     "heartbeat_at": OPT_TIME, "finished_at": OPT_TIME, "url": STR,
 })  # fmt: skip
 
+JOB = obj({
+    "id": INT,
+    "kind": {**STR, "description": "crawl, index_repo or verify."},
+    "queue": STR, "status": {"enum": list(JOB_STATES)},
+    "args": {**ANY_OBJECT, "description": "The job function's arguments (crawl_id, repo_id, verification_id)."},
+    "attempts": INT, "error": OPT_STR, "created_at": OPT_TIME, "started_at": OPT_TIME,
+    "finished_at": OPT_TIME, "url": STR,
+})  # fmt: skip
+
+
 def crawl_request(sources: Collection[str]) -> Schema:
     """The crawl body; `source` is an enum of the sources this server's launcher has."""
     source: Schema = {**STR, "description": "Name of a configured source (e.g. `hub`); never a URL."}
@@ -254,6 +265,8 @@ COMPONENT_SCHEMAS: dict[str, Schema] = {
     "Facets": FACETS,
     "Crawl": CRAWL,
     "CrawlPage": _page("Crawl"),
+    "Job": JOB,
+    "JobPage": _page("Job"),
     "CrawlRequest": crawl_request(()),
     "VerificationRequest": VERIFICATION_REQUEST,
     "Health": HEALTH,

@@ -44,6 +44,8 @@ LINEAGE_SOURCES = ("gguf", "card", "tags")
 VERIFICATION_STATUSES = ("queued", "running", "passed", "failed", "skipped")
 CRAWL_KINDS = ("hub", "local")
 CRAWL_STATUSES = ("running", "finished", "failed", "cancelled")
+JOB_KINDS = ("crawl", "index_repo", "verify")
+JOB_STATUSES = ("queued", "running", "failed", "done")
 
 REPO_ID_LENGTH = 300
 PATH_LENGTH = 1000
@@ -333,4 +335,34 @@ class Crawl(Base):
         _one_of("kind", CRAWL_KINDS, "kind"),
         _one_of("status", CRAWL_STATUSES, "status"),
         Index(None, "status"),
+    )
+
+
+class Job(Base):
+    """One job of the embedded runner: the row is the queue, so a restarted server resumes it.
+
+    The distributed mode keeps its jobs in procrastinate's own tables instead. `lock` is the
+    queueing lock: at most one queued or running job per repo or artifact.
+    """
+
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    queue: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(8), default="queued")
+    args: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    lock: Mapped[str | None] = mapped_column(String(400))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text)
+    run_after: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        _one_of("kind", JOB_KINDS, "kind"),
+        _one_of("status", JOB_STATUSES, "status"),
+        Index(None, "status", "run_after"),
+        Index(None, "lock"),
     )

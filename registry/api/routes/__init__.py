@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from registry.api.routes import artifacts, crawls, repos, system, verifications
+from registry.api.routes import artifacts, crawls, jobs, repos, system, verifications
 
 ROUTE_TABLES: tuple[web.RouteTableDef, ...] = (
     system.routes,
@@ -12,4 +12,5 @@ ROUTE_TABLES: tuple[web.RouteTableDef, ...] = (
     repos.routes,
     crawls.routes,
     verifications.routes,
+    jobs.routes,
 )

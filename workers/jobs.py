@@ -1,0 +1,154 @@
+"""The job functions both runners call, and what they share.
+
+Three jobs, each a plain async function over a `JobContext`:
+
+- `crawl_job(ctx, queue, crawl_id)`: list the hub for the crawl row and queue one
+  `index_repo` job per changed repo (`workers.crawl.enqueue_crawl`);
+- `index_repo_job(ctx, repo_id, known_revision)`: read and write one repo in one
+  transaction (`workers.crawl.index_repo`); idempotent, so a retry or a second worker
+  changes nothing;
+- `verify_job(ctx, verification_id)`: run one queued verification.
+
+The embedded runner (`workers.queue_embedded`, inside `registry serve`) and the
+distributed one (`workers.queue_procrastinate`, `registry worker`) differ only in where
+the queue lives and who picks jobs from it. A `TransientJobError` (rate limits, 5xx,
+resets, a file changed mid-read) is retried with backoff by both; any other error fails
+the job, visible in `GET /v1/jobs`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from registry.api.launchers import JOB_STATES, JobInfo, JobQueue
+from registry.catalog.db import Database
+from registry.catalog.models import Crawl
+from registry.config import Settings
+from registry.gguf.limits import Limits
+from registry.hub.client import HubClient
+from registry.hub.errors import FileChanged, HubError
+from registry.hub.http import HubHttp
+from workers.crawl import ReadOptions, enqueue_crawl, index_repo
+from workers.schedule import Cron, Every, Schedule
+from workers.verify import run_verification
+
+__all__ = [
+    "JOB_STATES",
+    "QUEUE_OF",
+    "JobContext",
+    "JobInfo",
+    "JobQueue",
+    "TransientJobError",
+    "crawl_job",
+    "create_scheduled_crawl",
+    "index_repo_job",
+    "schedule_cron",
+    "verify_job",
+]  # fmt: skip
+
+log = logging.getLogger(__name__)
+
+# Queue of each job kind: workers can be dedicated to one (`registry worker --queues index`).
+QUEUE_OF = {"crawl": "crawl", "index_repo": "index", "verify": "verify"}
+
+
+class TransientJobError(Exception):
+    """The job failed for a reason that may pass (the hub said 429/5xx, a reset): retry it."""
+
+
+@dataclass
+class JobContext:
+    """What jobs need, opened once per process: the catalog and the hub clients."""
+
+    settings: Settings
+    db: Database
+    client: HubClient
+    http: HubHttp
+
+    @property
+    def read_options(self) -> ReadOptions:
+        p = self.settings.parser
+        limits = Limits(max_kv_count=p.max_kv_count, max_tensor_count=p.max_tensor_count,
+                        max_string_length=p.max_string_length, max_array_length=p.max_array_length,
+                        max_header_bytes=self.settings.hub.max_header_bytes)  # fmt: skip
+        return ReadOptions(limits=limits, shard_window=self.settings.hub.shard_window)
+
+
+@contextlib.asynccontextmanager
+async def open_context(settings: Settings) -> AsyncIterator[JobContext]:
+    db = Database.from_settings(settings)
+    try:
+        async with HubHttp.from_settings(settings.hub) as http:
+            yield JobContext(settings, db, HubClient.from_settings(settings.hub), http)
+    finally:
+        await db.dispose()
+
+
+def _transient(exc: HubError) -> bool:
+    return exc.retryable or isinstance(exc, FileChanged)
+
+
+async def crawl_job(ctx: JobContext, queue: JobQueue, crawl_id: int) -> None:
+    async def enqueue(repo_id: str, known: str | None) -> None:
+        await queue.enqueue_index_repo(repo_id, known)
+
+    report = await enqueue_crawl(ctx.db, ctx.client, crawl_id, enqueue)
+    log.info("crawl %s: %s listed, %s unchanged, status %s", crawl_id, report.listed, report.unchanged,
+             report.status)  # fmt: skip
+
+
+async def index_repo_job(ctx: JobContext, repo_id: str, known_revision: str | None = None) -> None:
+    try:
+        result = await index_repo(
+            ctx.db, ctx.client, ctx.http, repo_id, ctx.read_options, known_revision=known_revision
+        )
+    except HubError as exc:
+        if _transient(exc):
+            raise TransientJobError(f"{repo_id}: {exc.code}: {exc}") from exc
+        raise
+    state = "unchanged" if result is None or result.unchanged else "indexed"
+    # The pid tells which worker process ran the job (the multi-worker tests count them).
+    log.info("index_repo %s: %s (pid %d)", repo_id, state, os.getpid())
+
+
+async def verify_job(ctx: JobContext, verification_id: int) -> None:
+    await run_verification(ctx.db, ctx.settings, verification_id)
+
+
+async def create_scheduled_crawl(db: Database, settings: Settings) -> int:
+    """Commit the crawl row of a scheduled crawl; the caller enqueues it afterwards."""
+    s = settings.schedule
+    params: dict[str, object] = {"source": "hub", "repos": [], "author": s.author or None, "search": s.search or None,
+              "limit": s.limit or None, "full": False, "scheduled": True}  # fmt: skip
+    async with db.sessions() as session, session.begin():
+        row = Crawl(kind="hub", status="running", parameters=params)
+        session.add(row)
+        await session.flush()
+        return row.id
+
+
+def schedule_cron(schedule: Schedule) -> str:
+    """The schedule as the cron text procrastinate's periodic tasks take.
+
+    Cron expressions pass through. `every N<unit>` becomes a cron when N divides the next
+    unit (`every 15m` -> `*/15 * * * *`, `every 6h` -> `0 */6 * * *`); other intervals
+    cannot be written as a cron and are refused with the nearest cron to use instead.
+    """
+    if isinstance(schedule, Cron):
+        return schedule.text
+    assert isinstance(schedule, Every)
+    n = schedule.seconds
+    if n % 86400 == 0:
+        return f"0 0 */{n // 86400} * *" if n > 86400 else "0 0 * * *"
+    if n % 3600 == 0 and 24 % (n // 3600) == 0:
+        return f"0 */{n // 3600} * * *" if n > 3600 else "0 * * * *"
+    if n % 60 == 0 and 60 % (n // 60) == 0:
+        return f"*/{n // 60} * * * *" if n > 60 else "* * * * *"
+    raise ValueError(
+        f"{schedule.text!r} cannot run as a distributed periodic task: use an interval that divides an "
+        "hour or a day (every 15m, every 6h) or a cron expression"
+    )

@@ -1,0 +1,162 @@
+"""The embedded runner: a bounded pool of asyncio workers inside `registry serve`.
+
+The catalog's `jobs` table is the queue, so a server killed mid-crawl resumes on restart:
+rows left `running` by a dead process go back to `queued` when the pool starts (one
+embedded server per database; the distributed mode is for more). Each enqueue commits its
+row before the pool is woken, and a per-repo or per-artifact `lock` keeps one job of each
+queued or running at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import select, update
+
+from registry.api.launchers import CatalogJobs
+from registry.catalog import migrate
+from registry.catalog.db import Database
+from registry.catalog.models import Job
+from registry.catalog.types import utcnow
+from registry.config import Settings
+from workers.jobs import (
+    QUEUE_OF,
+    JobContext,
+    JobInfo,
+    TransientJobError,
+    crawl_job,
+    index_repo_job,
+    open_context,
+    verify_job,
+)
+
+log = logging.getLogger(__name__)
+IDLE_POLL_S = 1.0  # also picks up retries whose wait ended
+
+
+class EmbeddedQueue:
+    """A JobQueue over the `jobs` table; `run()` is the pool (a background task of serve)."""
+
+    def __init__(self, settings: Settings, db: Database) -> None:
+        self.settings = settings
+        self.db = db
+        self._reader = CatalogJobs(db.sessions)
+        self._wake = asyncio.Event()
+        self._claim = asyncio.Lock()  # one claimer at a time: SQLite has no SKIP LOCKED
+
+    # -- JobQueue -----------------------------------------------------------------------------
+
+    async def enqueue_crawl(self, crawl_id: int) -> int | None:
+        return await self._enqueue("crawl", {"crawl_id": crawl_id}, None)
+
+    async def enqueue_index_repo(self, repo_id: str, known_revision: str | None = None) -> int | None:
+        args = {"repo_id": repo_id, "known_revision": known_revision}
+        return await self._enqueue("index_repo", args, f"repo:{repo_id}")
+
+    async def enqueue_verify(self, verification_id: int) -> int | None:
+        return await self._enqueue(
+            "verify", {"verification_id": verification_id}, f"verify:{verification_id}"
+        )
+
+    async def list_jobs(
+        self, *, status: str | None = None, limit: int = 50, before_id: int | None = None
+    ) -> list[JobInfo]:
+        return await self._reader.list_jobs(status=status, limit=limit, before_id=before_id)
+
+    async def get_job(self, job_id: int) -> JobInfo | None:
+        return await self._reader.get_job(job_id)
+
+    async def _enqueue(self, kind: str, args: dict[str, Any], lock: str | None) -> int | None:
+        async with self.db.sessions() as session, session.begin():
+            if lock is not None:
+                busy = await session.scalar(
+                    select(Job.id).where(Job.lock == lock, Job.status.in_(("queued", "running"))).limit(1)
+                )
+                if busy is not None:
+                    return None
+            row = Job(kind=kind, queue=QUEUE_OF[kind], status="queued", args=args, lock=lock)
+            session.add(row)
+            await session.flush()
+            job_id = row.id
+        self._wake.set()  # after the commit: a worker must find the row
+        return job_id
+
+    # -- the pool -----------------------------------------------------------------------------
+
+    async def run(self, concurrency: int | None = None) -> None:
+        """Run jobs until cancelled, `jobs.concurrency` at once. Rows of a dead process resume."""
+        await migrate.ensure_schema(self.db.engine)
+        async with self.db.sessions() as session, session.begin():
+            await session.execute(update(Job).where(Job.status == "running").values(status="queued"))
+        async with open_context(self.settings) as ctx:
+            n = max(1, concurrency or self.settings.jobs.concurrency)
+            workers = [asyncio.create_task(self._worker(ctx), name=f"job-worker-{i}") for i in range(n)]
+            try:
+                await asyncio.gather(*workers)
+            finally:
+                for task in workers:
+                    task.cancel()
+                await asyncio.gather(*workers, return_exceptions=True)
+
+    async def join(self) -> None:
+        """Wait until no job is queued or running (tests, `registry crawl`-like callers)."""
+        while await self.list_jobs(status="queued", limit=1) or await self.list_jobs(
+            status="running", limit=1
+        ):
+            await asyncio.sleep(0.1)
+
+    async def _worker(self, ctx: JobContext) -> None:
+        while True:
+            row = await self._next()
+            if row is None:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), IDLE_POLL_S)
+                continue
+            await self._execute(ctx, row)
+
+    async def _next(self) -> Job | None:
+        async with self._claim, self.db.sessions() as session, session.begin():
+            row = await session.scalar(
+                select(Job).where(Job.status == "queued", Job.run_after <= utcnow()).order_by(Job.id).limit(1)
+            )
+            if row is not None:
+                row.status, row.started_at, row.attempts = "running", utcnow(), row.attempts + 1
+            return row
+
+    async def _execute(self, ctx: JobContext, row: Job) -> None:
+        status, error, run_after = "done", None, None
+        try:
+            await self._call(ctx, row.kind, row.args)
+        except TransientJobError as exc:
+            error = str(exc)
+            if row.attempts < self.settings.jobs.max_attempts:
+                status = "queued"
+                wait = self.settings.jobs.retry_wait * 2 ** (row.attempts - 1)
+                run_after = utcnow() + timedelta(seconds=wait)
+            else:
+                status = "failed"
+        except Exception as exc:  # a failed job is a row saying why, never a dead pool
+            log.exception("job %s (%s) failed", row.id, row.kind)
+            status, error = "failed", f"{type(exc).__name__}: {exc}"
+        async with self.db.sessions() as session, session.begin():
+            job = await session.get_one(Job, row.id)
+            job.status, job.error = status, error
+            if run_after is not None:
+                job.run_after = run_after
+            else:
+                job.finished_at = utcnow()
+
+    async def _call(self, ctx: JobContext, kind: str, args: dict[str, Any]) -> None:
+        if kind == "crawl":
+            await crawl_job(ctx, self, int(args["crawl_id"]))
+        elif kind == "index_repo":
+            await index_repo_job(ctx, str(args["repo_id"]), args.get("known_revision"))
+        elif kind == "verify":
+            await verify_job(ctx, int(args["verification_id"]))
+        else:  # pragma: no cover - the check constraint allows no other kind
+            raise ValueError(f"unknown job kind {kind!r}")

@@ -1,0 +1,231 @@
+"""The distributed runner: procrastinate's PostgreSQL queue and `registry worker` processes.
+
+`build_app(settings)` registers the three job functions of `workers.jobs` as procrastinate
+tasks on their queues (crawl, index, verify), with
+
+- a per-repo / per-artifact `queueing_lock` (one job waiting) and `lock` (one running), so
+  two crawls that overlap never read the same repo twice at once;
+- a RetryStrategy retrying `TransientJobError` with exponential backoff;
+- the `[schedule] crawl` setting as a periodic task (cron; `every 6h` is converted), run by
+  procrastinate's periodic deferrer in every worker and deduplicated in the database.
+
+Stalled jobs: workers send heartbeats; `run_worker` also runs a loop that puts back the
+`doing` jobs of workers silent for `jobs.stalled_seconds` (a SIGKILLed or lost machine),
+so another worker runs them. Jobs are idempotent, so a rerun writes nothing twice.
+
+The API process uses the same app only to defer jobs and to read the job tables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+import procrastinate
+from procrastinate.exceptions import AlreadyEnqueued
+from sqlalchemy import make_url
+
+from registry.config import Settings
+from workers.jobs import (
+    QUEUE_OF,
+    JobContext,
+    JobInfo,
+    TransientJobError,
+    crawl_job,
+    create_scheduled_crawl,
+    index_repo_job,
+    open_context,
+    schedule_cron,
+    verify_job,
+)
+from workers.schedule import parse_schedule
+
+log = logging.getLogger(__name__)
+
+CONTEXT_KEY = "registry"  # where a worker's JobContext sits in procrastinate's additional_context
+TASK_KIND = {"registry.crawl": "crawl", "registry.scheduled_crawl": "crawl",
+             "registry.index_repo": "index_repo", "registry.verify": "verify"}  # fmt: skip
+# Our states -> procrastinate's job statuses.
+STATUSES = {"queued": ["todo"], "running": ["doing"], "done": ["succeeded"],
+            "failed": ["failed", "cancelled", "aborted"]}  # fmt: skip
+_STATE_OF = {p: ours for ours, ps in STATUSES.items() for p in ps}
+
+
+def conninfo(database_url: str) -> str:
+    """The libpq URL of the catalog's SQLAlchemy URL (procrastinate talks psycopg)."""
+    url = make_url(database_url)
+    if url.get_backend_name() != "postgresql":
+        raise ValueError("the distributed mode needs a PostgreSQL database.url")
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def _ctx(context: procrastinate.JobContext) -> JobContext:
+    ctx = context.additional_context.get(CONTEXT_KEY)
+    if not isinstance(ctx, JobContext):  # pragma: no cover - a worker not started by run_worker
+        raise RuntimeError("this procrastinate worker was not started by `registry worker`")
+    return ctx
+
+
+def build_app(settings: Settings, *, periodic_cron: str | None = None) -> procrastinate.App:
+    """The procrastinate app with the registry's tasks. `periodic_cron` overrides the cron of
+    the scheduled crawl (tests use a 6-field cron with seconds)."""
+    app = procrastinate.App(
+        connector=procrastinate.PsycopgConnector(conninfo=conninfo(settings.database_url))
+    )
+    s = settings.jobs
+    retry = procrastinate.RetryStrategy(
+        max_attempts=s.max_attempts,
+        exponential_wait=max(2, s.retry_wait),
+        retry_exceptions={TransientJobError},
+    )
+
+    @app.task(name="registry.crawl", queue=QUEUE_OF["crawl"], pass_context=True, retry=retry)
+    async def crawl(context: procrastinate.JobContext, crawl_id: int) -> None:
+        await crawl_job(_ctx(context), ProcrastinateQueue(context.app), crawl_id)
+
+    @app.task(name="registry.index_repo", queue=QUEUE_OF["index_repo"], pass_context=True, retry=retry)
+    async def index_repo(context: procrastinate.JobContext, repo_id: str, known_revision: str | None) -> None:
+        await index_repo_job(_ctx(context), repo_id, known_revision)
+
+    @app.task(name="registry.verify", queue=QUEUE_OF["verify"], pass_context=True)
+    async def verify(context: procrastinate.JobContext, verification_id: int) -> None:
+        await verify_job(_ctx(context), verification_id)
+
+    schedule = parse_schedule(settings.schedule.crawl)
+    cron = periodic_cron or (schedule_cron(schedule) if schedule is not None else None)
+    if cron is not None:
+
+        @app.periodic(cron=cron, periodic_id="crawl")
+        @app.task(name="registry.scheduled_crawl", queue=QUEUE_OF["crawl"], pass_context=True)
+        async def scheduled_crawl(context: procrastinate.JobContext, timestamp: int) -> None:
+            # The periodic job is the crawl job: its row is committed, then it lists and queues.
+            ctx = _ctx(context)
+            crawl_id = await create_scheduled_crawl(ctx.db, ctx.settings)
+            await crawl_job(ctx, ProcrastinateQueue(context.app), crawl_id)
+
+    return app
+
+
+async def apply_schema(settings: Settings) -> bool:
+    """Create procrastinate's tables unless they exist; True when they were created."""
+    app = build_app(settings)
+    async with app.open_async():
+        row = await app.connector.execute_query_one_async("SELECT to_regclass('procrastinate_jobs') AS t")
+        if row["t"] is not None:
+            return False
+        await app.schema_manager.apply_schema_async()
+        return True
+
+
+class ProcrastinateQueue:
+    """A JobQueue over procrastinate; the app must be open (`async with app.open_async()`)."""
+
+    def __init__(self, app: procrastinate.App) -> None:
+        self.app = app
+
+    async def _defer(self, task: str, lock: str | None, **kwargs: Any) -> int | None:
+        try:
+            return await self.app.configure_task(task, lock=lock, queueing_lock=lock).defer_async(**kwargs)
+        except AlreadyEnqueued:
+            return None  # the same repo or artifact is already waiting: that job will do
+
+    async def enqueue_crawl(self, crawl_id: int) -> int | None:
+        return await self._defer("registry.crawl", None, crawl_id=crawl_id)
+
+    async def enqueue_index_repo(self, repo_id: str, known_revision: str | None = None) -> int | None:
+        return await self._defer("registry.index_repo", f"repo:{repo_id}", repo_id=repo_id,
+                                 known_revision=known_revision)  # fmt: skip
+
+    async def enqueue_verify(self, verification_id: int) -> int | None:
+        return await self._defer(
+            "registry.verify", f"verify:{verification_id}", verification_id=verification_id
+        )
+
+    async def list_jobs(
+        self, *, status: str | None = None, limit: int = 50, before_id: int | None = None
+    ) -> list[JobInfo]:
+        rows = await self.app.connector.execute_query_all_async(
+            _LIST_JOBS, statuses=STATUSES[status] if status else None, before=before_id, limit=limit, id=None
+        )
+        return [_info(r) for r in rows]
+
+    async def get_job(self, job_id: int) -> JobInfo | None:
+        rows = await self.app.connector.execute_query_all_async(
+            _LIST_JOBS, statuses=None, before=None, limit=1, id=job_id
+        )
+        return _info(rows[0]) if rows else None
+
+
+_LIST_JOBS = """
+SELECT j.id, j.queue_name, j.task_name, j.status::text AS status, j.args, j.attempts,
+       (SELECT min(e.at) FROM procrastinate_events e WHERE e.job_id = j.id AND e.type = 'deferred') AS created_at,
+       (SELECT max(e.at) FROM procrastinate_events e WHERE e.job_id = j.id AND e.type = 'started') AS started_at,
+       (SELECT max(e.at) FROM procrastinate_events e WHERE e.job_id = j.id
+          AND e.type IN ('succeeded', 'failed', 'cancelled', 'aborted')) AS finished_at
+  FROM procrastinate_jobs j
+ WHERE (%(statuses)s::text[] IS NULL OR j.status::text = ANY(%(statuses)s::text[]))
+   AND (%(before)s::bigint IS NULL OR j.id < %(before)s::bigint)
+   AND (%(id)s::bigint IS NULL OR j.id = %(id)s::bigint)
+ ORDER BY j.id DESC
+ LIMIT %(limit)s
+"""
+
+
+def _info(row: dict[str, Any]) -> JobInfo:
+    finished: datetime | None = row["finished_at"] if row["status"] in ("succeeded", "failed") else None
+    return JobInfo(
+        id=row["id"], kind=TASK_KIND.get(row["task_name"], row["task_name"]), queue=row["queue_name"],
+        status=_STATE_OF.get(row["status"], row["status"]), args=dict(row["args"] or {}),
+        attempts=row["attempts"], error=None, created_at=row["created_at"], started_at=row["started_at"],
+        finished_at=finished,
+    )  # fmt: skip
+
+
+async def retry_stalled_jobs(app: procrastinate.App, seconds_since_heartbeat: float) -> int:
+    """Put back the running jobs of workers silent for that long; returns how many."""
+    n = 0
+    for job in await app.job_manager.get_stalled_jobs(seconds_since_heartbeat=seconds_since_heartbeat):
+        try:
+            await app.job_manager.retry_job(job)
+        except Exception:  # another worker retried it first
+            log.debug("stalled job %s already retried", job.id, exc_info=True)
+        else:
+            log.warning("job %s (%s) of a stalled worker retried", job.id, job.task_name)
+            n += 1
+    return n
+
+
+async def _stalled_loop(app: procrastinate.App, seconds: float) -> None:
+    while True:
+        await asyncio.sleep(max(1.0, seconds / 2))
+        try:
+            await retry_stalled_jobs(app, seconds)
+        except Exception:
+            log.exception("retrying stalled jobs failed")
+
+
+async def run_worker(
+    settings: Settings,
+    queues: Iterable[str],
+    concurrency: int,
+    *,
+    periodic_cron: str | None = None,
+    install_signal_handlers: bool = True,
+) -> None:
+    """`registry worker`: run jobs of `queues` until SIGINT/SIGTERM (or cancelled)."""
+    s = settings.jobs
+    app = build_app(settings, periodic_cron=periodic_cron)
+    async with open_context(settings) as ctx, app.open_async():
+        stalled = asyncio.create_task(_stalled_loop(app, s.stalled_seconds))
+        try:
+            await app.run_worker_async(
+                queues=list(queues), concurrency=concurrency, additional_context={CONTEXT_KEY: ctx},
+                update_heartbeat_interval=s.heartbeat_seconds, stalled_worker_timeout=s.stalled_seconds,
+                install_signal_handlers=install_signal_handlers,
+            )  # fmt: skip
+        finally:
+            stalled.cancel()
+            await asyncio.gather(stalled, return_exceptions=True)

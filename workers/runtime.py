@@ -1,0 +1,90 @@
+"""Pick the job runner the settings ask for: what `registry serve`, `registry jobs` use.
+
+`jobs.mode = "embedded"`: an `EmbeddedQueue` over the catalog whose pool (and the crawl
+schedule) runs inside the serving process. `"distributed"`: a `ProcrastinateQueue` that
+only defers and reads; `registry worker` processes run the jobs and the periodic crawl.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from registry.api.launchers import JobQueue, QueueLauncher, QueueVerifier
+from registry.catalog.db import Database
+from registry.config import Settings
+from workers.jobs import create_scheduled_crawl, schedule_cron
+from workers.schedule import parse_schedule, run_schedule
+
+MODES = ("embedded", "distributed")
+
+
+class JobsConfigError(ValueError):
+    """The [jobs] settings cannot work (an unknown mode, distributed on SQLite)."""
+
+
+def check_mode(settings: Settings) -> str:
+    mode = settings.jobs.mode
+    if mode not in MODES:
+        raise JobsConfigError(f"jobs.mode must be one of {', '.join(MODES)}, not {mode!r}")
+    if mode == "distributed" and not settings.database_url.startswith("postgresql"):
+        raise JobsConfigError("jobs.mode = distributed needs a PostgreSQL database.url")
+    schedule = parse_schedule(settings.schedule.crawl)
+    if mode == "distributed" and schedule is not None:
+        try:
+            schedule_cron(schedule)  # the workers' periodic task takes a cron
+        except ValueError as exc:
+            raise JobsConfigError(f"schedule.crawl: {exc}") from None
+    return mode
+
+
+@contextlib.asynccontextmanager
+async def open_queue(settings: Settings, db: Database) -> AsyncIterator[JobQueue]:
+    if check_mode(settings) == "distributed":
+        from workers.queue_procrastinate import ProcrastinateQueue, build_app
+
+        app = build_app(settings)
+        async with app.open_async():
+            yield ProcrastinateQueue(app)
+    else:
+        from workers.queue_embedded import EmbeddedQueue
+
+        yield EmbeddedQueue(settings, db)
+
+
+@dataclass
+class ServeJobs:
+    """What `serve` gets: the API's launcher, verifier and queue, and background tasks."""
+
+    queue: JobQueue
+    launcher: QueueLauncher
+    verifier: QueueVerifier
+    background: list[Callable[[], Coroutine[Any, Any, object]]] = field(default_factory=list)
+
+
+@contextlib.asynccontextmanager
+async def serve_jobs(settings: Settings) -> AsyncIterator[ServeJobs]:
+    """The job wiring of `registry serve` for the configured mode.
+
+    Embedded: the pool and the crawl schedule run as background tasks of the server; a
+    scheduled crawl commits its row, then enqueues it. Distributed: nothing runs here,
+    the workers run jobs and the periodic crawl."""
+    schedule = parse_schedule(settings.schedule.crawl)
+    db = Database.from_settings(settings)
+    try:
+        async with open_queue(settings, db) as queue:
+            out = ServeJobs(queue, QueueLauncher(queue), QueueVerifier(db.sessions, queue))
+            run = getattr(queue, "run", None)
+            if run is not None:  # the embedded pool
+                out.background.append(run)
+                if schedule is not None:
+
+                    async def scheduled() -> None:
+                        await queue.enqueue_crawl(await create_scheduled_crawl(db, settings))
+
+                    out.background.append(lambda: run_schedule(schedule, scheduled))
+            yield out
+    finally:
+        await db.dispose()
