@@ -224,6 +224,12 @@ def _cmd_db(args: argparse.Namespace, settings: Settings) -> int:
         try:
             if args.action == "upgrade":
                 await migrate.upgrade(db.engine, args.revision or "head")
+                if db.dialect == "postgresql" and settings.jobs.mode == "distributed":
+                    from workers.queue_procrastinate import apply_schema
+
+                    # procrastinate's own tables, outside alembic (migrations/env.py skips them).
+                    if await apply_schema(settings):
+                        print("procrastinate job queue schema applied")
             elif args.action == "downgrade":
                 await migrate.downgrade(db.engine, args.revision)
             current, head = await migrate.current_revision(db.engine), migrate.head_revision()
@@ -292,6 +298,22 @@ def _limits(settings: Settings) -> Limits:
     )
 
 
+_COUNT_SUFFIXES = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
+
+
+def _param_count(text: str) -> int:
+    """A parameter count as people write it: 7000000000, 7e9, 7B, 1.5B, 500M."""
+    raw = text.strip().upper()
+    suffix = raw[-1:] if raw[-1:] in _COUNT_SUFFIXES else ""
+    try:
+        value = float(raw[: len(raw) - len(suffix)]) * _COUNT_SUFFIXES[suffix]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a parameter count: {text!r} (e.g. 7B, 500M, 7e9)") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"parameter count out of range: {text!r}")
+    return round(value)
+
+
 def _add_search(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p = sub.add_parser("search", help="search the catalog", description="Search indexed GGUF artifacts.")
     p.add_argument(
@@ -303,8 +325,8 @@ def _add_search(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument(
         "--tensor-type", metavar="T", help="has at least one tensor of this ggml type, e.g. IQ2_XS"
     )
-    p.add_argument("--min-params", type=int, metavar="N")
-    p.add_argument("--max-params", type=int, metavar="N")
+    p.add_argument("--min-params", type=_param_count, metavar="N", help="e.g. 7B, 1.5B, 500M, 7e9")
+    p.add_argument("--max-params", type=_param_count, metavar="N")
     p.add_argument("--size-label", metavar="L", help="e.g. 7B, 8x7B")
     p.add_argument("--min-context", type=int, metavar="N")
     p.add_argument("--descendant-of", metavar="REPO", help="only repos below REPO in the lineage graph")
@@ -603,42 +625,129 @@ def _add_serve(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     )
     p.add_argument("--host", help="address to listen on (default: api.host)")
     p.add_argument("--port", type=int, help="TCP port (default: api.port; 0 picks a free one)")
+    p.add_argument("--workers", type=_positive_int, default=1, metavar="N",
+                   help="processes answering on the one port (SO_REUSEPORT), e.g. the number of cores; "
+                   "background jobs run in the first only (default: 1)")  # fmt: skip
+    # Internal: how the first process starts the other N-1 (see registry/api/serve.py).
+    p.add_argument("--replica", action="store_true", help=argparse.SUPPRESS)
     return "serve", _cmd_serve
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
 
 
 def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import logging
 
-    from registry.api.launchers import CrawlSpec, InProcessLauncher
     from registry.api.serve import serve
-    from workers.schedule import ScheduleError, parse_schedule, run_schedule
-    from workers.verify import in_process_verifier
+    from workers.runtime import JobsConfigError, check_mode, serve_jobs
+    from workers.schedule import ScheduleError, parse_schedule
 
     try:
-        schedule = parse_schedule(settings.schedule.crawl)
-    except ScheduleError as exc:
-        print(f"registry: serve: configuration error: schedule.crawl: {exc}", file=sys.stderr)
+        parse_schedule(settings.schedule.crawl)
+        check_mode(settings)
+    except (ScheduleError, JobsConfigError) as exc:
+        print(f"registry: serve: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per hub API call drowns the rest
-    s = settings.schedule
-    spec = CrawlSpec(source="hub", search=s.search or None, author=s.author or None, limit=s.limit or None)
 
     async def work() -> int:
-        launcher = InProcessLauncher(settings)
-        try:
-            async with in_process_verifier(settings) as verifier:
-                # resume: verifications a stopped server left queued or running.
-                background: list[Callable[[], Coroutine[Any, Any, object]]] = [verifier.resume]
-                if schedule is not None:
-                    background.append(lambda: run_schedule(schedule, lambda: launcher.crawl(spec)))
-                await serve(settings, args.host, args.port, launcher=launcher, verifier=verifier,
-                            background=background)  # fmt: skip
-        finally:
-            await launcher.aclose()
+        # Embedded: the job pool and the crawl schedule run in this process, jobs kept in the
+        # catalog so a restart resumes them. Distributed: the API only enqueues.
+        async with serve_jobs(settings) as jobs:
+            await serve(settings, args.host, args.port, launcher=jobs.launcher, verifier=jobs.verifier,
+                        job_queue=jobs.queue, background=jobs.background,
+                        workers=args.workers, replica=args.replica, config=args.config)  # fmt: skip
         return EXIT_OK
 
     return _catalog_call("serve", work)
+
+
+def _add_worker(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
+    p = sub.add_parser(
+        "worker",
+        help="run distributed jobs (crawl, index, verify) from the PostgreSQL queue",
+        description="Take jobs from procrastinate's PostgreSQL queue until SIGINT/SIGTERM: crawls, per-repo "
+        "indexing and verifications, and the periodic crawl of [schedule] crawl. Needs jobs.mode = "
+        "distributed and a PostgreSQL database.url; run `registry db upgrade` first.",
+    )
+    p.add_argument("--queues", metavar="Q,...", help="comma-separated queues (default: jobs.queues)")
+    p.add_argument("--concurrency", type=int, metavar="N", help="jobs at once (default: jobs.concurrency)")
+    return "worker", _cmd_worker
+
+
+def _cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    import logging
+
+    from workers.runtime import JobsConfigError, check_mode
+    from workers.schedule import ScheduleError
+
+    try:
+        if check_mode(settings) != "distributed":
+            raise JobsConfigError("`registry worker` needs jobs.mode = distributed (embedded jobs run in serve)")
+        from workers.queue_procrastinate import build_app, run_worker
+
+        build_app(settings)  # refuses a schedule procrastinate cannot run before anything starts
+    except (ScheduleError, JobsConfigError, ValueError) as exc:
+        print(f"registry: worker: configuration error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    queues = [q.strip() for q in (args.queues or settings.jobs.queues).split(",") if q.strip()]
+    concurrency = args.concurrency or settings.jobs.concurrency
+
+    async def work() -> int:
+        await run_worker(settings, queues, max(1, concurrency))
+        return EXIT_OK
+
+    return _catalog_call("worker", work)
+
+
+def _add_jobs(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
+    p = sub.add_parser("jobs", help="list jobs: queued, running, failed and done (either mode)")
+    p.add_argument("--status", choices=["queued", "running", "failed", "done"])
+    p.add_argument("--limit", type=int, default=50, metavar="N")
+    p.add_argument("--json", action="store_true", help="print one JSON object per job")
+    return "jobs", _cmd_jobs
+
+
+def _cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+
+    from registry.catalog.db import Database
+    from workers.runtime import JobsConfigError, open_queue
+    from workers.schedule import ScheduleError
+
+    async def work() -> int:
+        db = Database.from_settings(settings)
+        try:
+            async with open_queue(settings, db) as queue:
+                jobs = await queue.list_jobs(status=args.status, limit=max(1, args.limit))
+        finally:
+            await db.dispose()
+        for j in jobs:
+            if args.json:
+                print(json.dumps(j.to_dict()))
+            else:
+                target = ", ".join(f"{k}={v}" for k, v in j.args.items() if v is not None)
+                print(f"{j.id:>8}  {j.status:<8} {j.kind:<10} {j.queue:<7} attempts {j.attempts}  {target}"
+                      + (f"  ({j.error})" if j.error else ""))  # fmt: skip
+        if not jobs and not args.json:
+            print("no jobs", file=sys.stderr)
+        return EXIT_OK
+
+    try:
+        return _catalog_call("jobs", work)
+    except (JobsConfigError, ScheduleError) as exc:
+        print(f"registry: jobs: configuration error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 _COMMANDS: list[Callable[[argparse._SubParsersAction], tuple[str, Handler]]] = [
@@ -650,6 +759,8 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction], tuple[str, Handler]]] = [
     _add_run,
     _add_crawl,
     _add_serve,
+    _add_worker,
+    _add_jobs,
 ]
 
 

@@ -94,3 +94,24 @@ def test_search_errors(url: str, models: Path, capsys: pytest.CaptureFixture[str
     assert code == 2 and "invalid_query" in err
     code, _, err = run(capsys, "index", str(models / "missing"))
     assert code == 1 and "no such file or folder" in err
+
+
+@pytest.mark.parametrize(
+    ("text", "count"),
+    [("7000000000", 7_000_000_000), ("7e9", 7_000_000_000), ("7B", 7_000_000_000), ("1.5b", 1_500_000_000),
+     ("500M", 500_000_000), ("135m", 135_000_000), ("2T", 2_000_000_000_000), ("0", 0)],
+)
+def test_param_count_arguments(text: str, count: int) -> None:
+    from registry.cli import _param_count
+
+    assert _param_count(text) == count
+
+
+@pytest.mark.parametrize("text", ["", "abc", "7X", "-1B", "1e30", "nan"])
+def test_bad_param_count_arguments(text: str) -> None:
+    import argparse
+
+    from registry.cli import _param_count
+
+    with pytest.raises(argparse.ArgumentTypeError):
+        _param_count(text)

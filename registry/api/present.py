@@ -1,13 +1,21 @@
-"""Catalog rows to JSON-ready dicts, in the shapes the OpenAPI document declares."""
+"""Catalog rows to JSON-ready dicts, in the shapes the OpenAPI document declares.
+
+Crawls and verifications come as ORM objects; repos and artifacts as plain rows from
+`reads` (attribute access by column name reads the same).
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import Row
+
+from registry.api.reads import ArtifactDetail, QuantMixRow, ShardRow
 from registry.catalog.lineage import EdgeView
-from registry.catalog.models import Artifact, Crawl, QuantMix, Repo, Shard, Verification
+from registry.catalog.models import Crawl, Verification
 from registry.catalog.models import Facts as FactsRow
 from registry.catalog.search import SearchItem, severity_name
 
@@ -36,7 +44,7 @@ def crawl(row: Crawl) -> dict[str, Any]:
     }
 
 
-def verification(row: Verification) -> dict[str, Any]:
+def verification(row: Verification | Row[Any]) -> dict[str, Any]:
     return {
         "id": row.id,
         "artifact_id": row.artifact_id,
@@ -78,7 +86,7 @@ def summarise(value: Any) -> Any:
     return value
 
 
-def repo(row: Repo) -> dict[str, Any]:
+def repo(row: Row[Any]) -> dict[str, Any]:
     return {
         "repo_id": row.repo_id,
         "source": row.source,
@@ -111,7 +119,7 @@ def _summary(
     return body
 
 
-def artifact_summary(row: Artifact, repo_id: str) -> dict[str, Any]:
+def artifact_summary(row: Row[Any], repo_id: str) -> dict[str, Any]:
     """The search-hit shape, from a row; `search_item` builds the same keys from a hit."""
     return _summary(
         row.id, repo_id, row.path, row.revision, row.status, row.error_code, row.error_message,
@@ -135,43 +143,47 @@ def search_item(item: SearchItem) -> dict[str, Any]:
     )  # fmt: skip
 
 
-def facts(row: FactsRow | None) -> dict[str, Any] | None:
-    if row is None:
+_FACT_COLUMNS = tuple(c.name for c in FactsRow.__table__.columns if c.name not in ("artifact_id", "extra"))
+
+
+def facts(values: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if values is None:
         return None
-    out = {c.name: getattr(row, c.name) for c in FactsRow.__table__.columns if c.name not in ("artifact_id", "extra")}
-    out["bits_per_weight"] = finite(row.bits_per_weight)
-    extra = row.extra or {}
+    out = {name: values[name] for name in _FACT_COLUMNS}
+    out["bits_per_weight"] = finite(values["bits_per_weight"])
+    extra = values["extra"] or {}
     out.update({k: summarise(v) for k, v in extra.items() if k not in _EXTRA_ELSEWHERE})
     return out
 
 
-def quant_mix(rows: list[QuantMix]) -> list[dict[str, Any]]:
+def quant_mix(rows: list[QuantMixRow]) -> list[dict[str, Any]]:
     ordered = sorted(rows, key=lambda q: (-q.bytes, q.tensor_type))
     return [{"tensor_type": q.tensor_type, "tensors": q.tensors, "elements": q.elements, "bytes": q.bytes}
             for q in ordered]  # fmt: skip
 
 
-def shard(row: Shard) -> dict[str, Any]:
+def shard(row: ShardRow) -> dict[str, Any]:
     return {"path": row.path, "split_no": row.split_no, "size": row.size, "sha256": row.sha256,
             "header_bytes": row.header_bytes}  # fmt: skip
 
 
 def artifact_full(
-    row: Artifact, repo_id: str, latest: Verification | None, *, with_metadata: bool
+    detail: ArtifactDetail, repo_id: str, latest: Verification | Row[Any] | None, *, with_metadata: bool
 ) -> dict[str, Any]:
     """An artifact with facts, quant mix, shards and latest verification.
 
     `with_metadata` adds the scalar metadata and the chat template text (the single
     artifact page); the repo page leaves them out to stay small."""
+    row = detail.row
     body = artifact_summary(row, repo_id)
-    body["facts"] = facts(row.facts)
-    body["quant_mix"] = quant_mix(row.quant_mix)
-    body["shards"] = [shard(s) for s in row.shards]
+    body["facts"] = facts(detail.facts)
+    body["quant_mix"] = quant_mix(detail.quant_mix)
+    body["shards"] = [shard(s) for s in detail.shards]
     body["latest_verification"] = verification(latest) if latest is not None else None
     # A column of the artifact row, so the repo page gets it at no extra query.
     body["chat_template_findings"] = row.chat_template_findings
     if with_metadata:
-        extra = (row.facts.extra or {}) if row.facts is not None else {}
+        extra = (detail.facts["extra"] or {}) if detail.facts is not None else {}
         body["chat_template"] = extra.get("chat_template")
         body["chat_templates"] = dict(extra.get("chat_templates") or {})
         body["metadata"] = summarise(dict(extra.get("metadata") or {}))

@@ -1,65 +1,167 @@
-"""Detail reads the pages need, with explicit eager loading (relationships are lazy="raise").
+"""Detail reads the pages need: one repo or one artifact with everything its page shows.
 
-Search, facets and lineage walks come from the catalog; these are the plain by-key reads
-of one repo or one artifact with everything its page shows.
+Search, facets and lineage walks come from the catalog; these are the plain by-key reads.
+They select table columns and return rows, not ORM objects: a repo page holds dozens of
+artifacts with their facts, quant mix and shards, and building (then discarding) an
+instance per row cost more than the queries. Rows read like the models (`row.path`).
+The queries run on the session's connection, inside the session's transaction. Their
+statements are built once, with bound parameters: building and fingerprinting a statement
+for SQLAlchemy's compiled cache on every request cost as much as running it.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
-from sqlalchemy import func, select
+from sqlalchemy import Row, Select, bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import selectinload
 
-from registry.catalog.models import Artifact, LineageEdge, Repo, Verification
+from registry.catalog.models import Artifact, Facts, LineageEdge, QuantMix, Repo, Shard, Verification
 
-_ARTIFACT_LOADS = (
-    selectinload(Artifact.facts),
-    selectinload(Artifact.quant_mix),
-    selectinload(Artifact.shards),
+_ARTIFACTS = Artifact.__table__
+_REPOS = Repo.__table__
+_FACTS = Facts.__table__
+_QUANT_MIX = QuantMix.__table__
+_SHARDS = Shard.__table__
+_VERIFICATIONS = Verification.__table__
+
+
+class QuantMixRow(NamedTuple):
+    tensor_type: str
+    tensors: int
+    elements: int
+    bytes: int
+
+
+class ShardRow(NamedTuple):
+    path: str
+    split_no: int
+    size: int | None
+    sha256: str | None
+    header_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactDetail:
+    """An artifact row (its columns, `repo_name`, `latest_verification_id`) and what hangs off it."""
+
+    row: Row[Any]
+    facts: dict[str, Any] | None  # the facts row by column name
+    quant_mix: list[QuantMixRow]
+    shards: list[ShardRow]  # in split order
+
+
+# Built once, executed with parameters (see the module doc). A page reads its artifacts in
+# one statement: facts by an outer join, the id of the latest verification, and quant mix
+# and shards as JSON arrays from correlated subqueries. Every statement is a wait for a
+# turn of the event loop, which under load cost more than the statement; the JSON is
+# small (a few rows per artifact) and cheap to decode.
+_FACT_PREFIX = "f_"
+_LATEST_VERIFICATION_ID = (
+    select(func.max(_VERIFICATIONS.c.id))
+    .where(_VERIFICATIONS.c.artifact_id == _ARTIFACTS.c.id)
+    .scalar_subquery()
+    .label("latest_verification_id")
 )
+_Q, _S = _QUANT_MIX.c, _SHARDS.c
+_MIX_FIELDS = (_Q.tensor_type, _Q.tensors, _Q.elements, _Q.bytes)
+_SHARD_FIELDS = (_S.path, _S.split_no, _S.size, _S.sha256, _S.header_bytes)
 
 
-async def get_repo(session: AsyncSession, repo_id: str) -> Repo | None:
-    return (await session.scalars(select(Repo).where(Repo.repo_id == repo_id))).one_or_none()
+def _json_rows(dialect: str, table: Any, fields: tuple[Any, ...], label: str) -> Any:
+    """One JSON array of arrays (`fields` per row) of the artifact's rows in `table`."""
+    if dialect == "postgresql":
+        rows = func.json_agg(func.json_build_array(*fields))
+    else:
+        rows = func.json_group_array(func.json_array(*fields))
+    return select(rows).where(table.c.artifact_id == _ARTIFACTS.c.id).scalar_subquery().label(label)
 
 
-async def repo_artifacts(session: AsyncSession, repo_pk: int) -> list[Artifact]:
+@functools.cache
+def _artifact_rows(dialect: str) -> Select[Any]:
+    stmt: Select[Any] = select(
+        _ARTIFACTS, _LATEST_VERIFICATION_ID, *(c.label(_FACT_PREFIX + c.name) for c in _FACTS.c),
+        _json_rows(dialect, _QUANT_MIX, _MIX_FIELDS, "quant_mix_json"),
+        _json_rows(dialect, _SHARDS, _SHARD_FIELDS, "shards_json"),
+    ).outerjoin(_FACTS, _FACTS.c.artifact_id == _ARTIFACTS.c.id)  # fmt: skip
+    return stmt
+
+
+@functools.cache
+def _repo_artifacts(dialect: str) -> Select[Any]:
+    return _artifact_rows(dialect).where(
+        _ARTIFACTS.c.repo_pk == bindparam("repo_pk"), _ARTIFACTS.c.status != "gone"
+    ).order_by(_ARTIFACTS.c.path)
+
+
+@functools.cache
+def _artifact_by_id(dialect: str) -> Select[Any]:
+    return (
+        _artifact_rows(dialect).add_columns(_REPOS.c.repo_id.label("repo_name"))
+        .join(_REPOS, _REPOS.c.id == _ARTIFACTS.c.repo_pk)
+        .where(_ARTIFACTS.c.id == bindparam("artifact_id"))
+    )
+
+
+_REPO_BY_NAME = select(_REPOS).where(_REPOS.c.repo_id == bindparam("repo_id"))
+_REPO_EXISTS = select(_REPOS.c.id).where(_REPOS.c.repo_id == bindparam("repo_id"))
+_LATEST_VERIFICATIONS = select(_VERIFICATIONS).where(_VERIFICATIONS.c.id.in_(bindparam("ids", expanding=True)))
+_IS_PARENT = select(LineageEdge.__table__.c.id).where(LineageEdge.__table__.c.parent_repo_id == bindparam("repo_id")).limit(1)
+
+
+async def get_repo(session: AsyncSession, repo_id: str) -> Row[Any] | None:
+    conn = await session.connection()
+    return (await conn.execute(_REPO_BY_NAME, {"repo_id": repo_id})).one_or_none()
+
+
+async def repo_exists(session: AsyncSession, repo_id: str) -> bool:
+    conn = await session.connection()
+    return (await conn.execute(_REPO_EXISTS, {"repo_id": repo_id})).first() is not None
+
+
+async def repo_artifacts(session: AsyncSession, repo_pk: int) -> list[ArtifactDetail]:
     # "gone" artifacts are files the repo no longer has; the page shows what it holds now.
-    query = (
-        select(Artifact)
-        .where(Artifact.repo_pk == repo_pk, Artifact.status != "gone")
-        .options(*_ARTIFACT_LOADS)
-        .order_by(Artifact.path)
-    )
-    return list((await session.scalars(query)).all())
+    conn = await session.connection()
+    rows = await conn.execute(_repo_artifacts(conn.dialect.name), {"repo_pk": repo_pk})
+    return [_detail(row) for row in rows]
 
 
-async def get_artifact(session: AsyncSession, artifact_id: int) -> tuple[Artifact, str] | None:
-    query = (
-        select(Artifact, Repo.repo_id)
-        .join(Repo, Repo.id == Artifact.repo_pk)
-        .where(Artifact.id == artifact_id)
-        .options(*_ARTIFACT_LOADS)
-    )
-    row = (await session.execute(query)).one_or_none()
-    return (row[0], row[1]) if row is not None else None
+async def get_artifact(session: AsyncSession, artifact_id: int) -> ArtifactDetail | None:
+    conn = await session.connection()
+    row = (await conn.execute(_artifact_by_id(conn.dialect.name), {"artifact_id": artifact_id})).one_or_none()
+    return _detail(row) if row is not None else None
 
 
-async def latest_verifications(session: AsyncSession, artifact_ids: Sequence[int]) -> dict[int, Verification]:
-    if not artifact_ids:
+def _detail(row: Row[Any]) -> ArtifactDetail:
+    values = row._mapping
+    facts = None
+    if values[_FACT_PREFIX + "artifact_id"] is not None:
+        facts = {c.name: values[_FACT_PREFIX + c.name] for c in _FACTS.c}
+    mixes = [QuantMixRow(*m) for m in _decoded(values["quant_mix_json"])]
+    shards = sorted((ShardRow(*s) for s in _decoded(values["shards_json"])), key=lambda s: s.split_no)
+    return ArtifactDetail(row, facts, mixes, shards)
+
+
+def _decoded(raw: Any) -> list[list[Any]]:
+    # NULL when PostgreSQL aggregates no rows; SQLite gives "[]". A driver may decode for us.
+    if raw is None:
+        return []
+    return list(json.loads(raw) if isinstance(raw, str | bytes) else raw)
+
+
+async def latest_verifications(session: AsyncSession, details: Sequence[ArtifactDetail]) -> dict[int, Row[Any]]:
+    """The latest verification of each artifact that has one (the id came with its row)."""
+    ids = [d.row.latest_verification_id for d in details if d.row.latest_verification_id is not None]
+    if not ids:
         return {}
-    newest = (
-        select(func.max(Verification.id))
-        .where(Verification.artifact_id.in_(artifact_ids))
-        .group_by(Verification.artifact_id)
-    )
-    rows = await session.scalars(select(Verification).where(Verification.id.in_(newest)))
-    return {v.artifact_id: v for v in rows.all()}
+    conn = await session.connection()
+    return {v.artifact_id: v for v in await conn.execute(_LATEST_VERIFICATIONS, {"ids": ids})}
 
 
 async def is_lineage_node(session: AsyncSession, repo_id: str) -> bool:
     """Whether any edge names this repo as a parent: a repo not in the catalog still has a tree."""
-    found = await session.scalar(select(LineageEdge.id).where(LineageEdge.parent_repo_id == repo_id).limit(1))
-    return found is not None
+    return (await (await session.connection()).execute(_IS_PARENT, {"repo_id": repo_id})).first() is not None

@@ -2,6 +2,17 @@
 
 On a signal the listening socket closes first, requests in flight get up to
 `SHUTDOWN_GRACE_S` to finish, then the app's cleanup runs and the engine is disposed.
+
+`--workers N` runs N processes on one port (SO_REUSEPORT: the kernel spreads connections
+over them), because one Python process answers on one core. The first process is the
+primary: it migrates the SQLite file, runs the `background` tasks (the embedded job pool,
+the crawl schedule) and starts the N-1 replicas as `registry serve --replica` on its port.
+Replicas answer every route, writes included, but run no background task: a schedule
+fires once, and a job a replica enqueues is run by the primary's pool (embedded mode) or
+by the workers (distributed). SQLite in WAL mode takes several reader processes and
+serialises writers with its busy timeout. Replicas stop with the primary, and stop by
+themselves if it dies. The default is 1, the embedded product on a small machine; set it
+to the number of cores for throughput.
 """
 
 from __future__ import annotations
@@ -9,14 +20,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import subprocess
+import sys
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any
 
 from aiohttp import web
 
 from registry.api.app import create_app
-from registry.api.launchers import CrawlLauncher, Verifier
+from registry.api.launchers import CrawlLauncher, JobQueue, Verifier
 from registry.catalog import migrate
 from registry.catalog.db import Database
 from registry.config import Settings
@@ -24,6 +38,7 @@ from registry.config import Settings
 log = logging.getLogger("registry.api")
 
 SHUTDOWN_GRACE_S = 30.0
+PARENT_POLL_S = 1.0
 
 
 async def serve(
@@ -33,42 +48,86 @@ async def serve(
     *,
     launcher: CrawlLauncher | None = None,
     verifier: Verifier | None = None,
+    job_queue: JobQueue | None = None,
     listening: asyncio.Future[int] | None = None,
     stop: asyncio.Event | None = None,
     background: Sequence[Callable[[], Coroutine[Any, Any, object]]] = (),
+    workers: int = 1,
+    replica: bool = False,
+    config: str | None = None,
 ) -> None:
     """Serve until a signal (or `stop`, for tests and embedding) asks to stop.
 
     `host`/`port` default to `api.host`/`api.port`; port 0 picks a free port, which
     `listening` receives once the socket accepts connections. Each of `background` (the
-    crawl scheduler) runs as a task from then on and is cancelled at shutdown."""
+    crawl scheduler) runs as a task from then on and is cancelled at shutdown.
+
+    `workers` > 1 starts that many processes in all (see the module doc); a `replica` is
+    one of them, started by the primary: it skips `background` and the migration. Replicas
+    load their settings as the primary did: from `config` (the `--config` file), else the
+    inherited environment and the default file."""
+    if workers < 1:
+        raise ValueError("workers must be at least 1")
     db = Database.from_settings(settings)
-    if db.dialect == "sqlite":
+    if db.dialect == "sqlite" and not replica:
         # Embedded mode is one command on one machine: create or migrate the file database
         # as `registry index` does. PostgreSQL deployments migrate as a separate step.
         await migrate.ensure_schema(db.engine)
-    app = create_app(settings, db.sessions, launcher=launcher, verifier=verifier)
+    app = create_app(settings, db.sessions, launcher=launcher, verifier=verifier, jobs=job_queue)
     # access_log=None: the observe middleware writes the structured access log.
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
     stop = stop or asyncio.Event()
     tasks: list[asyncio.Task[object]] = []
+    replicas: list[subprocess.Popen[bytes]] = []
+    host = host or settings.api.host
     try:
         await runner.setup()
-        site = web.TCPSite(runner, host or settings.api.host, settings.api.port if port is None else port)
+        shared = workers > 1 or replica
+        site = web.TCPSite(runner, host, settings.api.port if port is None else port, reuse_port=shared or None)
         await site.start()
+        bound = int(runner.addresses[0][1])
         log.info("listening on %s", ", ".join(str(a) for a in runner.addresses))
+        replicas = [_start_replica(host, bound, config) for _ in range(workers - 1)]
         if listening is not None and not listening.done():
-            listening.set_result(int(runner.addresses[0][1]))
-        tasks = [asyncio.create_task(job()) for job in background]
+            listening.set_result(bound)
+        coros = [job() for job in background] if not replica else [_parent_gone(stop)]
+        tasks = [asyncio.create_task(coro) for coro in coros]
         with _signals_set(stop):
             await stop.wait()
         log.info("shutting down: finishing requests in flight")
     finally:
+        for proc in replicas:
+            proc.terminate()  # SIGTERM: each finishes its own requests in flight
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await runner.cleanup()  # stops listening, waits for handlers, runs on_cleanup
         await db.dispose()
+        await asyncio.gather(*(asyncio.to_thread(_reap, proc) for proc in replicas))
+
+
+def _start_replica(host: str, port: int, config: str | None) -> subprocess.Popen[bytes]:
+    """One more `registry serve` on the primary's port, with the primary's settings."""
+    options = ["--config", config] if config else []
+    argv = [sys.executable, "-m", "registry.cli", *options, "serve", "--host", host, "--port", str(port), "--replica"]
+    return subprocess.Popen(argv)
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        proc.wait(SHUTDOWN_GRACE_S + 5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+async def _parent_gone(stop: asyncio.Event) -> None:
+    """A replica whose primary died (SIGKILL, OOM) stops rather than serve on alone."""
+    parent = os.getppid()
+    while os.getppid() == parent:
+        await asyncio.sleep(PARENT_POLL_S)
+    log.warning("primary process %d is gone: stopping", parent)
+    stop.set()
 
 
 @contextlib.contextmanager

@@ -7,10 +7,11 @@ cycles (a -> b -> a simply stops at the limit; rows are deduplicated afterwards)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from sqlalchemy import Select, exists, literal, select
+from sqlalchemy import BindParameter, Select, bindparam, exists, literal, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry.catalog.models import LINEAGE_RELATIONS, LINEAGE_SOURCES, LineageEdge, Repo
@@ -25,6 +26,7 @@ __all__ = [
     "ancestors",
     "derive_edges",
     "descendants",
+    "neighbours",
 ]
 _TAG_PREFIX = "base_model:"
 
@@ -89,7 +91,7 @@ class EdgeView(NamedTuple):
     parent_in_catalog: bool = True
 
 
-def _walk_cte(repo_id: str, max_depth: int, down: bool) -> Select[Any]:
+def _walk_cte(repo_id: str | BindParameter[Any], max_depth: int | BindParameter[Any], down: bool) -> Select[Any]:
     """(edge id, child, parent, relation, source, depth) of every edge reachable from repo_id.
 
     Walks down (towards children) or up, one index lookup per step thanks to the edge's copy
@@ -118,22 +120,62 @@ def ancestors_cte(repo_id: str, max_depth: int = MAX_DEPTH) -> Select[Any]:
     return _walk_cte(repo_id, max_depth, down=False)
 
 
-async def _walk(session: AsyncSession, query: Select[Any]) -> list[EdgeView]:
-    edges = query.subquery()
+@functools.cache
+def _walk_statement(down: bool) -> Select[Any]:
+    """The walk with its start and depth as bound parameters: built (and its cache key
+    computed) once per direction instead of on every request."""
+    edges = _walk_cte(bindparam("start"), bindparam("max_depth"), down).subquery()
     # The child of an edge is always a catalog row; the parent may be a repo never indexed.
     parent_known = exists().where(Repo.repo_id == edges.c.parent)
-    stmt = select(edges, parent_known)
+    return select(edges, parent_known)
+
+
+async def _walk(session: AsyncSession, repo_id: str, max_depth: int, down: bool) -> list[EdgeView]:
+    params = {"start": repo_id, "max_depth": max(1, min(max_depth, MAX_DEPTH))}
+    conn = await session.connection()  # Core: rows, not ORM results
     best: dict[int, EdgeView] = {}
     # A cycle or a diamond reaches an edge at several depths: keep the shallowest.
-    for edge_id, child, parent_id, relation, source, depth, known in await session.execute(stmt):
+    for edge_id, child, parent_id, relation, source, depth, known in await conn.execute(_walk_statement(down), params):
         if edge_id not in best or depth < best[edge_id].depth:
             best[edge_id] = EdgeView(child, parent_id, relation, source, depth, True, bool(known))
     return sorted(best.values(), key=lambda v: (v.depth, v.child, v.parent, v.relation, v.source))
 
 
 async def descendants(session: AsyncSession, repo_id: str, max_depth: int = MAX_DEPTH) -> list[EdgeView]:
-    return await _walk(session, descendants_cte(repo_id, max(1, min(max_depth, MAX_DEPTH))))
+    return await _walk(session, repo_id, max_depth, down=True)
 
 
 async def ancestors(session: AsyncSession, repo_id: str, max_depth: int = MAX_DEPTH) -> list[EdgeView]:
-    return await _walk(session, ancestors_cte(repo_id, max(1, min(max_depth, MAX_DEPTH))))
+    return await _walk(session, repo_id, max_depth, down=False)
+
+
+@functools.cache
+def _neighbours_statement() -> Select[str, str, str, str, bool]:
+    e = LineageEdge
+    parent_known = exists().where(Repo.repo_id == e.parent_repo_id)
+    repo: BindParameter[str] = bindparam("repo")
+    stmt = select(e.child_repo_id, e.parent_repo_id, e.relation, e.source, parent_known).where(
+        or_(e.child_repo_id == repo, e.parent_repo_id == repo)
+    )
+    return stmt
+
+
+async def neighbours(session: AsyncSession, repo_id: str) -> tuple[list[EdgeView], list[EdgeView]]:
+    """(parents, children): what `ancestors` and `descendants` return at depth 1, in one
+    query and without recursion (a repo page shows both)."""
+    parents: list[EdgeView] = []
+    children: list[EdgeView] = []
+    rows = await (await session.connection()).execute(_neighbours_statement(), {"repo": repo_id})
+    for child, parent, relation, source, known in rows:
+        view = EdgeView(child, parent, relation, source, 1, True, bool(known))
+        if child == repo_id:
+            parents.append(view)
+        if parent == repo_id:
+            children.append(view)
+    parents.sort(key=_order)
+    children.sort(key=_order)
+    return parents, children
+
+
+def _order(v: EdgeView) -> tuple[int, str, str, str, str]:
+    return (v.depth, v.child, v.parent, v.relation, v.source)

@@ -10,11 +10,17 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import functools
 import json
-from collections.abc import Callable
+import sqlite3
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     ColumnElement,
@@ -28,6 +34,7 @@ from sqlalchemy import (
     true,
     tuple_,
 )
+from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
@@ -54,6 +61,8 @@ FACETS = ("architecture", "license", "file_type", "size_bucket")
 _NON_FACET_FILTERS = ("text", "tensor_type", "min_params", "max_params", "size_label", "min_context",
                       "expert_count", "verification", "descendant_of", "template_severity")  # fmt: skip
 STATUSES = (*ARTIFACT_STATUSES, "all")
+HINT_TTL_S = 60.0  # how long a probe's "common or rare" answer steers plans
+HINT_ENTRIES = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,8 +196,13 @@ def descendant_repo_pks(repo_id: str, max_depth: int = MAX_DEPTH) -> Select[Any]
     return select(cte.c.pk)
 
 
-# A column predicate: (indexed column, build the predicate over a column expression).
-_Predicate = tuple[InstrumentedAttribute[Any], Callable[[Any], ColumnElement[bool]]]
+class _Predicate(NamedTuple):
+    """A filter on one indexed column, built over a column expression (the column itself or
+    its unindexed `+column` form); `key` names it for the memo of row-count probes."""
+
+    column: InstrumentedAttribute[Any]
+    key: Hashable
+    make: Callable[[Any], ColumnElement[bool]]
 
 
 def _equal_to(value: Any) -> Callable[[Any], ColumnElement[bool]]:
@@ -207,7 +221,7 @@ def _column_predicates(q: SearchQuery) -> list[_Predicate]:
     if q.status not in STATUSES:
         raise InvalidQuery(f"unknown status {q.status!r}", allowed=list(STATUSES))
     preds: list[_Predicate] = []
-    equals = {
+    equals: dict[InstrumentedAttribute[Any], Any] = {
         Artifact.status: None if q.status == "all" else q.status,
         Artifact.architecture: q.architecture,
         Artifact.license: q.license,
@@ -216,16 +230,16 @@ def _column_predicates(q: SearchQuery) -> list[_Predicate]:
         Artifact.expert_count: q.expert_count,
         Artifact.verification_status: q.verification,
     }
-    preds += [(column, _equal_to(value)) for column, value in equals.items() if value is not None]
-    if q.min_params is not None:
-        preds.append((Artifact.parameter_count, lambda c: c >= q.min_params))
-    if q.max_params is not None:
-        preds.append((Artifact.parameter_count, lambda c: c <= q.max_params))
-    if q.min_context is not None:
-        preds.append((Artifact.context_length, lambda c: c >= q.min_context))
+    preds += [_Predicate(c, (c.key, "=", v), _equal_to(v)) for c, v in equals.items() if v is not None]
+    if (low := q.min_params) is not None:
+        preds.append(_Predicate(Artifact.parameter_count, ("parameter_count", ">=", low), lambda c: c >= low))
+    if (high := q.max_params) is not None:
+        preds.append(_Predicate(Artifact.parameter_count, ("parameter_count", "<=", high), lambda c: c <= high))
+    if (context := q.min_context) is not None:
+        preds.append(_Predicate(Artifact.context_length, ("context_length", ">=", context), lambda c: c >= context))
     if q.template_severity is not None:
         rank = template_severity_rank(q.template_severity)
-        preds.append((Artifact.chat_template_max_severity, lambda c: c >= rank))
+        preds.append(_Predicate(Artifact.chat_template_max_severity, ("severity", ">=", rank), lambda c: c >= rank))
     return preds
 
 
@@ -243,46 +257,141 @@ def severity_name(rank: int | None) -> str | None:
     return SEVERITIES[rank] if rank is not None and 0 <= rank < len(SEVERITIES) else None
 
 
-async def _matches_many(session: AsyncSession, predicate: ColumnElement[bool]) -> bool:
-    probe = select(literal(1)).select_from(Artifact).where(predicate).limit(COMMON_ROWS + 1).subquery()
-    return bool((await session.execute(select(func.count()).select_from(probe))).scalar_one() > COMMON_ROWS)
+class _Hints:
+    """Memo of the row-count probes that steer SQLite's plans, one per engine.
+
+    A probe answers "more than COMMON_ROWS rows?", which changes slowly as the catalog
+    grows; a stale answer only costs speed, never a wrong result (the same predicates are
+    applied either way), so answers are kept HINT_TTL_S instead of tracking writes.
+    """
+
+    def __init__(self) -> None:
+        self._answers: dict[Hashable, tuple[float, bool]] = {}
+
+    def get(self, key: Hashable) -> bool | None:
+        found = self._answers.get(key)
+        return found[1] if found is not None and time.monotonic() - found[0] < HINT_TTL_S else None
+
+    def put(self, key: Hashable, value: bool) -> None:
+        if len(self._answers) >= HINT_ENTRIES:
+            self._answers.clear()  # a crude bound: probes are cheap to redo
+        self._answers[key] = (time.monotonic(), value)
 
 
-async def _steered(
-    session: AsyncSession, preds: list[_Predicate], all_matches: bool
-) -> list[ColumnElement[bool]]:
-    """The predicates, with SQLite kept off the index of any that matches many rows.
+# Engine -> its probe memo; weak, so a disposed engine takes its memo along.
+_HINTS: weakref.WeakKeyDictionary[Any, _Hints] = weakref.WeakKeyDictionary()
+
+
+def _hints(session: AsyncSession) -> _Hints:
+    engine = session.get_bind()
+    hints = _HINTS.get(engine)
+    if hints is None:
+        hints = _HINTS[engine] = _Hints()
+    return hints
+
+
+async def _matches_many(session: AsyncSession, key: Hashable, predicate: Callable[[], ColumnElement[bool]]) -> bool:
+    """Whether more than COMMON_ROWS rows match (the predicate is only built when probed)."""
+    hints = _hints(session)
+    key = (COMMON_ROWS, key)  # an answer holds for the threshold it was probed with
+    if (known := hints.get(key)) is not None:
+        return known
+    probe = select(literal(1)).select_from(Artifact).where(predicate()).limit(COMMON_ROWS + 1).subquery()
+    conn = await session.connection()
+    many = bool((await conn.execute(select(func.count()).select_from(probe))).scalar_one() > COMMON_ROWS)
+    hints.put(key, many)
+    return many
+
+
+def _as_built(p: _Predicate) -> Callable[[], ColumnElement[bool]]:
+    return lambda: p.make(p.column)
+
+
+async def _common_terms(session: AsyncSession, terms: list[str]) -> set[str]:
+    hints = _hints(session)
+    out = set()
+    for term in terms:
+        if len(term) < search_index.MIN_TRIGRAM:
+            continue
+        key = ("text", search_index.COMMON_TERM, term)
+        if (known := hints.get(key)) is None:
+            known = await search_index.is_common_term(session, term)
+            hints.put(key, known)
+        if known:
+            out.add(term)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    where: list[ColumnElement[bool]]
+    # Few rows match: fetch them through the filters' indexes and sort them, instead of
+    # walking the sort key's index (which would read the table end to end to fill a page).
+    sort_matches: bool = False
+
+
+async def _filters(session: AsyncSession, q: SearchQuery, *, all_matches: bool = False) -> _Plan:
+    """The WHERE clause of a query, shaped for SQLite's planner.
 
     SQLite keeps no per-value statistics, so for `architecture = 'llama' ORDER BY downloads`
     it may fetch all 40,000 llama rows through the architecture index and sort them, where
     walking the downloads index needs ~50 rows for a page. A bounded probe (at most
     COMMON_ROWS index entries) tells a common value from a rare one; a common one is written
-    `+column = value`, which SQLite will not serve from an index. PostgreSQL has statistics.
+    `+column = value`, which SQLite will not serve from an index. Several common filters
+    (or text terms) can still match few rows together (llama + BF16 + cc-by-nc-4.0): then
+    walking the sort index reads the whole table, so their conjunction is probed too and,
+    when rare, served from the indexes and sorted. PostgreSQL has statistics.
     """
+    preds = _column_predicates(q)
+    terms = search_index.search_terms(q.text) if q.text else []
     if all_matches or session.get_bind().dialect.name != "sqlite":
-        return [make(column) for column, make in preds]
-    out = []
-    for column, make in preds:
-        if await _matches_many(session, make(column)):
-            out.append(make(_unindexed(column)))
-        else:
-            out.append(make(column))
-    return out
+        return _Plan(await _where(session, q, [p.make(p.column) for p in preds], terms, common=None))
+    many = [await _matches_many(session, p.key, _as_built(p)) for p in preds]
+    common = await _common_terms(session, terms)
+    if all(many) and len(preds) - 1 + len(common) >= 2 and len(common) == len(terms):
+        # Every filter is common on its own; together they may not be (probed like one).
+        plain = await _where(session, q, [p.make(p.column) for p in preds], terms, common=())
+        key = ("all", tuple(p.key for p in preds), tuple(terms), q.tensor_type, q.descendant_of)
+        if not await _matches_many(session, key, lambda: and_(true(), *plain)):
+            return _Plan(plain, sort_matches=True)
+    steered = [p.make(_unindexed(p.column) if m else p.column) for p, m in zip(preds, many, strict=True)]
+    return _Plan(await _where(session, q, steered, terms, common=common))
 
 
-async def _filters(
-    session: AsyncSession, q: SearchQuery, *, all_matches: bool = False
-) -> list[ColumnElement[bool]]:
-    where = await _steered(session, _column_predicates(q), all_matches)
+async def _where(
+    session: AsyncSession, q: SearchQuery, where: list[ColumnElement[bool]], terms: list[str],
+    common: Collection[str] | None,
+) -> list[ColumnElement[bool]]:  # fmt: skip
+    where = list(where)
     if q.tensor_type:
         where.append(
             exists().where(QuantMix.artifact_id == Artifact.id, QuantMix.tensor_type == q.tensor_type.upper())
         )
     if q.descendant_of:
         where.append(Artifact.repo_pk.in_(descendant_repo_pks(q.descendant_of)))
-    if q.text and (terms := search_index.search_terms(q.text)):
-        where.append(await search_index.text_filter(session, terms, all_matches=all_matches))
+    if terms:
+        where.append(await search_index.text_filter(session, terms, all_matches=common is None, common=common))
     return where
+
+
+# The search-hit columns, read as plain rows: building ORM objects for a page of hits cost
+# more than the query itself. Table columns, not the ORM attributes: matching a cached
+# compiled statement's result columns to ORM-annotated ones compares them with `==`, which
+# builds an SQL expression per column and cost more than the query too.
+_A, _R = Artifact.__table__.c, Repo.__table__.c
+_HIT_COLUMNS = (
+    _A.id, _R.repo_id, _A.path, _A.revision, _A.status, _A.error_code, _A.error_message, _A.architecture,
+    _A.parameter_count, _A.file_type, _A.size_label, _A.license, _A.context_length, _A.expert_count,
+    _A.shard_count, _A.file_size, _A.downloads, _A.likes, _A.last_modified, _A.verification_status,
+    _A.chat_template_max_severity,
+)  # fmt: skip
+
+
+@functools.cache
+def _hits(sort_key: str) -> Select[Any]:
+    """The hit columns and the sort value, joined to the repo: built once per sort key."""
+    stmt: Select[Any] = select(*_HIT_COLUMNS, _A[sort_key].label("sort_value")).join(Repo, Repo.id == Artifact.repo_pk)
+    return stmt
 
 
 async def search(session: AsyncSession, q: SearchQuery, *, with_total: bool = False) -> SearchPage:
@@ -290,115 +399,200 @@ async def search(session: AsyncSession, q: SearchQuery, *, with_total: bool = Fa
     if not 1 <= q.limit <= MAX_LIMIT:
         raise InvalidQuery(f"limit must be between 1 and {MAX_LIMIT}")
     sort, column, descending = parse_sort(q.sort)
-    where = await _filters(session, q)
-    page_where = list(where)
+    plan = await _filters(session, q)
+    # Sorting the few matches: `+column` keeps SQLite off the sort index, for the order and
+    # for the cursor's range alike.
+    key_col, id_col = (_unindexed(column), _unindexed(Artifact.id)) if plan.sort_matches else (column, Artifact.id)
+    page_where = list(plan.where)
     if q.cursor:
         value, id_ = decode_cursor(q.cursor, sort)
-        key = tuple_(column, Artifact.id)
-        page_where.append(key < tuple_(literal(value, column.type), literal(id_, Artifact.id.type))
-                          if descending else key > tuple_(literal(value, column.type), literal(id_, Artifact.id.type)))  # fmt: skip
-    order = (column.desc(), Artifact.id.desc()) if descending else (column.asc(), Artifact.id.asc())
+        key = tuple_(key_col, id_col)
+        after = tuple_(literal(value, column.type), literal(id_, Artifact.id.type))
+        page_where.append(key < after if descending else key > after)
+    order = (key_col.desc(), id_col.desc()) if descending else (key_col.asc(), id_col.asc())
     stmt = (
-        select(Artifact, Repo.repo_id)
-        .join(Repo, Repo.id == Artifact.repo_pk)
+        _hits(column.key)
         .where(and_(true(), *page_where))
         .order_by(*order)
         .limit(q.limit + 1)
     )
-    rows = (await session.execute(stmt)).all()
-    items = [_item(artifact, repo_id) for artifact, repo_id in rows[: q.limit]]
+    # Core execution on the session's connection: plain rows, no ORM result machinery.
+    conn = await session.connection()
+    rows = (await conn.execute(stmt)).all()
+    items = [_item(row) for row in rows[: q.limit]]
     next_cursor = None
     if len(rows) > q.limit:
-        last = rows[q.limit - 1][0]
-        next_cursor = encode_cursor(sort, getattr(last, column.key), last.id)
+        last = rows[q.limit - 1]
+        next_cursor = encode_cursor(sort, last.sort_value, last.id)
     total = None
     if with_total:
-        total = (await session.execute(select(func.count()).select_from(Artifact).where(*where))).scalar_one()
+        stmt_total = select(func.count()).select_from(Artifact).where(*plan.where)
+        total = (await conn.execute(stmt_total)).scalar_one()
     return SearchPage(items, next_cursor, total)
 
 
-def _item(a: Artifact, repo_id: str) -> SearchItem:
-    return SearchItem(
-        id=a.id, repo=repo_id, path=a.path, revision=a.revision, status=a.status, error_code=a.error_code,
-        error=a.error_message, architecture=a.architecture, parameter_count=a.parameter_count,
-        file_type=a.file_type, size_label=a.size_label, license=a.license, context_length=a.context_length,
-        expert_count=a.expert_count, shards=a.shard_count, file_size=a.file_size, downloads=a.downloads,
-        likes=a.likes, last_modified=a.last_modified, verification=a.verification_status,
-        chat_template_severity=severity_name(a.chat_template_max_severity),
-    )  # fmt: skip
+def _item(row: Sequence[Any]) -> SearchItem:
+    # SearchItem's fields are in _HIT_COLUMNS order; the last is the severity's name.
+    fields: tuple[Any, ...] = (*row[:20], severity_name(row[20]))
+    return SearchItem(*fields)
 
 
 async def facets(session: AsyncSession, q: SearchQuery) -> dict[str, dict[str, int]]:
     """Counts per architecture, license, file type and size bucket under the query's filters.
 
-    PostgreSQL: one scan with GROUPING SETS; SQLite has none (see `_sqlite_facet_parts`).
-    NULL counts as "unknown".
+    PostgreSQL: one scan with GROUPING SETS; SQLite has none (see `_sqlite_facet_rows`).
+    NULL counts as "unknown". On a SQLite file the counts are cached per filter set until
+    the next commit to the file (see `FacetCache`): a browsing UI asks for the same few
+    facet sets on every page, and the unfiltered ones read the whole catalog.
     """
     q = _without_nul(q)
-    where = await _filters(session, q, all_matches=True)
+    cache = FacetCache.of(session)
+    if cache is None:
+        return await _count_facets(session, q)
+    generation = cache.generation()  # before counting: a commit meanwhile makes the entry stale
+    if (hit := cache.get(q, generation)) is not None:
+        return hit
+    counts = await _count_facets(session, q)
+    cache.put(q, generation, counts)
+    return counts
+
+
+async def _count_facets(session: AsyncSession, q: SearchQuery) -> dict[str, dict[str, int]]:
+    where = (await _filters(session, q, all_matches=True)).where
     out: dict[str, dict[str, int]] = {name: {} for name in FACETS}
     columns = [getattr(Artifact, name) for name in FACETS]
     if session.get_bind().dialect.name == "postgresql":
         flags = [func.grouping(c) for c in columns]
         stmt = select(*flags, *columns, func.count()).where(*where)
         stmt = stmt.group_by(func.grouping_sets(*(tuple_(c) for c in columns)))
-        for row in (await session.execute(stmt)).all():
+        for row in (await (await session.connection()).execute(stmt)).all():
             i = list(row[: len(FACETS)]).index(0)  # the facet this row groups by
             out[FACETS[i]][_facet_key(row[len(FACETS) + i])] = row[-1]
     else:
-        parts = await _sqlite_facet_parts(session, q, where, columns)
-        union = parts[0].union_all(*parts[1:]).subquery()
-        for facet, value, n in (await session.execute(select(union.c.facet, union.c.value, union.c.n))).all():
-            out[facet][_facet_key(value)] = n
+        for facet, value, n in await _sqlite_facet_rows(session, q, where, columns):
+            counts = out[facet]
+            key = _facet_key(value)
+            counts[key] = counts.get(key, 0) + n
     return {
         name: dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))) for name, counts in out.items()
     }
 
 
+class FacetCache:
+    """Facet counts per filter set of one SQLite file, valid until anything commits to it.
+
+    The generation is `PRAGMA data_version` on a read-only connection of the cache's own:
+    SQLite changes it whenever another connection (of this process or any other: workers,
+    `registry index`, the other `serve --workers`) commits, and this connection never
+    writes. Reading it costs microseconds and no disk I/O. PostgreSQL and in-memory
+    databases are not cached. One cache per engine, held weakly. Counts are of committed
+    rows: a session's own uncommitted writes may not show in them (the API only reads).
+    """
+
+    ENTRIES = 512
+
+    def __init__(self, path: str) -> None:
+        uri = Path(path).resolve().as_uri() + "?mode=ro"
+        self._watch = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+        self._entries: OrderedDict[SearchQuery, tuple[int, dict[str, dict[str, int]]]] = OrderedDict()
+
+    @classmethod
+    def of(cls, session: AsyncSession) -> FacetCache | None:
+        engine = session.get_bind()
+        if not isinstance(engine, Engine) or engine.dialect.name != "sqlite":
+            return None
+        if engine not in _FACET_CACHES:
+            path = engine.url.database
+            cache = None
+            try:
+                if path and path != ":memory:" and Path(path).is_file():
+                    cache = cls(path)
+                    weakref.finalize(engine, cache._watch.close)  # closed with its engine, not at GC
+            except sqlite3.Error:
+                cache = None
+            _FACET_CACHES[engine] = cache
+        return _FACET_CACHES[engine]
+
+    def generation(self) -> int:
+        # fetchall: the statement runs to its end, so no read transaction stays open.
+        return int(self._watch.execute("PRAGMA data_version").fetchall()[0][0])
+
+    def get(self, q: SearchQuery, generation: int) -> dict[str, dict[str, int]] | None:
+        found = self._entries.get(q)
+        if found is None or found[0] != generation:
+            return None
+        self._entries.move_to_end(q)
+        return {name: dict(counts) for name, counts in found[1].items()}  # callers may change theirs
+
+    def put(self, q: SearchQuery, generation: int, counts: dict[str, dict[str, int]]) -> None:
+        self._entries[q] = (generation, {name: dict(c) for name, c in counts.items()})
+        self._entries.move_to_end(q)
+        while len(self._entries) > self.ENTRIES:
+            self._entries.popitem(last=False)
+
+
+# Engine -> its facet cache (None: not cacheable); weak, so a disposed engine takes its cache along.
+_FACET_CACHES: weakref.WeakKeyDictionary[Engine, FacetCache | None] = weakref.WeakKeyDictionary()
+
+
+@functools.cache  # an immutable expression, the same for every statement; building it showed in profiles
 def _unindexed(column: InstrumentedAttribute[Any]) -> ColumnElement[Any]:
     """`+artifacts.column`: the same value, but SQLite will not use an index for it."""
     return literal_column(f"+{Artifact.__tablename__}.{column.key}", column.type)
 
 
-async def _sqlite_facet_parts(
+async def _sqlite_facet_rows(
     session: AsyncSession, q: SearchQuery, where: list[ColumnElement[bool]], columns: list[Any]
-) -> list[Select[Any]]:
-    """One GROUP BY per facet, each shaped so SQLite reads as little as possible.
+) -> list[tuple[str, Any, int]]:
+    """(facet, value, count) rows, a value possibly in several rows to be summed. Each shape
+    is chosen so SQLite reads as little as possible:
 
     * status only: each facet walks its own `(status, facet)` covering index, in order;
     * filters on facet columns only: a rare license or file type is sought through its own
       index (few table reads); otherwise SQLite reads the five-column covering index (status,
       architecture, license, file_type, size_bucket), seeking its prefix, and nothing else.
       Left alone it would walk a `(status, facet)` index for the GROUP BY order or seek a
-      one-column index, reading the table for every row; `+column` takes those choices away;
+      one-column index, reading the table for every row; `+column` takes those choices away.
+      The matches are read once, grouped by all four facets together (the filters keep
+      those groups few), and each facet's counts summed from the groups;
     * anything else: the matching rows' facet columns are materialized once, grouped four times.
     """
     if any(getattr(q, name) is not None for name in _NON_FACET_FILTERS):
         matched = select(*columns).where(*where).cte("matched").prefix_with("MATERIALIZED")
-        return [
+        parts = [
             select(literal(n).label("facet"), matched.c[n].label("value"), func.count().label("n")).group_by(
                 matched.c[n]
             )
             for n in FACETS
         ]
-    status_only = len(where) <= 1
-    if not status_only:
-        preds = _column_predicates(q)
-        rare = [not await _matches_many(session, make(column)) for column, make in preds]
-        prefix = ("status", "architecture")  # seekable prefix of the covering index
-        if not any(r for (column, _), r in zip(preds, rare, strict=True) if column.key not in prefix):
-            rare = [column.key in prefix for column, _ in preds]
-        where = [make(c if r else _unindexed(c)) for (c, make), r in zip(preds, rare, strict=True)]
-    parts = []
-    for name in FACETS:
-        key = getattr(Artifact, name) if status_only else _unindexed(getattr(Artifact, name))
-        parts.append(
-            select(literal(name).label("facet"), key.label("value"), func.count().label("n"))
+    elif len(where) <= 1:
+        parts = [
+            select(literal(name).label("facet"), column.label("value"), func.count().label("n"))
             .select_from(Artifact)
             .where(*where)
-            .group_by(key)
-        )
-    return parts
+            .group_by(column)
+            for name, column in zip(FACETS, columns, strict=True)
+        ]
+    else:
+        return await _sqlite_facet_cube(session, q)
+    union = parts[0].union_all(*parts[1:]).subquery()
+    rows = await (await session.connection()).execute(select(union.c.facet, union.c.value, union.c.n))
+    return [(facet, value, n) for facet, value, n in rows]
+
+
+async def _sqlite_facet_cube(session: AsyncSession, q: SearchQuery) -> list[tuple[str, Any, int]]:
+    preds = _column_predicates(q)
+    rare = [not await _matches_many(session, p.key, _as_built(p)) for p in preds]
+    prefix = ("status", "architecture")  # seekable prefix of the covering index
+    if not any(r for p, r in zip(preds, rare, strict=True) if p.column.key not in prefix):
+        rare = [p.column.key in prefix for p in preds]
+    where = [p.make(p.column if r else _unindexed(p.column)) for p, r in zip(preds, rare, strict=True)]
+    keys = [_unindexed(getattr(Artifact, name)) for name in FACETS]
+    stmt = select(*keys, func.count()).select_from(Artifact).where(*where).group_by(*keys)
+    out: list[tuple[str, Any, int]] = []
+    for *values, n in await (await session.connection()).execute(stmt):
+        out.extend((name, value, n) for name, value in zip(FACETS, values, strict=True))
+    return out
 
 
 def _facet_key(value: str | None) -> str:

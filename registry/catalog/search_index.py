@@ -11,7 +11,7 @@ autogenerate is told to leave them alone (`is_search_index_object`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, and_, func, literal_column, select, text, true
@@ -83,7 +83,7 @@ def _fts_rowids(terms: Sequence[str]) -> Select[Any]:
     )
 
 
-async def _is_common(session: AsyncSession, term: str) -> bool:
+async def is_common_term(session: AsyncSession, term: str) -> bool:
     """Whether more than COMMON_TERM rows contain the term (reads at most that many rowids)."""
     probe = _fts_rowids([term]).limit(COMMON_TERM + 1).subquery()
     found = (await session.execute(select(func.count()).select_from(probe))).scalar_one()
@@ -91,13 +91,14 @@ async def _is_common(session: AsyncSession, term: str) -> bool:
 
 
 async def text_filter(
-    session: AsyncSession, terms: Sequence[str], *, all_matches: bool = False
+    session: AsyncSession, terms: Sequence[str], *, all_matches: bool = False, common: Collection[str] | None = None
 ) -> ColumnElement[bool]:
     """Every term must occur somewhere in the artifact's search text (substring match).
 
     On SQLite a common term is cheaper as a LIKE checked row by row along the sort index
     (a page needs few rows) than as an FTS5 lookup that materializes every match first, so
     each term is probed; `all_matches` (facets, counts: every match is read anyway) skips that.
+    A caller that has probed already passes the `common` terms.
     """
     if not terms:
         return true()
@@ -105,7 +106,9 @@ async def text_filter(
     indexed: list[str] = []
     scanned = [t for t in terms if len(t) < MIN_TRIGRAM]
     for term in (t for t in terms if len(t) >= MIN_TRIGRAM):
-        if dialect != "sqlite" or (not all_matches and await _is_common(session, term)):
+        if dialect != "sqlite" or (
+            not all_matches and (term in common if common is not None else await is_common_term(session, term))
+        ):
             scanned.append(term)
         else:
             indexed.append(term)

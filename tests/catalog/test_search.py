@@ -334,3 +334,67 @@ async def test_nul_in_query_text_is_harmless(catalog: Database) -> None:
     ]
     async with catalog.sessions() as session:
         assert (await facets(session, SearchQuery(license="mit\x00")))["license"] == {"mit": 1}
+
+
+async def _all_pages(db: Database, kwargs: dict[str, object]) -> list[int]:
+    ids: list[int] = []
+    cursor = None
+    while True:
+        page = await run(db, **kwargs, limit=1, cursor=cursor)
+        ids += [i.id for i in page.items]
+        if (cursor := page.next_cursor) is None:
+            return ids
+
+
+@pytest.mark.parametrize("threshold", [0, 1, 2, 3])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"license": "llama3", "file_type": "Q4_K_M"},
+        {"architecture": "llama", "license": "llama3", "sort": "name"},
+        {"architecture": "llama", "file_type": "Q4_K_M", "sort": "size:asc"},
+        {"text": "llama 8b", "architecture": "llama"},
+        {"text": "llama gguf", "sort": "likes"},
+    ],
+)
+async def test_every_plan_pages_like_the_plain_one(
+    catalog: Database, monkeypatch: pytest.MonkeyPatch, threshold: int, kwargs: dict[str, object]
+) -> None:
+    """Whatever the probes decide (walk the sort index, or sort the few matches of common
+    filters), every page holds the same rows in the same order."""
+    from registry.catalog import search as search_module
+    from registry.catalog import search_index
+
+    reference = await _all_pages(catalog, kwargs)
+    monkeypatch.setattr(search_module, "COMMON_ROWS", threshold)
+    monkeypatch.setattr(search_index, "COMMON_TERM", threshold)
+    assert await _all_pages(catalog, kwargs) == reference
+
+
+async def test_rare_conjunction_of_common_filters_sorts_its_matches(
+    catalog: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from registry.catalog import search as search_module
+
+    monkeypatch.setattr(search_module, "COMMON_ROWS", 1)  # llama3 (4 rows) and Q4_K_M (2) are common
+    query = SearchQuery(license="llama3", file_type="Q4_K_M")
+    async with catalog.sessions() as session:
+        plan = await search_module._filters(session, query)
+    assert plan.sort_matches == (catalog.dialect == "sqlite")  # together they match one row
+    assert paths(await run(catalog, license="llama3", file_type="Q4_K_M")) == ["Llama-3-8B-Q4_K_M.gguf"]
+
+
+async def test_facet_counts_follow_writes_of_any_connection(catalog: Database) -> None:
+    async with catalog.sessions() as session:
+        before = await facets(session, SearchQuery())
+    other = Database.from_url(catalog.engine.url.render_as_string(hide_password=False))
+    try:
+        async with other.sessions() as session, session.begin():
+            await upsert_repo_snapshot(session, make_snapshot("new/Phi-GGUF", artifacts=(
+                artifact("phi.gguf", make_facts(architecture="phi3")),)))  # fmt: skip
+    finally:
+        await other.dispose()
+    async with catalog.sessions() as session:
+        after = await facets(session, SearchQuery())
+    assert "phi3" not in before["architecture"]
+    assert after["architecture"]["phi3"] == 1

@@ -101,11 +101,10 @@ async def get_artifact(request: web.Request) -> web.Response:
         found = await reads.get_artifact(session, artifact_id)
         if found is None:
             raise NotFound(f"no artifact with id {artifact_id}", details={"artifact_id": artifact_id})
-        artifact, repo_id = found
-        latest = (await reads.latest_verifications(session, [artifact_id])).get(artifact_id)
+        latest = (await reads.latest_verifications(session, [found])).get(artifact_id)
     if args["tensors"]:
         raise NotStored(
             "the catalog does not store tensor tables yet; request the artifact without tensors",
             details={"parameter": "tensors"},
         )
-    return web.json_response(present.artifact_full(artifact, repo_id, latest, with_metadata=True))
+    return web.json_response(present.artifact_full(found, found.row.repo_name, latest, with_metadata=True))

@@ -42,12 +42,11 @@ async def get_repo(request: web.Request) -> web.Response:
         if repo is None:
             raise NotFound(f"no repo {repo_id} in the catalog", details={"repo": repo_id})
         artifacts = await reads.repo_artifacts(session, repo.id)
-        latest = await reads.latest_verifications(session, [a.id for a in artifacts])
-        parents = await lineage.ancestors(session, repo_id, 1)
-        children = await lineage.descendants(session, repo_id, 1)
+        latest = await reads.latest_verifications(session, artifacts)
+        parents, children = await lineage.neighbours(session, repo_id)
     body = {
         "repo": present.repo(repo),
-        "artifacts": [present.artifact_full(a, repo_id, latest.get(a.id), with_metadata=False) for a in artifacts],
+        "artifacts": [present.artifact_full(a, repo_id, latest.get(a.row.id), with_metadata=False) for a in artifacts],
         "lineage": {"parents": [present.edge(e) for e in parents], "children": [present.edge(e) for e in children]},
     }
     return web.json_response(body)
@@ -60,7 +59,7 @@ async def get_lineage(request: web.Request) -> web.Response:
     direction, depth = args["direction"], args["depth"]
     body: dict[str, object] = {"repo": repo_id, "direction": direction, "depth": depth}
     async with request.app[SESSIONMAKER_KEY]() as session:
-        in_catalog = await reads.get_repo(session, repo_id) is not None
+        in_catalog = await reads.repo_exists(session, repo_id)
         if not in_catalog and not await reads.is_lineage_node(session, repo_id):
             raise NotFound(f"no repo {repo_id} in the catalog or its lineage", details={"repo": repo_id})
         if direction in ("ancestors", "both"):
