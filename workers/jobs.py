@@ -3,10 +3,11 @@
 Three jobs, each a plain async function over a `JobContext`:
 
 - `crawl_job(ctx, queue, crawl_id)`: list the hub for the crawl row and queue one
-  `index_repo` job per changed repo (`workers.crawl.enqueue_crawl`);
-- `index_repo_job(ctx, repo_id, known_revision)`: read and write one repo in one
+  `index_repo` job per changed repo (`workers.crawl.enqueue_crawl`); the row stays
+  `running` until those jobs have ended;
+- `index_repo_job(ctx, repo_id, known_revision, crawl_id)`: read and write one repo in one
   transaction (`workers.crawl.index_repo`); idempotent, so a retry or a second worker
-  changes nothing;
+  changes nothing; on its final attempt it adds its counters to its crawl's row;
 - `verify_job(ctx, verification_id)`: run one queued verification.
 
 The embedded runner (`workers.queue_embedded`, inside `registry serve`) and the
@@ -23,6 +24,7 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from registry.api.launchers import JOB_STATES, JobInfo, JobQueue
 from registry.catalog.db import Database
@@ -32,13 +34,14 @@ from registry.gguf.limits import Limits
 from registry.hub.client import HubClient
 from registry.hub.errors import FileChanged, HubError
 from registry.hub.http import HubHttp
-from workers.crawl import ReadOptions, enqueue_crawl, index_repo
+from workers.crawl import CrawlReport, ReadOptions, enqueue_crawl, index_repo, report_repo
 from workers.schedule import Cron, Every, Schedule
 from workers.verify import run_verification
 
 __all__ = [
     "JOB_STATES",
     "QUEUE_OF",
+    "CrawlQueue",
     "JobContext",
     "JobInfo",
     "JobQueue",
@@ -92,27 +95,59 @@ def _transient(exc: HubError) -> bool:
     return exc.retryable or isinstance(exc, FileChanged)
 
 
-async def crawl_job(ctx: JobContext, queue: JobQueue, crawl_id: int) -> None:
-    async def enqueue(repo_id: str, known: str | None) -> None:
-        await queue.enqueue_index_repo(repo_id, known)
+class CrawlQueue(Protocol):
+    """What a crawl job needs of a queue: index-repo jobs that report into their crawl."""
+
+    async def enqueue_index_repo(
+        self, repo_id: str, known_revision: str | None = None, crawl_id: int | None = None
+    ) -> int | None: ...
+
+
+async def crawl_job(ctx: JobContext, queue: CrawlQueue, crawl_id: int) -> None:
+    async def enqueue(repo_id: str, known: str | None) -> int | None:
+        return await queue.enqueue_index_repo(repo_id, known, crawl_id)
 
     report = await enqueue_crawl(ctx.db, ctx.client, crawl_id, enqueue)
-    log.info("crawl %s: %s listed, %s unchanged, status %s", crawl_id, report.listed, report.unchanged,
+    log.info("crawl %s: %s listed, %s unchanged, listing %s", crawl_id, report.listed, report.unchanged,
              report.status)  # fmt: skip
 
 
-async def index_repo_job(ctx: JobContext, repo_id: str, known_revision: str | None = None) -> None:
+async def index_repo_job(
+    ctx: JobContext,
+    repo_id: str,
+    known_revision: str | None = None,
+    crawl_id: int | None = None,
+    *,
+    final_attempt: bool = True,
+) -> None:
+    """Index one repo; with `crawl_id`, report its outcome into that crawl's row.
+
+    The runner says whether this is the job's last attempt: a transient error that will be
+    retried reports nothing, so the crawl counts each repo once, on its final outcome.
+    """
+    report = CrawlReport(crawl_id=crawl_id)
     try:
         result = await index_repo(
-            ctx.db, ctx.client, ctx.http, repo_id, ctx.read_options, known_revision=known_revision
+            ctx.db, ctx.client, ctx.http, repo_id, ctx.read_options, report, known_revision=known_revision
         )
-    except HubError as exc:
-        if _transient(exc):
+    except Exception as exc:
+        retried = isinstance(exc, HubError) and _transient(exc) and not final_attempt
+        if crawl_id is not None and not retried:
+            report.failed += 1
+            report.error(repo_id, exc)
+            await report_repo(ctx.db, crawl_id, report)
+        if isinstance(exc, HubError) and _transient(exc):
             raise TransientJobError(f"{repo_id}: {exc.code}: {exc}") from exc
         raise
-    state = "unchanged" if result is None or result.unchanged else "indexed"
+    unchanged = result is None or result.unchanged
+    if unchanged:
+        report.unchanged += 1
+    else:
+        report.indexed += 1
+    if crawl_id is not None:
+        await report_repo(ctx.db, crawl_id, report)
     # The pid tells which worker process ran the job (the multi-worker tests count them).
-    log.info("index_repo %s: %s (pid %d)", repo_id, state, os.getpid())
+    log.info("index_repo %s: %s (pid %d)", repo_id, "unchanged" if unchanged else "indexed", os.getpid())
 
 
 async def verify_job(ctx: JobContext, verification_id: int) -> None:

@@ -53,8 +53,10 @@ class EmbeddedQueue:
     async def enqueue_crawl(self, crawl_id: int) -> int | None:
         return await self._enqueue("crawl", {"crawl_id": crawl_id}, None)
 
-    async def enqueue_index_repo(self, repo_id: str, known_revision: str | None = None) -> int | None:
-        args = {"repo_id": repo_id, "known_revision": known_revision}
+    async def enqueue_index_repo(
+        self, repo_id: str, known_revision: str | None = None, crawl_id: int | None = None
+    ) -> int | None:
+        args = {"repo_id": repo_id, "known_revision": known_revision, "crawl_id": crawl_id}
         return await self._enqueue("index_repo", args, f"repo:{repo_id}")
 
     async def enqueue_verify(self, verification_id: int) -> int | None:
@@ -131,7 +133,10 @@ class EmbeddedQueue:
     async def _execute(self, ctx: JobContext, row: Job) -> None:
         status, error, run_after = "done", None, None
         try:
-            await self._call(ctx, row.kind, row.args)
+            # The last attempt is the one whose outcome counts in its crawl (no retry follows).
+            await self._call(
+                ctx, row.kind, row.args, final_attempt=row.attempts >= self.settings.jobs.max_attempts
+            )
         except TransientJobError as exc:
             error = str(exc)
             if row.attempts < self.settings.jobs.max_attempts:
@@ -151,11 +156,14 @@ class EmbeddedQueue:
             else:
                 job.finished_at = utcnow()
 
-    async def _call(self, ctx: JobContext, kind: str, args: dict[str, Any]) -> None:
+    async def _call(self, ctx: JobContext, kind: str, args: dict[str, Any], *, final_attempt: bool) -> None:
         if kind == "crawl":
             await crawl_job(ctx, self, int(args["crawl_id"]))
         elif kind == "index_repo":
-            await index_repo_job(ctx, str(args["repo_id"]), args.get("known_revision"))
+            crawl_id = args.get("crawl_id")
+            await index_repo_job(ctx, str(args["repo_id"]), args.get("known_revision"),
+                                 int(crawl_id) if crawl_id is not None else None,
+                                 final_attempt=final_attempt)  # fmt: skip
         elif kind == "verify":
             await verify_job(ctx, int(args["verification_id"]))
         else:  # pragma: no cover - the check constraint allows no other kind

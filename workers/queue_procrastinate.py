@@ -87,8 +87,15 @@ def build_app(settings: Settings, *, periodic_cron: str | None = None) -> procra
         await crawl_job(_ctx(context), ProcrastinateQueue(context.app), crawl_id)
 
     @app.task(name="registry.index_repo", queue=QUEUE_OF["index_repo"], pass_context=True, retry=retry)
-    async def index_repo(context: procrastinate.JobContext, repo_id: str, known_revision: str | None) -> None:
-        await index_repo_job(_ctx(context), repo_id, known_revision)
+    async def index_repo(
+        context: procrastinate.JobContext,
+        repo_id: str,
+        known_revision: str | None,
+        crawl_id: int | None = None,
+    ) -> None:
+        # procrastinate's `attempts` counts earlier runs; the retry strategy stops at max_attempts.
+        final = bool(s.max_attempts) and context.job.attempts >= s.max_attempts
+        await index_repo_job(_ctx(context), repo_id, known_revision, crawl_id, final_attempt=final)
 
     @app.task(name="registry.verify", queue=QUEUE_OF["verify"], pass_context=True)
     async def verify(context: procrastinate.JobContext, verification_id: int) -> None:
@@ -135,9 +142,11 @@ class ProcrastinateQueue:
     async def enqueue_crawl(self, crawl_id: int) -> int | None:
         return await self._defer("registry.crawl", None, crawl_id=crawl_id)
 
-    async def enqueue_index_repo(self, repo_id: str, known_revision: str | None = None) -> int | None:
+    async def enqueue_index_repo(
+        self, repo_id: str, known_revision: str | None = None, crawl_id: int | None = None
+    ) -> int | None:
         return await self._defer("registry.index_repo", f"repo:{repo_id}", repo_id=repo_id,
-                                 known_revision=known_revision)  # fmt: skip
+                                 known_revision=known_revision, crawl_id=crawl_id)  # fmt: skip
 
     async def enqueue_verify(self, verification_id: int) -> int | None:
         return await self._defer(

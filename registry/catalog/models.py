@@ -330,6 +330,9 @@ class Crawl(Base):
     started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # A crawl run as jobs finishes when this reaches 0: one for its listing plus one per
+    # queued index-repo job, each released with that job's counters (workers.crawl.report_repo).
+    pending_jobs: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
 
     __table_args__ = (
         _one_of("kind", CRAWL_KINDS, "kind"),

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from registry.api import create_app
 from registry.catalog import migrate
 from registry.catalog.db import Database
+from registry.catalog.models import Crawl
 from registry.config import Settings
 from tests.api.conftest import ApiClient
 from tests.catalog.conftest import TempDatabases
@@ -97,6 +99,16 @@ async def _assert_each_repo_indexed_once(db: Database) -> None:
     assert await scalar(db, "SELECT count(*) FROM procrastinate_jobs WHERE status = 'failed'") == 0
 
 
+async def _assert_crawl_finished_with_every_repo(db: Database, reference: Snapshot) -> None:
+    """The crawl row ended after its repo jobs, with their counters added up across workers."""
+    async with db.sessions() as session:
+        crawl = (await session.scalars(select(Crawl))).one()
+    c = crawl.counters
+    assert (crawl.status, crawl.pending_jobs, c["pending"]) == ("finished", 0, 0)
+    assert (c["listed"], c["queued"], c["indexed"], c["failed"]) == (REPOS, REPOS, REPOS, 0)
+    assert c["artifacts"] == len(reference) and c["bytes_fetched"] > 0 and crawl.errors == []
+
+
 async def test_two_worker_processes_share_a_crawl_and_index_every_artifact_once(
     distributed: tuple[dict[str, str], Settings, Database],
     processes: Processes,
@@ -118,6 +130,7 @@ async def test_two_worker_processes_share_a_crawl_and_index_every_artifact_once(
     for name in ("w1", "w2"):
         assert "index_repo " in processes.log(name), processes.log(name)[-2000:]
     assert "index_repo " not in processes.log("api")  # the API process ran no job
+    await _assert_crawl_finished_with_every_repo(db, reference)
 
     # The API shows the same jobs from procrastinate's tables (responses validated against /openapi.json).
     app = build_app(settings)
@@ -154,6 +167,9 @@ async def test_a_sigkilled_worker_loses_nothing(
     assert await catalog_snapshot(db) == reference  # no duplicates, nothing half-written
     assert await scalar(db, "SELECT count(*) FROM procrastinate_jobs WHERE status = 'failed'") == 0
     assert "of a stalled worker retried" in processes.log("w2")
+    # Finished once the retried jobs ended; the counters are not pinned here: a worker killed
+    # between reporting a repo and procrastinate recording the job as done reports it twice.
+    assert await scalar(db, "SELECT status FROM crawls") == "finished"
     listed = await asyncio.to_thread(
         subprocess.run, [sys.executable, "-m", "registry.cli", "jobs", "--status", "done", "--limit", "100", "--json"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,

@@ -65,6 +65,9 @@ async def test_embedded_crawl_killed_and_restarted_finishes_with_the_same_catalo
         assert await catalog_snapshot(db) == reference
         assert await scalar(db, "SELECT count(*) FROM jobs WHERE status = 'failed'") == 0
         assert await scalar(db, "SELECT max(attempts) FROM jobs") >= 2  # a killed job ran again
+        # The crawl row ended with its resumed repo jobs, not when the first server queued them.
+        assert await scalar(db, "SELECT status FROM crawls") == "finished"
+        assert await scalar(db, "SELECT pending_jobs FROM crawls") == 0
     finally:
         await db.dispose()
 

@@ -72,7 +72,7 @@ async def test_transient_errors_retry_then_fail_others_fail_at_once(
 ) -> None:
     calls: list[str] = []
 
-    async def flaky(ctx: JobContext, kind: str, args: dict[str, object]) -> None:
+    async def flaky(ctx: JobContext, kind: str, args: dict[str, object], **_: object) -> None:
         calls.append(str(args["repo_id"]))
         if args["repo_id"] == "org/transient":
             raise TransientJobError("503 from the hub")
