@@ -34,7 +34,7 @@ import aiofiles
 import aiohttp
 
 from registry.hub.errors import HubConnectionError, HubError, HubTimeout, InvalidResponse, error_for_status
-from registry.hub.http import HttpOptions, retry_hint
+from registry.hub.http import HttpOptions, new_session, retry_hint
 
 _CHUNK = 1 << 20
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -99,19 +99,11 @@ class Downloader:
         self._own = session is None
         self._sleep = sleep
         self._hub = _origin(options.endpoint)
-        self._timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=options.connect_timeout, sock_read=options.read_timeout
-        )
 
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = aiohttp.ClientSession(
-                timeout=self._timeout,
-                auto_decompress=False,
-                headers={"User-Agent": self.options.user_agent},
-                cookie_jar=aiohttp.DummyCookieJar(),
-            )
+            self._session = new_session(self.options)
         return self._session
 
     async def close(self) -> None:

@@ -173,6 +173,28 @@ def retry_hint(headers: Any) -> float | None:
     return max(hints) if hints else None
 
 
+def client_timeout(options: HttpOptions) -> aiohttp.ClientTimeout:
+    # No total: a long header or download may take its time as long as bytes keep coming.
+    return aiohttp.ClientTimeout(
+        total=None,
+        connect=options.connect_timeout,
+        sock_connect=options.connect_timeout,
+        sock_read=options.read_timeout,
+    )
+
+
+def new_session(options: HttpOptions) -> aiohttp.ClientSession:
+    """The client session every hub reader and downloader uses (one pool per owner)."""
+    return aiohttp.ClientSession(
+        timeout=client_timeout(options),
+        # auto_decompress off: byte counts are wire bytes and a gzip'd range is refused.
+        auto_decompress=False,
+        headers={"User-Agent": options.user_agent},
+        # No cookies: a hub cookie must not ride along to a CDN on the same host.
+        cookie_jar=aiohttp.DummyCookieJar(),
+    )
+
+
 class HubHttp:
     """One connection pool, per-host limits and the retry policy for all header reads."""
 
@@ -193,12 +215,7 @@ class HubHttp:
         self._parser = parser
         self._endpoint = _origin(self.options.endpoint)
         self._slots: dict[tuple[str, str, int | None], asyncio.Semaphore] = {}
-        self._timeout = aiohttp.ClientTimeout(
-            total=None,
-            connect=self.options.connect_timeout,
-            sock_connect=self.options.connect_timeout,
-            sock_read=self.options.read_timeout,
-        )
+        self._timeout = client_timeout(self.options)
 
     @classmethod
     def from_settings(cls, hub: HubSettings, **kw: Any) -> HubHttp:
@@ -207,14 +224,7 @@ class HubHttp:
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
-            # auto_decompress off: byte counts are wire bytes and a gzip'd range is refused.
-            self._session = aiohttp.ClientSession(
-                timeout=self._timeout,
-                auto_decompress=False,
-                headers={"User-Agent": self.options.user_agent},
-                # No cookies: a hub cookie must not ride along to a CDN on the same host.
-                cookie_jar=aiohttp.DummyCookieJar(),
-            )
+            self._session = new_session(self.options)
         return self._session
 
     async def close(self) -> None:
