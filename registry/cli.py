@@ -220,8 +220,7 @@ def _cmd_db(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_USAGE
 
     async def work() -> int:
-        db = Database.from_settings(settings)
-        try:
+        async with Database.from_settings(settings) as db:
             if args.action == "upgrade":
                 await migrate.upgrade(db.engine, args.revision or "head")
                 if db.dialect == "postgresql" and settings.jobs.mode == "distributed":
@@ -235,8 +234,6 @@ def _cmd_db(args: argparse.Namespace, settings: Settings) -> int:
             current, head = await migrate.current_revision(db.engine), migrate.head_revision()
             print(f"{current or 'base (empty)'}{' (head)' if current == head else f' (head is {head})'}")
             return EXIT_OK
-        finally:
-            await db.dispose()
 
     return _catalog_call("db", work)
 
@@ -261,13 +258,10 @@ def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
     from workers.index import index_paths
 
     async def work() -> int:
-        db = Database.from_settings(settings)
-        try:
+        async with Database.from_settings(settings) as db:
             report = await index_paths(
                 db, args.paths, limits=_limits(settings), first_window=settings.hub.first_window
             )
-        finally:
-            await db.dispose()
         for a in report.artifacts:
             if args.json:
                 print(json.dumps({"repo": a.repo, "path": a.path, "status": a.status, "error": a.error}))
@@ -358,16 +352,13 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     )  # fmt: skip
 
     async def work() -> int:
-        db = Database.from_settings(settings)
-        try:
+        async with Database.from_settings(settings) as db:
             if await migrate.current_revision(db.engine) != migrate.head_revision():
                 print("registry: search: the catalog is not set up: run `registry db upgrade` "
                       "or `registry index PATH`", file=sys.stderr)  # fmt: skip
                 return EXIT_ERROR
             async with db.sessions() as session:
                 page = await search(session, query)
-        finally:
-            await db.dispose()
         if args.json:
             print(json.dumps(page.to_dict(), ensure_ascii=False))
         else:
@@ -552,11 +543,8 @@ def _cmd_crawl(args: argparse.Namespace, settings: Settings) -> int:
     progress = _CrawlProgress(sys.stderr)
 
     async def work() -> int:
-        db = Database.from_settings(settings)
-        try:
+        async with Database.from_settings(settings) as db:
             report = await crawl_from_settings(db, hub, params, limits=_limits(settings), progress=progress)
-        finally:
-            await db.dispose()
         progress.close()
         doc = {"crawl_id": report.crawl_id, "status": report.status, "endpoint": hub.endpoint,
                "counters": report.counters(), "errors": report.errors}  # fmt: skip
@@ -726,12 +714,8 @@ def _cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
     from workers.schedule import ScheduleError
 
     async def work() -> int:
-        db = Database.from_settings(settings)
-        try:
-            async with open_queue(settings, db) as queue:
-                jobs = await queue.list_jobs(status=args.status, limit=max(1, args.limit))
-        finally:
-            await db.dispose()
+        async with Database.from_settings(settings) as db, open_queue(settings, db) as queue:
+            jobs = await queue.list_jobs(status=args.status, limit=max(1, args.limit))
         for j in jobs:
             if args.json:
                 print(json.dumps(j.to_dict()))

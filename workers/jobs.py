@@ -83,12 +83,8 @@ class JobContext:
 
 @contextlib.asynccontextmanager
 async def open_context(settings: Settings) -> AsyncIterator[JobContext]:
-    db = Database.from_settings(settings)
-    try:
-        async with HubHttp.from_settings(settings.hub) as http:
-            yield JobContext(settings, db, HubClient.from_settings(settings.hub), http)
-    finally:
-        await db.dispose()
+    async with Database.from_settings(settings) as db, HubHttp.from_settings(settings.hub) as http:
+        yield JobContext(settings, db, HubClient.from_settings(settings.hub), http)
 
 
 def _transient(exc: HubError) -> bool:

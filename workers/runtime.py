@@ -72,19 +72,15 @@ async def serve_jobs(settings: Settings) -> AsyncIterator[ServeJobs]:
     scheduled crawl commits its row, then enqueues it. Distributed: nothing runs here,
     the workers run jobs and the periodic crawl."""
     schedule = parse_schedule(settings.schedule.crawl)
-    db = Database.from_settings(settings)
-    try:
-        async with open_queue(settings, db) as queue:
-            out = ServeJobs(queue, QueueLauncher(queue), QueueVerifier(db.sessions, queue))
-            run = getattr(queue, "run", None)
-            if run is not None:  # the embedded pool
-                out.background.append(run)
-                if schedule is not None:
+    async with Database.from_settings(settings) as db, open_queue(settings, db) as queue:
+        out = ServeJobs(queue, QueueLauncher(queue), QueueVerifier(db.sessions, queue))
+        run = getattr(queue, "run", None)
+        if run is not None:  # the embedded pool
+            out.background.append(run)
+            if schedule is not None:
 
-                    async def scheduled() -> None:
-                        await queue.enqueue_crawl(await create_scheduled_crawl(db, settings))
+                async def scheduled() -> None:
+                    await queue.enqueue_crawl(await create_scheduled_crawl(db, settings))
 
-                    out.background.append(lambda: run_schedule(schedule, scheduled))
-            yield out
-    finally:
-        await db.dispose()
+                out.background.append(lambda: run_schedule(schedule, scheduled))
+        yield out

@@ -200,3 +200,9 @@ class Database:
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+
+    async def __aenter__(self) -> Database:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.dispose()
