@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 MODELS := .cache/models
 SAMPLES := $(MODELS)/SmolLM2-135M-Instruct.Q4_1.gguf $(MODELS)/gemma-3-270m-q4_k_m.gguf
 
-.PHONY: setup models run test lint fuzz bench clean
+.PHONY: setup models run test lint fuzz bench refvenv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,17 @@ bench: models
 	$(BIN)/python -m bench.api
 	$(BIN)/python -m bench.crawl
 	$(BIN)/python -m bench.verify
+
+# The peers of the benchmarks and of the optional live cross-checks against ggml's C code:
+# llama-cpp-python (builds llama.cpp from source, several minutes) in a virtualenv of its own.
+REFVENV := .cache/refvenv
+$(REFVENV)/.installed:
+	$(PYTHON) -m venv $(REFVENV)
+	$(REFVENV)/bin/python -m pip install -q --upgrade pip
+	$(REFVENV)/bin/python -m pip install -q llama-cpp-python numpy
+	touch $@
+
+refvenv: $(REFVENV)/.installed
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
