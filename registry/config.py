@@ -145,6 +145,11 @@ class JobsSettings:
         "(a killed machine loses no job).",
     )
     heartbeat_seconds: float = _setting(5.0, "Seconds between a `registry worker`'s heartbeats.")
+    sweep_seconds: float = _setting(
+        60.0,
+        "How often each runner releases the repos of running crawls whose job ended without reporting, and "
+        "queues again the listing of crawls that have none; only crawls quiet for this long are looked at.",
+    )
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 
 from registry.catalog import migrate
 from registry.catalog.db import Database
@@ -222,7 +222,8 @@ async def index_repo(
         return await upsert_repo_snapshot(session, snap)
 
 
-async def _known_revisions(db: Database, repo_ids: Sequence[str]) -> dict[str, str | None]:
+async def known_revisions(db: Database, repo_ids: Sequence[str]) -> dict[str, str | None]:
+    """The indexed revision of each of these repos that the catalog has."""
     async with db.sessions() as session:
         rows = await session.execute(
             select(Repo.repo_id, Repo.revision).where(
@@ -232,7 +233,8 @@ async def _known_revisions(db: Database, repo_ids: Sequence[str]) -> dict[str, s
         return {r: rev for r, rev in rows.all()}
 
 
-async def _candidates(client: HubClient, params: CrawlParams) -> AsyncIterator[RepoSummary]:
+async def candidates(client: HubClient, params: CrawlParams) -> AsyncIterator[RepoSummary]:
+    """The repos a crawl looks at: its explicit ids, or the hub's GGUF listing."""
     if params.repos:
         for repo_id in params.repos[: params.limit]:
             yield RepoSummary(repo_id=repo_id)  # no sha: always looked at
@@ -295,7 +297,7 @@ async def crawl_hub(
     running: set[asyncio.Task[None]] = set()
     try:
         pending: list[RepoSummary] = []
-        async for summary in _candidates(client, params):
+        async for summary in candidates(client, params):
             report.listed += 1
             pending.append(summary)
             if len(pending) >= batch:
@@ -330,7 +332,7 @@ async def _start_batch(
 ) -> set[asyncio.Task[None]]:
     if not pending:
         return set()
-    known = {} if params.full else await _known_revisions(db, [s.repo_id for s in pending])
+    known = {} if params.full else await known_revisions(db, [s.repo_id for s in pending])
     tasks = set()
     for s in pending:
         if s.sha is not None and s.repo_id in known and known[s.repo_id] == s.sha:
@@ -392,140 +394,3 @@ async def crawl_from_settings(
             concurrency=hub.crawl_concurrency,
             progress=progress,
         )
-
-
-# -- the crawl job of the job runners: list, then one index-repo job per changed repo --------
-
-Enqueue = Callable[[str, str | None], Awaitable[int | None]]  # the job id, None if an equal one waits
-
-
-def params_of(crawl: Crawl) -> CrawlParams:
-    """The CrawlParams a crawl row was created with (by the API, a schedule or the CLI)."""
-    p = crawl.parameters or {}
-    return CrawlParams(
-        repos=tuple(p.get("repos") or ()), author=p.get("author"), search=p.get("search"),
-        limit=p.get("limit"), full=bool(p.get("full")),
-    )  # fmt: skip
-
-
-async def enqueue_crawl(
-    db: Database, client: HubClient, crawl_id: int, enqueue: Enqueue, *, batch: int = 100
-) -> CrawlReport:
-    """Run crawl `crawl_id` as a job: list the hub and `enqueue(repo_id, known_revision)` each
-    changed repo, so that any number of workers share the reading. `enqueue` returns the job
-    id, or None when an equal job was already queued (that job belongs to another crawl).
-
-    The row stays `running` until the listing and every index-repo job it queued have ended:
-    `pending_jobs` holds one for the listing plus one per queued job, and each job releases
-    its own with its counters (`report_repo`); whoever releases the last one finishes the row.
-
-    Idempotent enough for a rerun (a stalled job put back): the listing's token is not added
-    twice, repos still queued are dropped by the queue's per-repo lock, and the listing's own
-    counters are set rather than added.
-    """
-    await migrate.ensure_schema(db.engine)
-    async with db.sessions() as session, session.begin():
-        row = await session.get_one(Crawl, crawl_id)
-        params = params_of(row)
-        # max(): a rerun of a listing that never released its token must not add a second.
-        row.pending_jobs = max(row.pending_jobs, 1)
-        row.status, row.finished_at, row.heartbeat_at = "running", None, utcnow()
-    report = CrawlReport(crawl_id=crawl_id)
-    queued = 0
-    status = "finished"
-
-    async def flush(pending: list[RepoSummary]) -> None:
-        nonlocal queued
-        known = {} if params.full else await _known_revisions(db, [s.repo_id for s in pending])
-        for s in pending:
-            if s.sha is not None and known.get(s.repo_id) == s.sha:
-                report.unchanged += 1
-                continue
-            # Counted before the job exists: a fast worker may end it before enqueue returns.
-            await _settle(db, crawl_id, released=-1)
-            if await enqueue(s.repo_id, known.get(s.repo_id)) is None:
-                await _settle(db, crawl_id, released=1)  # another crawl's job has that repo
-            else:
-                queued += 1
-
-    try:
-        pending: list[RepoSummary] = []
-        async for summary in _candidates(client, params):
-            report.listed += 1
-            pending.append(summary)
-            if len(pending) >= batch:
-                await flush(pending)
-                pending = []
-                await _touch(db, crawl_id)
-        await flush(pending)
-    except HubError as exc:  # the listing failed: what was queued still runs
-        status = "failed"
-        report.error("", exc)
-    except BaseException:
-        status = "failed"
-        raise
-    finally:
-        report.status = status
-        listing = {"listed": report.listed, "listing_unchanged": report.unchanged, "queued": queued,
-                   "listing_failed": int(status == "failed")}  # fmt: skip
-        # Zeros for the repo counters too: a crawl that queued nothing still shows them all.
-        add = {**dict.fromkeys(REPO_COUNTERS, 0), "unchanged": report.unchanged}
-        await _settle(db, crawl_id, released=1, add=add, assign=listing, errors=report.errors)
-    return report
-
-
-async def _touch(db: Database, crawl_id: int) -> None:
-    async with db.sessions() as session, session.begin():
-        await session.execute(update(Crawl).where(Crawl.id == crawl_id).values(heartbeat_at=utcnow()))
-
-
-# Counters an index-repo job adds to its crawl's row (CrawlReport fields).
-REPO_COUNTERS = ("unchanged", "indexed", "failed", "artifacts", "artifact_errors", "files", "bytes_fetched",
-                 "requests")  # fmt: skip
-
-
-async def report_repo(db: Database, crawl_id: int, report: CrawlReport) -> None:
-    """Add one index-repo job's final outcome to its crawl and release the job's pending count.
-
-    Call it once per job, on its final attempt only (done, or failed for good): a retried
-    attempt reports nothing, so nothing is counted twice.
-    """
-    add = {k: getattr(report, k) for k in REPO_COUNTERS}
-    await _settle(db, crawl_id, released=1, add=add, errors=report.errors)
-
-
-async def _settle(
-    db: Database,
-    crawl_id: int,
-    *,
-    released: int,
-    add: dict[str, int] | None = None,
-    assign: dict[str, int] | None = None,
-    errors: Sequence[dict[str, str]] = (),
-) -> None:
-    """Release `released` pending jobs of a crawl (negative: take more), merge counters and
-    errors, and finish the row when nothing is pending."""
-    async with db.sessions() as session, session.begin():
-        # The UPDATE comes first: it takes the row lock (PostgreSQL) or the write lock
-        # (SQLite) for the whole transaction, so the read-merge-write of the JSON counters
-        # below cannot interleave with another worker's report on the same crawl.
-        left = await session.scalar(
-            update(Crawl)
-            .where(Crawl.id == crawl_id)
-            .values(pending_jobs=Crawl.pending_jobs - released)
-            .returning(Crawl.pending_jobs)
-        )
-        if left is None:  # the row is gone: nothing to report into
-            return
-        row = await session.get_one(Crawl, crawl_id, populate_existing=True)
-        counters = dict(row.counters or {})
-        for key, n in (add or {}).items():
-            counters[key] = int(counters.get(key, 0)) + n
-        counters.update(assign or {})
-        counters["pending"] = left
-        row.counters = counters
-        if errors:
-            row.errors = [*(row.errors or []), *errors][:MAX_ERRORS_KEPT]
-        if left <= 0 and row.status == "running":
-            row.status = "failed" if counters.get("listing_failed") else "finished"
-            row.finished_at = utcnow()

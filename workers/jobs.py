@@ -3,8 +3,8 @@
 Three jobs, each a plain async function over a `JobContext`:
 
 - `crawl_job(ctx, queue, crawl_id)`: list the hub for the crawl row and queue one
-  `index_repo` job per changed repo (`workers.crawl.enqueue_crawl`); the row stays
-  `running` until those jobs have ended;
+  `index_repo` job per changed repo (`workers.crawl_jobs.enqueue_crawl`); the row stays
+  `running` until those jobs have ended, with each repo's outcome counted once;
 - `index_repo_job(ctx, repo_id, known_revision, crawl_id)`: read and write one repo in one
   transaction (`workers.crawl.index_repo`); idempotent, so a retry or a second worker
   changes nothing; on its final attempt it adds its counters to its crawl's row;
@@ -26,6 +26,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from sqlalchemy import select
+
 from registry.api.launchers import JOB_STATES, JobInfo, JobQueue
 from registry.catalog.db import Database
 from registry.catalog.models import Crawl
@@ -34,7 +36,8 @@ from registry.gguf.limits import Limits
 from registry.hub.client import HubClient
 from registry.hub.errors import FileChanged, HubError
 from registry.hub.http import HubHttp
-from workers.crawl import CrawlReport, ReadOptions, enqueue_crawl, index_repo, report_repo
+from workers.crawl import CrawlReport, ReadOptions, index_repo
+from workers.crawl_jobs import enqueue_crawl, report_repo
 from workers.schedule import Cron, Every, Schedule
 from workers.verify import run_verification
 
@@ -131,7 +134,7 @@ async def index_repo_job(
         if crawl_id is not None and not retried:
             report.failed += 1
             report.error(repo_id, exc)
-            await report_repo(ctx.db, crawl_id, report)
+            await report_repo(ctx.db, crawl_id, repo_id, report)
         if isinstance(exc, HubError) and _transient(exc):
             raise TransientJobError(f"{repo_id}: {exc.code}: {exc}") from exc
         raise
@@ -141,7 +144,7 @@ async def index_repo_job(
     else:
         report.indexed += 1
     if crawl_id is not None:
-        await report_repo(ctx.db, crawl_id, report)
+        await report_repo(ctx.db, crawl_id, repo_id, report)
     # The pid tells which worker process ran the job (the multi-worker tests count them).
     log.info("index_repo %s: %s (pid %d)", repo_id, "unchanged" if unchanged else "indexed", os.getpid())
 
@@ -150,12 +153,26 @@ async def verify_job(ctx: JobContext, verification_id: int) -> None:
     await run_verification(ctx.db, ctx.settings, verification_id)
 
 
-async def create_scheduled_crawl(db: Database, settings: Settings) -> int:
-    """Commit the crawl row of a scheduled crawl; the caller enqueues it afterwards."""
+async def create_scheduled_crawl(db: Database, settings: Settings, *, scheduled_at: int | None = None) -> int:
+    """Commit the crawl row of a scheduled crawl; the caller enqueues it afterwards.
+
+    With `scheduled_at` (the schedule's tick, Unix seconds) it is one row per tick: a rerun
+    of the periodic job of a tick (its worker died) finds that tick's row and goes on with
+    it instead of starting a second crawl and leaving the first running.
+    """
     s = settings.schedule
     params: dict[str, object] = {"source": "hub", "repos": [], "author": s.author or None, "search": s.search or None,
               "limit": s.limit or None, "full": False, "scheduled": True}  # fmt: skip
     async with db.sessions() as session, session.begin():
+        if scheduled_at is not None:
+            params["scheduled_at"] = scheduled_at
+            # A tick's row is recent: look among the newest scheduled crawls only.
+            recent = await session.scalars(
+                select(Crawl).where(Crawl.kind == "hub").order_by(Crawl.id.desc()).limit(200)
+            )
+            for row in recent:
+                if (row.parameters or {}).get("scheduled_at") == scheduled_at:
+                    return row.id
         row = Crawl(kind="hub", status="running", parameters=params)
         session.add(row)
         await session.flush()

@@ -23,6 +23,7 @@ from registry.catalog.db import Database
 from registry.catalog.models import Job
 from registry.catalog.types import utcnow
 from registry.config import Settings
+from workers.crawl_jobs import sweep
 from workers.jobs import (
     QUEUE_OF,
     JobContext,
@@ -72,6 +73,13 @@ class EmbeddedQueue:
     async def get_job(self, job_id: int) -> JobInfo | None:
         return await self._reader.get_job(job_id)
 
+    async def crawl_job_pending(self, crawl_id: int, scheduled_at: int | None = None) -> bool:
+        async with self.db.sessions() as session:
+            args = await session.scalars(
+                select(Job.args).where(Job.kind == "crawl", Job.status.in_(("queued", "running")))
+            )
+            return any((a or {}).get("crawl_id") == crawl_id for a in args)
+
     async def _enqueue(self, kind: str, args: dict[str, Any], lock: str | None) -> int | None:
         async with self.db.sessions() as session, session.begin():
             if lock is not None:
@@ -97,6 +105,7 @@ class EmbeddedQueue:
         async with open_context(self.settings) as ctx:
             n = max(1, concurrency or self.settings.jobs.concurrency)
             workers = [asyncio.create_task(self._worker(ctx), name=f"job-worker-{i}") for i in range(n)]
+            workers.append(asyncio.create_task(self._sweeper(), name="crawl-sweeper"))
             try:
                 await asyncio.gather(*workers)
             finally:
@@ -110,6 +119,13 @@ class EmbeddedQueue:
             status="running", limit=1
         ):
             await asyncio.sleep(0.1)
+
+    async def _sweeper(self) -> None:
+        """Crawls left pending by a lost job or a listing never queued: at start, then now and then."""
+        every = max(1.0, self.settings.jobs.sweep_seconds)
+        while True:
+            await sweep(self.db, self, idle=timedelta(seconds=every))
+            await asyncio.sleep(every)
 
     async def _worker(self, ctx: JobContext) -> None:
         while True:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import procrastinate
@@ -29,6 +29,7 @@ from procrastinate.exceptions import AlreadyEnqueued
 from sqlalchemy import make_url
 
 from registry.config import Settings
+from workers.crawl_jobs import sweep
 from workers.jobs import (
     QUEUE_OF,
     JobContext,
@@ -110,7 +111,7 @@ def build_app(settings: Settings, *, periodic_cron: str | None = None) -> procra
         async def scheduled_crawl(context: procrastinate.JobContext, timestamp: int) -> None:
             # The periodic job is the crawl job: its row is committed, then it lists and queues.
             ctx = _ctx(context)
-            crawl_id = await create_scheduled_crawl(ctx.db, ctx.settings)
+            crawl_id = await create_scheduled_crawl(ctx.db, ctx.settings, scheduled_at=timestamp)
             await crawl_job(ctx, ProcrastinateQueue(context.app), crawl_id)
 
     return app
@@ -153,6 +154,12 @@ class ProcrastinateQueue:
             "registry.verify", f"verify:{verification_id}", verification_id=verification_id
         )
 
+    async def crawl_job_pending(self, crawl_id: int, scheduled_at: int | None = None) -> bool:
+        row = await self.app.connector.execute_query_one_async(
+            _CRAWL_JOB_PENDING, crawl_id=str(crawl_id), tick=None if scheduled_at is None else str(scheduled_at)
+        )
+        return bool(row["pending"])
+
     async def list_jobs(
         self, *, status: str | None = None, limit: int = 50, before_id: int | None = None
     ) -> list[JobInfo]:
@@ -167,6 +174,15 @@ class ProcrastinateQueue:
         )
         return _info(rows[0]) if rows else None
 
+
+_CRAWL_JOB_PENDING = """
+SELECT EXISTS (
+  SELECT 1 FROM procrastinate_jobs
+   WHERE status IN ('todo', 'doing')
+     AND ((task_name = 'registry.crawl' AND args->>'crawl_id' = %(crawl_id)s)
+       OR (task_name = 'registry.scheduled_crawl' AND args->>'timestamp' = %(tick)s))
+) AS pending
+"""
 
 _LIST_JOBS = """
 SELECT j.id, j.queue_name, j.task_name, j.status::text AS status, j.args, j.attempts,
@@ -216,6 +232,15 @@ async def _stalled_loop(app: procrastinate.App, seconds: float) -> None:
             log.exception("retrying stalled jobs failed")
 
 
+async def _sweep_loop(ctx: JobContext, queue: ProcrastinateQueue, seconds: float) -> None:
+    """Crawls left pending by a lost job or a listing never queued (every worker sweeps;
+    each step is a transaction that checks the row first, so two sweepers agree)."""
+    every = max(1.0, seconds)
+    while True:
+        await sweep(ctx.db, queue, idle=timedelta(seconds=every))
+        await asyncio.sleep(every)
+
+
 async def run_worker(
     settings: Settings,
     queues: Iterable[str],
@@ -229,6 +254,7 @@ async def run_worker(
     app = build_app(settings, periodic_cron=periodic_cron)
     async with open_context(settings) as ctx, app.open_async():
         stalled = asyncio.create_task(_stalled_loop(app, s.stalled_seconds))
+        swept = asyncio.create_task(_sweep_loop(ctx, ProcrastinateQueue(app), s.sweep_seconds))
         try:
             await app.run_worker_async(
                 queues=list(queues), concurrency=concurrency, additional_context={CONTEXT_KEY: ctx},
@@ -237,4 +263,5 @@ async def run_worker(
             )  # fmt: skip
         finally:
             stalled.cancel()
-            await asyncio.gather(stalled, return_exceptions=True)
+            swept.cancel()
+            await asyncio.gather(stalled, swept, return_exceptions=True)

@@ -46,6 +46,10 @@ CRAWL_KINDS = ("hub", "local")
 CRAWL_STATUSES = ("running", "finished", "failed", "cancelled")
 JOB_KINDS = ("crawl", "index_repo", "verify")
 JOB_STATUSES = ("queued", "running", "failed", "done")
+# reserved: counted in its crawl's pending_jobs, job not yet queued; queued: its job id known;
+# reported: its job added its outcome; skipped: another crawl's job had the repo (released
+# at once); lost: its job ended without reporting and the sweep released it as failed.
+CRAWL_REPO_STATES = ("reserved", "queued", "reported", "skipped", "lost")
 
 REPO_ID_LENGTH = 300
 PATH_LENGTH = 1000
@@ -331,7 +335,7 @@ class Crawl(Base):
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # A crawl run as jobs finishes when this reaches 0: one for its listing plus one per
-    # queued index-repo job, each released with that job's counters (workers.crawl.report_repo).
+    # queued index-repo job, each released with that job's counters (workers.crawl_jobs.report_repo).
     pending_jobs: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
 
     __table_args__ = (
@@ -339,6 +343,25 @@ class Crawl(Base):
         _one_of("status", CRAWL_STATUSES, "status"),
         Index(None, "status"),
     )
+
+
+class CrawlRepo(Base):
+    """One repo that a crawl run as jobs queued: the write-once record of its outcome.
+
+    It makes the accounting of a crawl idempotent. A rerun of the listing (its worker died)
+    queues what it had reserved and skips what it had queued; a repo job that reports twice
+    (its worker died after the report, before the job was marked done) counts once.
+    """
+
+    __tablename__ = "crawl_repos"
+
+    crawl_id: Mapped[int] = mapped_column(BigId, ForeignKey("crawls.id", ondelete="CASCADE"), primary_key=True)
+    repo_id: Mapped[str] = mapped_column(String(REPO_ID_LENGTH), primary_key=True)
+    state: Mapped[str] = mapped_column(String(8), default="reserved")
+    job_id: Mapped[int | None] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (_one_of("state", CRAWL_REPO_STATES, "state"),)
 
 
 class Job(Base):

@@ -1,0 +1,236 @@
+"""The accounting of crawls run as jobs survives dead workers at every step.
+
+A repo job that reports twice counts once; a listing SIGKILLed between reserving repos and
+queuing their jobs (or between a job and the record of it) is rerun and the crawl still
+ends with every repo indexed and counted once; a job that ended without reporting and a
+crawl whose listing was never queued are found by the sweeps; a schedule tick is one crawl.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select, update
+
+from registry.catalog import migrate
+from registry.catalog.db import Database
+from registry.catalog.models import Crawl, CrawlRepo, Job
+from registry.config import Settings
+from registry.hub.client import HubClient
+from tests.catalog.conftest import TempDatabases
+from tests.fakehub import FakeHub
+from tests.jobs.conftest import (
+    REPOS,
+    ROOT,
+    Snapshot,
+    catalog_snapshot,
+    job_env,
+    scalar,
+    settings_from,
+    wait_for,
+)
+from workers import jobs
+from workers.crawl import CrawlParams, CrawlReport
+from workers.crawl_jobs import enqueue_crawl, report_repo, resume_orphaned_crawls, sweep_lost_jobs
+from workers.jobs import create_scheduled_crawl, open_context
+from workers.queue_embedded import EmbeddedQueue
+
+DIALECTS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+NOW = timedelta(0)  # sweeps look at every crawl, however recently it was heard from
+
+
+@pytest.fixture(params=DIALECTS)
+async def queue(
+    request: pytest.FixtureRequest, temp_databases: TempDatabases, slow_hub: FakeHub, tmp_path: Path
+) -> AsyncIterator[EmbeddedQueue]:
+    """An embedded queue over a new catalog of each dialect (its pool not running)."""
+    env = job_env(temp_databases.new_url(request.param), slow_hub, tmp_path, REGISTRY_JOBS_RETRY_WAIT="0")
+    settings = settings_from(env)
+    async with Database.from_settings(settings) as db:
+        await migrate.ensure_schema(db.engine)
+        q = EmbeddedQueue(settings, db)
+        q.env = env  # type: ignore[attr-defined]
+        yield q
+
+
+async def _run_pool(queue: EmbeddedQueue) -> None:
+    pool = asyncio.create_task(queue.run(concurrency=3))
+    try:
+        await asyncio.wait_for(queue.join(), 90)
+    finally:
+        pool.cancel()
+        await asyncio.gather(pool, return_exceptions=True)
+
+
+async def _crawl(db: Database, crawl_id: int) -> Crawl:
+    async with db.sessions() as session:
+        return await session.get_one(Crawl, crawl_id)
+
+
+async def _states(db: Database, crawl_id: int) -> dict[str, int]:
+    async with db.sessions() as session:
+        rows = await session.scalars(select(CrawlRepo.state).where(CrawlRepo.crawl_id == crawl_id))
+        out: dict[str, int] = {}
+        for state in rows:
+            out[state] = out.get(state, 0) + 1
+        return out
+
+
+async def _list(queue: EmbeddedQueue, crawl_id: int) -> None:
+    """The listing job, run here: its repo jobs wait in the queue."""
+    client = HubClient.from_settings(queue.settings.hub)
+
+    async def enqueue(repo_id: str, known: str | None) -> int | None:
+        return await queue.enqueue_index_repo(repo_id, known, crawl_id)
+
+    await enqueue_crawl(queue.db, client, crawl_id, enqueue)
+
+
+async def _assert_every_repo_counted_once(db: Database, crawl_id: int, reference: Snapshot) -> None:
+    crawl = await _crawl(db, crawl_id)
+    c = crawl.counters
+    assert (crawl.status, crawl.pending_jobs, c["pending"]) == ("finished", 0, 0)
+    assert (c["listed"], c["queued"], c["indexed"], c["failed"], c["unchanged"]) == (REPOS, REPOS, REPOS, 0, 0)
+    assert c["artifacts"] == len(reference) and crawl.errors == []
+    assert await _states(db, crawl_id) == {"reported": REPOS}
+    # One index job per repo ran to the end, and the catalog is what one plain crawl writes.
+    per_repo = await scalar(db, "SELECT max(n) FROM (SELECT count(*) AS n FROM jobs WHERE kind = 'index_repo' "
+                                "AND status = 'done' GROUP BY lock) AS t")  # fmt: skip
+    assert per_repo == 1
+    assert await scalar(db, "SELECT count(*) FROM jobs WHERE kind = 'index_repo' AND status = 'done'") == REPOS
+    assert await catalog_snapshot(db) == reference
+
+
+async def test_a_second_report_of_a_repo_counts_nothing(queue: EmbeddedQueue, reference: Snapshot) -> None:
+    db = queue.db
+    crawl_id = await create_scheduled_crawl(db, queue.settings)
+    await _list(queue, crawl_id)
+    assert (await _crawl(db, crawl_id)).pending_jobs == REPOS  # the listing released its own
+    assert await _states(db, crawl_id) == {"queued": REPOS}
+    await _run_pool(queue)
+    await _assert_every_repo_counted_once(db, crawl_id, reference)
+    before = (await _crawl(db, crawl_id)).counters
+
+    # The same job again, as after a worker died between its report and the job's end.
+    repo = reference[0][0]
+    async with open_context(queue.settings) as ctx:
+        await jobs.index_repo_job(ctx, repo, None, crawl_id)
+    assert (await _crawl(db, crawl_id)).counters == before
+    assert await report_repo(db, crawl_id, repo, CrawlReport(indexed=1)) is False
+    assert (await _crawl(db, crawl_id)).counters == before
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+async def test_a_listing_killed_mid_batch_is_rerun_and_counts_every_repo_once(
+    queue: EmbeddedQueue, reference: Snapshot, tmp_path: Path, when: str
+) -> None:
+    """SIGKILL at the third repo of the first batch of five: `before` its job was queued
+    (two queued, three reserved), or `after` (the job exists, its row still says reserved)."""
+    db = queue.db
+    crawl_id = await create_scheduled_crawl(db, queue.settings)
+    marker = tmp_path / "hung"
+    env = {**queue.env, "PYTHONPATH": str(ROOT)}  # type: ignore[attr-defined]
+    child = subprocess.Popen([sys.executable, "-m", "tests.jobs.listing_child", str(crawl_id), "3", str(marker), when],
+                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+
+        async def hung() -> bool:
+            assert child.poll() is None, child.stdout.read().decode() if child.stdout else ""
+            return marker.exists()
+
+        await wait_for(hung, 60, "the listing to reach its third repo")
+    finally:
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGKILL)
+        child.wait(10)
+    crawl = await _crawl(db, crawl_id)
+    assert crawl.status == "running" and crawl.pending_jobs == 1 + 5  # the listing's own + the batch
+    assert await _states(db, crawl_id) == {"queued": 2, "reserved": 3}
+    assert await scalar(db, "SELECT count(*) FROM jobs") == (2 if when == "before" else 3)
+
+    # The crawl job is queued again (a stalled job put back, a restarted server) and the pool runs.
+    assert await queue.enqueue_crawl(crawl_id) is not None
+    await _run_pool(queue)
+    await _assert_every_repo_counted_once(db, crawl_id, reference)
+
+
+async def test_a_job_that_ended_without_reporting_is_swept(queue: EmbeddedQueue, reference: Snapshot) -> None:
+    db = queue.db
+    crawl_id = await create_scheduled_crawl(db, queue.settings)
+    await _list(queue, crawl_id)
+    repo = reference[0][0]
+    async with db.sessions() as session, session.begin():  # an operator cancels one job
+        await session.execute(update(Job).where(Job.lock == f"repo:{repo}")
+                              .values(status="failed", error="cancelled by an operator"))  # fmt: skip
+    await _run_pool(queue)
+    crawl = await _crawl(db, crawl_id)
+    assert crawl.status == "running" and crawl.pending_jobs == 1  # nobody will report that repo
+
+    assert await sweep_lost_jobs(db, queue, idle=timedelta(hours=1)) == 0  # heard from too recently
+    assert await sweep_lost_jobs(db, queue, idle=NOW) == 1
+    crawl = await _crawl(db, crawl_id)
+    assert (crawl.status, crawl.pending_jobs) == ("finished", 0)
+    assert (crawl.counters["indexed"], crawl.counters["failed"]) == (REPOS - 1, 1)
+    assert [e["repo"] for e in crawl.errors] == [repo]
+    assert crawl.errors[0]["error"].startswith("lost_job: job ") and "ended as failed" in crawl.errors[0]["error"]
+    assert await _states(db, crawl_id) == {"reported": REPOS - 1, "lost": 1}
+    assert await sweep_lost_jobs(db, queue, idle=NOW) == 0  # once
+
+
+async def test_a_crawl_whose_listing_was_never_queued_is_resumed(queue: EmbeddedQueue, reference: Snapshot) -> None:
+    db = queue.db
+    # The server committed the row and died before queuing its job.
+    crawl_id = await create_scheduled_crawl(db, queue.settings)
+    async with db.sessions() as session, session.begin():  # and a crawl the CLI runs in-process
+        cli = Crawl(kind="hub", status="running", parameters=CrawlParams().to_parameters())
+        session.add(cli)
+    assert await resume_orphaned_crawls(db, queue, idle=timedelta(hours=1)) == 0  # too recent
+    assert await resume_orphaned_crawls(db, queue, idle=NOW) == 1
+    assert await resume_orphaned_crawls(db, queue, idle=NOW) == 0  # its job is queued now
+    assert await queue.crawl_job_pending(crawl_id) and not await queue.crawl_job_pending(cli.id)
+    await _run_pool(queue)
+    await _assert_every_repo_counted_once(db, crawl_id, reference)
+    assert (await _crawl(db, cli.id)).status == "running"  # not ours to touch
+    assert await scalar(db, "SELECT count(*) FROM jobs WHERE kind = 'crawl'") == 1
+
+
+async def test_a_schedule_tick_is_one_crawl(queue: EmbeddedQueue) -> None:
+    db, settings = queue.db, queue.settings
+    first = await create_scheduled_crawl(db, settings, scheduled_at=1_800_000_000)
+    assert await create_scheduled_crawl(db, settings, scheduled_at=1_800_000_000) == first
+    second = await create_scheduled_crawl(db, settings, scheduled_at=1_800_003_600)
+    assert second != first
+    assert await create_scheduled_crawl(db, settings) not in (first, second)  # no tick: always new
+    assert (await _crawl(db, second)).parameters["scheduled_at"] == 1_800_003_600
+
+
+@pytest.mark.postgres
+async def test_procrastinate_tells_whether_a_crawl_has_a_listing_job(
+    temp_databases: TempDatabases, slow_hub: FakeHub, tmp_path: Path
+) -> None:
+    from workers.queue_procrastinate import ProcrastinateQueue, apply_schema, build_app
+
+    env = job_env(temp_databases.new_url("postgresql"), slow_hub, tmp_path, REGISTRY_JOBS_MODE="distributed")
+    settings: Settings = settings_from(env)
+    async with Database.from_settings(settings) as db:
+        await migrate.ensure_schema(db.engine)
+    assert await apply_schema(settings)
+    app = build_app(settings, periodic_cron="0 * * * *")
+    async with app.open_async():
+        q = ProcrastinateQueue(app)
+        assert not await q.crawl_job_pending(5)
+        assert await q.enqueue_crawl(5) is not None
+        assert await q.crawl_job_pending(5) and not await q.crawl_job_pending(6)
+        await app.configure_task("registry.scheduled_crawl").defer_async(timestamp=1_800_000_000)
+        assert await q.crawl_job_pending(7, 1_800_000_000)
+        assert not await q.crawl_job_pending(7, 1_800_003_600) and not await q.crawl_job_pending(7, None)
+        await app.connector.execute_query_async("UPDATE procrastinate_jobs SET status = 'succeeded'")
+        assert not await q.crawl_job_pending(5) and not await q.crawl_job_pending(7, 1_800_000_000)
