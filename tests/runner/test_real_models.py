@@ -1,7 +1,7 @@
 """The two real sample models against llama.cpp's own numbers (see make_reference.py).
 
 Token ids must be identical; perplexity within 3% of llama.cpp's, computed the same way
-(whole text in one context, BOS as the vocabulary says); the first 8 greedy tokens equal.
+(whole text in one context, BOS as the vocabulary says); the first 8 greedy tokens equal (but at near ties, see NEAR_TIE).
 """
 
 from __future__ import annotations
@@ -92,10 +92,31 @@ def test_perplexity_within_3_percent_of_llama_cpp(sample_model: tuple[str, Trans
         assert ours == pytest.approx(case["perplexity"], rel=0.03), key
 
 
+# llama.cpp multiplies with activations quantized to 8 bits, we in float32: where its top
+# two logits nearly tie, either may win. The SmolLM2 "recipe" prompt has one such step
+# (0.018 apart, ours 22.870 vs 22.853), which went either way with the BLAS a numpy build brings.
+NEAR_TIE = 0.05
+
+
 def test_greedy_tokens_equal_llama_cpp(sample_model: tuple[str, Transformer]) -> None:
+    """Teacher-forced along llama.cpp's greedy tokens: each is our most likely next token,
+    or within NEAR_TIE of it; and free-running generation agrees up to the first near tie."""
     name, model = sample_model
     for key, case in reference(name)["greedy"].items():
-        assert greedy_generate(model, case["prompt_tokens"], len(case["greedy"])) == case["greedy"], key
+        prompt, want = case["prompt_tokens"], case["greedy"]
+        cache = model.new_cache(len(prompt) + len(want))
+        logits = model.forward(list(prompt), cache)
+        first_tie = len(want)
+        for i, tok in enumerate(want):
+            last = logits[-1]
+            ours = int(np.argmax(last))
+            gap = float(last[ours] - last[tok])
+            assert ours == tok or gap < NEAR_TIE, (key, i, ours, tok, gap)
+            if ours != tok:
+                first_tie = min(first_tie, i)
+            logits = model.forward([tok], cache)
+        free = greedy_generate(model, prompt, len(want))
+        assert free[:first_tie] == want[:first_tie], key
 
 
 def test_top_logits_close_to_llama_cpp(sample_model: tuple[str, Transformer]) -> None:
