@@ -1,12 +1,15 @@
 """Dequantization throughput, side by side: registry.quant, gguf-py and ggml's C code.
 
     python -m bench.dequant [--elements N] [--repeat R] [--types Q4_0,Q4_K] [--no-models]
+                            [--threads T]
 
 For the tensors of the two sample models (grouped by type) and for a synthetic tensor of
 every supported type (16 Mi elements of random blocks with sane scales), prints the output
 throughput in GB/s of float32 (best of R runs):
 
-- ours:    `registry.quant.dequantize` (a fresh float32 array per call)
+- ours-1t: `registry.quant.dequantize(..., threads=1)` (a fresh float32 array per call)
+- ours-mt: the same with `threads=T` (default: the library's own choice per tensor, one
+           thread per CPU for big tensors and one for small ones)
 - gguf-py: `gguf.quants.dequantize` (fresh array; F32 is a zero-copy view there, shown as
            "view"), on at most 16 Mi elements of a case; ours/gguf-py compares the two on
            exactly the same tensors
@@ -14,7 +17,10 @@ throughput in GB/s of float32 (best of R runs):
            a fresh array per call like the others ("ggml") and into a reused, already
            faulted-in array ("ggml-hot": the kernel alone, no page faults)
 
-and the ratios ours/gguf-py and ours/ggml (fresh arrays on both sides) and ours/ggml-hot.
+and the ratios of both of ours to gguf-py and to ggml (fresh arrays on both sides), and
+ours-1t/ggml-hot. ggml always runs on one thread: the targets compare against its
+single-threaded `to_float`. The verdicts name the configuration (1t or mt) that met or
+missed each target.
 
 The runs of all contenders are interleaved round by round, so that load from other
 processes hits them alike; a side effect is that the allocator often hands a contender
@@ -33,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from registry.gguf.types import TENSOR_TYPES, GGMLType
-from registry.quant import dequantize, supported_types
+from registry.quant import dequantize, parallel, supported_types
 
 GGML_TARGETS = {"Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"}
 GGUF_PY_TARGET = 5.0
@@ -156,7 +162,11 @@ def _gguf_py_subset(case: Case, counts: list[int]) -> tuple[list[np.ndarray], li
 
 
 def measure(
-    case: Case, repeat: int, lib: object | None, gguf_py: Callable[..., np.ndarray] | None
+    case: Case,
+    repeat: int,
+    lib: object | None,
+    gguf_py: Callable[..., np.ndarray] | None,
+    threads: int | None,
 ) -> dict[str, object]:
     info = TENSOR_TYPES[case.type]
     t = case.type
@@ -164,10 +174,13 @@ def measure(
     counts = [raw.size // info.type_size * info.block_size for raw in case.tensors]
     row: dict[str, object] = {"source": case.source, "type": t.name, "n": n, "gguf": "n/a"}
     row["ggml"] = row["ggml_hot"] = "n/a"
-    sizes = {"ours": n}
-    runs: dict[str, Callable[[], object]] = {
-        "ours": lambda: [dequantize(r, t, k) for r, k in zip(case.tensors, counts, strict=True)]
-    }
+    sizes = {"ours": n, "ours_mt": n}
+
+    def ours(tensors: list[np.ndarray], ks: list[int], th: int | None) -> Callable[[], object]:
+        return lambda: [dequantize(r, t, k, threads=th) for r, k in zip(tensors, ks, strict=True)]
+
+    runs: dict[str, Callable[[], object]] = {"ours": ours(case.tensors, counts, 1)}
+    runs["ours_mt"] = ours(case.tensors, counts, threads)
 
     if gguf_py is not None and t is GGMLType.F32:
         row["gguf"] = "view"
@@ -179,12 +192,11 @@ def measure(
         except (NotImplementedError, ValueError):  # gguf-py lacks the newest types
             pass
         else:
-            sizes["gguf"] = sizes["ours_sub"] = sum(sub_counts)
+            sizes["gguf"] = sizes["ours_sub"] = sizes["ours_mt_sub"] = sum(sub_counts)
             runs["gguf"] = lambda: [gguf_py(r, t) for r in subset]
             if sizes["gguf"] != n:  # ours on exactly what gguf-py gets, for the ratio
-                runs["ours_sub"] = lambda: [
-                    dequantize(r, t, k) for r, k in zip(subset, sub_counts, strict=True)
-                ]
+                runs["ours_sub"] = ours(subset, sub_counts, 1)
+                runs["ours_mt_sub"] = ours(subset, sub_counts, threads)
 
     if lib is not None and lib.has_to_float(int(t)):  # type: ignore[attr-defined]
         to_float = lib.to_float  # type: ignore[attr-defined]
@@ -210,12 +222,46 @@ def _ratio(a: object, b: object) -> str:
     return f"{a / b:6.2f}x" if isinstance(a, float) and isinstance(b, float) and b > 0 else f"{'-':>7}"
 
 
+def _verdicts(row: dict[str, object], synthetic: bool, misses: dict[str, list[str]]) -> list[str]:
+    """The row's target notes ("gguf-py 1t MISS mt ok", ...); misses of synthetic rows are
+    added to `misses` under "1t" and "mt"."""
+    notes = []
+    checks: list[tuple[str, str, str, float]] = []
+    if isinstance(row["gguf"], float):
+        checks += [
+            ("gguf-py", "1t", "ours_sub", GGUF_PY_TARGET),
+            ("gguf-py", "mt", "ours_mt_sub", GGUF_PY_TARGET),
+        ]
+    if row["type"] in GGML_TARGETS and isinstance(row["ggml"], float):
+        checks += [("ggml", "1t", "ours", GGML_TARGET), ("ggml", "mt", "ours_mt", GGML_TARGET)]
+    for peer in ("gguf-py", "ggml"):
+        parts = []
+        for who, config, key, target in checks:
+            if who != peer:
+                continue
+            ours = row.get(key, row[key.removesuffix("_sub")])
+            ratio = ours / row["ggml" if peer == "ggml" else "gguf"]  # type: ignore[operator]
+            ok = ratio >= target
+            parts.append(f"{config} {'ok' if ok else 'MISS'}")
+            if not ok and synthetic:
+                misses[config].append(f"{row['type']} vs {peer} {ratio:.2f}x")
+        if parts:
+            notes.append(f"{peer} {' '.join(parts)}")
+    return notes
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.dequant", description=__doc__.split("\n\n")[0])
     parser.add_argument("--elements", type=int, default=1 << 24, help="elements per synthetic tensor")
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--types", default="", help="comma-separated type names (default: all supported)")
     parser.add_argument("--no-models", action="store_true", help="skip the sample models")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="threads of ours-mt (default: the library's choice per tensor)",
+    )
     args = parser.parse_args(argv)
 
     types = list(supported_types())
@@ -224,11 +270,22 @@ def main(argv: list[str]) -> int:
         types = [t for t in types if t.name in wanted]
     lib, lib_note = _ggml_lib()
     gguf_py, gguf_note = _gguf_py()
-    print(f"ours:    registry.quant (numpy {np.__version__}), one thread")
+    if args.threads is None:
+        mt_note = (
+            f"threads=default: {parallel.default_threads(args.elements)} for the synthetic tensors"
+            f" ({parallel.available_cpus()} CPUs available, at most {parallel.MAX_THREADS}; one per"
+            f" {parallel.MIN_ELEMENTS_PER_THREAD} elements, so one below {2 * parallel.MIN_ELEMENTS_PER_THREAD})"
+        )
+    else:
+        mt_note = f"threads={args.threads} on every tensor"
+    print(f"ours-1t: registry.quant (numpy {np.__version__}), threads=1")
+    print(f"ours-mt: registry.quant, {mt_note}")
     print(
         f"gguf-py: {gguf_note if gguf_py else 'n/a: ' + gguf_note} (up to {GGUF_PY_MAX_ELEMENTS} elements per case)"
     )
-    print(f"ggml:    {lib_note if lib else 'n/a: ' + lib_note}, one thread")
+    print(
+        f"ggml:    {lib_note if lib else 'n/a: ' + lib_note}, one thread (the targets are against one thread)"
+    )
     print("GB/s of float32 output, best of", args.repeat, "\n")
 
     cases: list[Case] = []
@@ -243,39 +300,37 @@ def main(argv: list[str]) -> int:
     rng = np.random.default_rng(0)
     cases += [Case("synthetic", t, [synthetic(t, args.elements, rng)]) for t in types]
 
-    head = f"{'source':22s} {'type':8s} {'elements':>10s} {'ours':>7s} {'gguf-py':>7s} {'ggml':>7s} {'ggml-hot':>8s}"
-    head += f" {'/gguf-py':>8s} {'/ggml':>7s} {'/ggml-hot':>9s}  targets"
+    head = f"{'source':22s} {'type':8s} {'elements':>10s} {'ours-1t':>7s} {'ours-mt':>7s} {'gguf-py':>7s}"
+    head += f" {'ggml':>7s} {'ggml-hot':>8s} {'1t/py':>7s} {'mt/py':>7s} {'1t/ggml':>7s} {'mt/ggml':>7s}"
+    head += f" {'1t/hot':>7s}  targets"
     print(head)
     print("-" * len(head))
-    misses: list[str] = []
+    misses: dict[str, list[str]] = {"1t": [], "mt": []}
     for case in cases:
-        row = measure(case, args.repeat, lib, gguf_py)
-        notes = []
-        ours_sub = row.get("ours_sub", row["ours"])
-        r_py = ours_sub / row["gguf"] if isinstance(row["gguf"], float) else None  # type: ignore[operator]
-        if r_py is not None:
-            ok = r_py >= GGUF_PY_TARGET
-            notes.append(f"gguf-py {'ok' if ok else 'MISS'}")
-            if not ok and case.source == "synthetic":
-                misses.append(f"{row['type']} vs gguf-py {r_py:.2f}x")
-        if row["type"] in GGML_TARGETS and isinstance(row["ggml"], float):
-            r_c = row["ours"] / row["ggml"]  # type: ignore[operator]
-            ok = r_c >= GGML_TARGET
-            notes.append(f"ggml {'ok' if ok else 'MISS'}")
-            if not ok and case.source == "synthetic":
-                misses.append(f"{row['type']} vs ggml {r_c:.2f}x")
+        row = measure(case, args.repeat, lib, gguf_py, args.threads)
+        notes = _verdicts(row, case.source == "synthetic", misses)
+        py_1t = row.get("ours_sub", row["ours"])
+        py_mt = row.get("ours_mt_sub", row["ours_mt"])
         print(
-            f"{case.source:22s} {row['type']!s:8s} {row['n']:>10d} {_fmt(row['ours'])} {_fmt(row['gguf'])}"
-            f" {_fmt(row['ggml'])} {_fmt(row['ggml_hot']):>8s} {_ratio(ours_sub, row['gguf']):>8s}"
-            f" {_ratio(row['ours'], row['ggml'])} {_ratio(row['ours'], row['ggml_hot']):>9s}  {', '.join(notes)}",
+            f"{case.source:22s} {row['type']!s:8s} {row['n']:>10d} {_fmt(row['ours'])} {_fmt(row['ours_mt'])}"
+            f" {_fmt(row['gguf'])} {_fmt(row['ggml'])} {_fmt(row['ggml_hot']):>8s}"
+            f" {_ratio(py_1t, row['gguf'])} {_ratio(py_mt, row['gguf'])}"
+            f" {_ratio(row['ours'], row['ggml'])} {_ratio(row['ours_mt'], row['ggml'])}"
+            f" {_ratio(row['ours'], row['ggml_hot'])}  {'; '.join(notes)}",
             flush=True,
         )
     print()
     print(
-        "targets: ours >= 5x gguf-py on every type it supports; ours >= 0.5x ggml (fresh arrays) on",
+        "targets: ours >= 5x gguf-py on every type it supports; ours >= 0.5x ggml (one thread, fresh arrays) on",
         ", ".join(sorted(GGML_TARGETS)),
     )
-    print("missed (synthetic):", "; ".join(misses) if misses else "none")
+    print("missed (synthetic) with one thread (ours-1t):", "; ".join(misses["1t"]) or "none")
+    print(
+        f"missed (synthetic) with threads (ours-mt, {mt_note.split(':')[0]}):",
+        "; ".join(misses["mt"]) or "none",
+    )
+    if lib is None:
+        print("not measured: the ggml targets (no ggml library)")
     return 0
 
 

@@ -4,6 +4,9 @@ Every input is checked before anything is allocated: the type must have a kernel
 element count must be a positive whole number of blocks, and the byte count must be
 exactly what that many blocks take. Data may be bytes, a memoryview or a uint8 array
 (a numpy memmap slice works and is read only as far as each chunk needs).
+
+Big tensors are split between threads (`registry.quant.parallel`), each filling its own
+ranges of blocks of the one result; the values do not depend on the thread count.
 """
 
 from __future__ import annotations
@@ -18,12 +21,9 @@ from types import MappingProxyType
 import numpy as np
 
 from registry.gguf.types import TENSOR_TYPES, GGMLType, TensorTypeInfo
-from registry.quant import floats, fp4, iquants, kquants, legacy, q1, q2, ternary
+from registry.quant import floats, fp4, iquants, kquants, legacy, parallel, q1, q2, ternary
 from registry.quant.base import BadTensorData, Kernel, KernelSpec, UnsupportedType
 
-# Input bytes handed to a kernel per call: bounds the big-endian copy and lets a memmap be
-# read piece by piece; kernels slice further to stay in cache.
-_STEP_BYTES = 8 << 20
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 
 Data = bytes | bytearray | memoryview | np.ndarray
@@ -151,41 +151,53 @@ def _to_little_endian(blocks: np.ndarray, fields: tuple[tuple[int, int, int], ..
     return swapped
 
 
-def _run(spec: KernelSpec, blocks: np.ndarray, out: np.ndarray, big_endian: bool) -> None:
-    """Dequantize `blocks` (n, type_size) into `out` in steps of bounded size."""
-    step = max(1, _STEP_BYTES // blocks.shape[1])
+def _run(spec: KernelSpec, blocks: np.ndarray, out: np.ndarray, big_endian: bool, threads: int) -> None:
+    """Dequantize `blocks` (n, type_size) into `out`, in ranges of bounded size (each a
+    separate kernel call: kernels slice further to stay in cache) on `threads` threads."""
     per_block = out.size // blocks.shape[0]
     into = _writes_into(spec.fn)
-    with np.errstate(all="ignore"):  # NaN/Inf scales are data, not errors
-        for start in range(0, blocks.shape[0], step):
-            part = blocks[start : start + step]
-            if big_endian and spec.swap_fields:
-                part = _to_little_endian(part, spec.swap_fields)
-            dest = out[start * per_block : (start + part.shape[0]) * per_block]
-            if into:
-                spec.fn(part, out=dest)  # type: ignore[call-arg]
-            else:
-                values = spec.fn(part)
-                if values.shape != dest.shape:
-                    raise RuntimeError(f"kernel returned {values.shape}, expected {dest.shape}")
-                dest[...] = values
+
+    def work(start: int, stop: int) -> None:
+        part = blocks[start:stop]
+        if big_endian and spec.swap_fields:
+            part = _to_little_endian(part, spec.swap_fields)
+        dest = out[start * per_block : stop * per_block]
+        if into:
+            spec.fn(part, out=dest)  # type: ignore[call-arg]
+        else:
+            values = spec.fn(part)
+            if values.shape != dest.shape:
+                raise RuntimeError(f"kernel returned {values.shape}, expected {dest.shape}")
+            dest[...] = values
+
+    parallel.run_blocks(work, blocks.shape[0], blocks.shape[1], threads)
 
 
 def dequantize(
-    data: Data, ggml_type: int | GGMLType, n_elements: int, *, big_endian: bool = False
+    data: Data,
+    ggml_type: int | GGMLType,
+    n_elements: int,
+    *,
+    big_endian: bool = False,
+    threads: int | None = None,
 ) -> np.ndarray:
     """The `n_elements` values of a tensor of type `ggml_type`, as a 1-D float32 array.
 
     `big_endian` says the data comes from a big-endian GGUF file, whose multi-byte fields
-    are stored byte-swapped. Raises UnsupportedType or BadTensorData, never returns garbage.
+    are stored byte-swapped. `threads` splits the blocks between that many threads
+    writing into the one result (the values are the same for any count); None picks
+    `parallel.default_threads(n_elements)`: one per CPU, one for small tensors.
+    Raises UnsupportedType or BadTensorData, never returns garbage; ValueError for a bad
+    `threads`.
     """
     info, spec = _resolve(ggml_type)
     t = int(info.type)
     n = _count(n_elements, "element count", t)
     raw = _as_bytes(data, t)
     n_blocks = _check(info, n, raw.size)
+    workers = parallel.thread_count(threads, n)
     out = np.empty(n, dtype=np.float32)
-    _run(spec, raw.reshape(n_blocks, info.type_size), out, big_endian)
+    _run(spec, raw.reshape(n_blocks, info.type_size), out, big_endian, workers)
     return out
 
 
@@ -196,12 +208,14 @@ def dequantize_chunks(
     *,
     big_endian: bool = False,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    threads: int | None = None,
 ) -> Iterator[tuple[int, np.ndarray]]:
     """Stream a tensor as (first_row, float32 array of shape (rows, shape[0])) pieces.
 
     `shape` is in GGUF order (ne0 first: ne0 is the row length). Each piece holds whole
-    rows, at most `max_bytes` of float32 but never less than one row. All checks run
-    here, before the first piece is asked for.
+    rows, at most `max_bytes` of float32 but never less than one row. Each piece is
+    dequantized by `threads` threads as in `dequantize` (None: the default for a piece's
+    size). All checks run here, before the first piece is asked for.
     """
     info, spec = _resolve(ggml_type)
     t = int(info.type)
@@ -225,7 +239,9 @@ def dequantize_chunks(
         raise ValueError(f"max_bytes must be positive, got {max_bytes}")
     row_bytes = row_len // info.block_size * info.type_size
     rows_per_piece = max(1, max_bytes // (row_len * 4))
-    return _pieces(raw, info, spec, row_len, row_bytes, n // row_len, rows_per_piece, big_endian)
+    if threads is not None:
+        threads = parallel.thread_count(threads, n)  # checked now, not at the first piece
+    return _pieces(raw, info, spec, row_len, row_bytes, n // row_len, rows_per_piece, big_endian, threads)
 
 
 def _pieces(
@@ -237,12 +253,14 @@ def _pieces(
     n_rows: int,
     rows_per_piece: int,
     big_endian: bool,
+    threads: int | None,
 ) -> Iterator[tuple[int, np.ndarray]]:
     for first in range(0, n_rows, rows_per_piece):
         rows = min(rows_per_piece, n_rows - first)
         part = raw[first * row_bytes : (first + rows) * row_bytes]
         out = np.empty(rows * row_len, dtype=np.float32)
-        _run(spec, part.reshape(-1, info.type_size), out, big_endian)
+        workers = parallel.thread_count(threads, out.size)
+        _run(spec, part.reshape(-1, info.type_size), out, big_endian, workers)
         yield first, out.reshape(rows, row_len)
 
 

