@@ -23,7 +23,10 @@ MAX_TEXT = 200  # longest free-text or name value; longer ones are mistakes or a
 # a database error (PostgreSQL refuses out-of-range binds), so the API refuses it first.
 BIGINT_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
-NOT_BLANK = r"\S"  # JSON Schema pattern: at least one non-space character
+# JSON Schema pattern: at least one character that is not a space. Python's str.strip(),
+# which the server checks with, also strips \x1c-\x1f and \x85, which the schema's (ECMA)
+# `\s` does not cover: without them a client could send a "valid" value the server refuses.
+NOT_BLANK = r"[^\s\x1c-\x1f\x85]"
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from sqlalchemy import (
     ColumnElement,
     Select,
     and_,
+    bindparam,
     exists,
     func,
     literal,
@@ -178,13 +179,20 @@ def decode_cursor(cursor: str, sort: str) -> tuple[Any, int]:
 
 def descendant_repo_pks(repo_id: str, max_depth: int = MAX_DEPTH) -> Select[Any]:
     """Primary keys of every repo below repo_id in the lineage graph (depth-bounded: cycle-safe)."""
+    return _descendant_pks(max_depth).params(descendant_of=repo_id)
+
+
+@functools.cache
+def _descendant_pks(max_depth: int) -> Select[Any]:
+    """The walk with its start as a bound parameter, built once: building the recursive CTE
+    took about a millisecond, more than running it for most repos."""
     base = (
         select(
             LineageEdge.child_pk.label("pk"),
             LineageEdge.child_repo_id.label("name"),
             literal(1).label("depth"),
         )
-        .where(LineageEdge.parent_repo_id == repo_id)
+        .where(LineageEdge.parent_repo_id == bindparam("descendant_of"))
         .cte("descendant_pks", recursive=True)
     )
     step = (
@@ -351,24 +359,86 @@ async def _filters(session: AsyncSession, q: SearchQuery, *, all_matches: bool =
     if all(many) and len(preds) - 1 + len(common) >= 2 and len(common) == len(terms):
         # Every filter is common on its own; together they may not be (probed like one).
         plain = await _where(session, q, [p.make(p.column) for p in preds], terms, common=())
-        key = ("all", tuple(p.key for p in preds), tuple(terms), q.tensor_type, q.descendant_of)
-        if not await _matches_many(session, key, lambda: and_(true(), *plain)):
+        if not await _common_together(session, q, preds, terms, plain):
             return _Plan(plain, sort_matches=True)
+    many = _seek_prefix(preds, many)
     steered = [p.make(_unindexed(p.column) if m else p.column) for p, m in zip(preds, many, strict=True)]
-    return _Plan(await _where(session, q, steered, terms, common=common))
+    # A big lineage family alone (besides status) is walked along the sort index; with
+    # another common filter the two may be rare together, and fetching the family's
+    # artifacts to sort them stays the safer plan.
+    big_family = (
+        q.descendant_of is not None
+        and not terms
+        and not any(m for p, m in zip(preds, many, strict=True) if p.column.key != "status")
+        and await _matches_many(session, ("descendant_of", q.descendant_of), _in_family(q.descendant_of))
+    )
+    return _Plan(await _where(session, q, steered, terms, common=common, walk_family=big_family))
+
+
+def _in_family(repo_id: str) -> Callable[[], ColumnElement[bool]]:
+    return lambda: Artifact.repo_pk.in_(descendant_repo_pks(repo_id))
+
+
+# The leading columns of the covering facet index (status, architecture, license, file_type,
+# size_bucket): equality filters on a prefix of them are one seek into it.
+_FACET_INDEX = ("status", "architecture", "license", "file_type", "size_bucket")
+
+
+def _seek_prefix(preds: list[_Predicate], many: list[bool]) -> list[bool]:
+    """`many` with the equality filters on a leading run of the facet index's columns left
+    indexed when one of them is rare.
+
+    A rare architecture among a common status, license and file type was read through the
+    architecture's own index, the table fetched for each of its rows to check the others;
+    with all four indexed SQLite seeks the four-column prefix and reads only the matches."""
+    equal = {p.column.key: i for i, p in enumerate(preds) if isinstance(p.key, tuple) and p.key[1:2] == ("=",)}
+    prefix = []
+    for name in _FACET_INDEX:
+        if name not in equal:
+            break
+        prefix.append(equal[name])
+    if len(prefix) < 2 or all(many[i] for i in prefix):
+        return many
+    return [False if i in prefix else m for i, m in enumerate(many)]
+
+
+async def _common_together(
+    session: AsyncSession, q: SearchQuery, preds: list[_Predicate], terms: list[str],
+    plain: list[ColumnElement[bool]],
+) -> bool:  # fmt: skip
+    """Whether the filters and terms, each common, match more than COMMON_ROWS rows together.
+
+    Text alone (besides a common status) is counted in the FTS5 index, which intersects the
+    terms' row lists: several times cheaper than checking the terms row by row, which reads
+    the whole table when they are rare together. A status is common when it gets here, and
+    the answer only steers the plan, so leaving it out of that count costs no correctness."""
+    if len(preds) <= 1 and q.tensor_type is None and q.descendant_of is None:
+        hints = _hints(session)
+        text_key = ("text together", COMMON_ROWS, tuple(sorted(terms)))
+        if (known := hints.get(text_key)) is None:
+            known = await search_index.are_common_together(session, terms, COMMON_ROWS)
+            hints.put(text_key, known)
+        return known
+    key = ("all", tuple(p.key for p in preds), tuple(terms), q.tensor_type, q.descendant_of)
+    return await _matches_many(session, key, lambda: and_(true(), *plain))
 
 
 async def _where(
     session: AsyncSession, q: SearchQuery, where: list[ColumnElement[bool]], terms: list[str],
-    common: Collection[str] | None,
+    common: Collection[str] | None, walk_family: bool = False,
 ) -> list[ColumnElement[bool]]:  # fmt: skip
+    """The filters outside the probed columns added to `where`. `walk_family`: the lineage
+    family holds many artifacts (a popular base model's thousands of descendants), so its
+    repos are a membership test along the sort index (`+repo_pk IN ...`) rather than the
+    way in: fetching and sorting all of their artifacts for one page cost ~100 ms."""
     where = list(where)
     if q.tensor_type:
         where.append(
             exists().where(QuantMix.artifact_id == Artifact.id, QuantMix.tensor_type == q.tensor_type.upper())
         )
     if q.descendant_of:
-        where.append(Artifact.repo_pk.in_(descendant_repo_pks(q.descendant_of)))
+        repo_pk = _unindexed(Artifact.repo_pk) if walk_family else Artifact.repo_pk
+        where.append(repo_pk.in_(descendant_repo_pks(q.descendant_of)))
     if terms:
         where.append(await search_index.text_filter(session, terms, all_matches=common is None, common=common))
     return where

@@ -85,9 +85,17 @@ def _fts_rowids(terms: Sequence[str]) -> Select[Any]:
 
 async def is_common_term(session: AsyncSession, term: str) -> bool:
     """Whether more than COMMON_TERM rows contain the term (reads at most that many rowids)."""
-    probe = _fts_rowids([term]).limit(COMMON_TERM + 1).subquery()
+    return await are_common_together(session, [term])
+
+
+async def are_common_together(session: AsyncSession, terms: Sequence[str], threshold: int = COMMON_TERM) -> bool:
+    """Whether more than `threshold` rows contain every one of the terms (each at least
+    MIN_TRIGRAM long), counted in the FTS5 index: reads at most that many rowids of their
+    intersection, where counting LIKE matches row by row read the table up to its end
+    when the terms are common apart but rare together."""
+    probe = _fts_rowids(terms).limit(threshold + 1).subquery()
     found = (await session.execute(select(func.count()).select_from(probe))).scalar_one()
-    return bool(found > COMMON_TERM)
+    return bool(found > threshold)
 
 
 async def text_filter(

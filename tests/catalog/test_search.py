@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -355,6 +356,9 @@ async def _all_pages(db: Database, kwargs: dict[str, object]) -> list[int]:
         {"architecture": "llama", "file_type": "Q4_K_M", "sort": "size:asc"},
         {"text": "llama 8b", "architecture": "llama"},
         {"text": "llama gguf", "sort": "likes"},
+        {"architecture": "llama", "license": "llama3", "file_type": "Q4_K_M"},
+        {"descendant_of": "meta-llama/Llama-3-8B"},
+        {"descendant_of": "meta-llama/Llama-3-8B", "file_type": "Q4_K_M", "sort": "name"},
     ],
 )
 async def test_every_plan_pages_like_the_plain_one(
@@ -382,6 +386,44 @@ async def test_rare_conjunction_of_common_filters_sorts_its_matches(
         plan = await search_module._filters(session, query)
     assert plan.sort_matches == (catalog.dialect == "sqlite")  # together they match one row
     assert paths(await run(catalog, license="llama3", file_type="Q4_K_M")) == ["Llama-3-8B-Q4_K_M.gguf"]
+
+
+def _where_sql(catalog: Database, where: list[Any]) -> str:
+    return " AND ".join(str(w.compile(catalog.engine.sync_engine)) for w in where)
+
+
+async def test_a_rare_filter_seeks_the_facet_index_prefix(catalog: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rare file type among a common status, architecture and license: all four stay
+    indexed, so SQLite seeks the four-column prefix of the covering index."""
+    from registry.catalog import search as search_module
+
+    monkeypatch.setattr(search_module, "COMMON_ROWS", 3)  # llama (6 rows) and llama3 (4) common, Q4_K_M (2) rare
+    async with catalog.sessions() as session:
+        plan = await search_module._filters(session, SearchQuery(architecture="llama", license="llama3",
+                                                                 file_type="Q4_K_M"))  # fmt: skip
+    assert "+" not in _where_sql(catalog, plan.where)
+    async with catalog.sessions() as session:
+        plan = await search_module._filters(session, SearchQuery(architecture="llama", license="llama3"))
+    if catalog.dialect == "sqlite":  # both common: walked along the sort index
+        assert "+artifacts.architecture" in _where_sql(catalog, plan.where)
+
+
+async def test_a_big_lineage_family_is_walked_along_the_sort_index(
+    catalog: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from registry.catalog import search as search_module
+
+    monkeypatch.setattr(search_module, "COMMON_ROWS", 1)
+    async with catalog.sessions() as session:
+        alone = await search_module._filters(session, SearchQuery(descendant_of="meta-llama/Llama-3-8B"))
+        with_type = await search_module._filters(
+            session, SearchQuery(descendant_of="meta-llama/Llama-3-8B", file_type="Q4_K_M")
+        )
+    walked = catalog.dialect == "sqlite"
+    assert ("+artifacts.repo_pk IN" in _where_sql(catalog, alone.where)) == walked
+    assert "+artifacts.repo_pk" not in _where_sql(catalog, with_type.where)  # maybe rare together: fetched, sorted
+    assert set(paths(await run(catalog, descendant_of="meta-llama/Llama-3-8B"))) == {
+        "Llama-3-8B-Q4_K_M.gguf", "Llama-3-8B-IQ2_XS.gguf", "Llama-3-8B-Q8_0.gguf", "ft.gguf"}  # fmt: skip
 
 
 async def test_facet_counts_follow_writes_of_any_connection(catalog: Database) -> None:

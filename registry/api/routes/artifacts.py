@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from aiohttp import web
@@ -51,6 +52,7 @@ FILTER_PARAMS: tuple[Param, ...] = (
 )
 
 
+@functools.cache  # per request otherwise: the declarations are immutable
 def search_params(max_limit: int) -> tuple[Param, ...]:
     limit = min(max_limit, catalog_search.MAX_LIMIT)
     sort = choice_param("sort", "Sort key, optionally with :asc or :desc.", SORT_CHOICES, default="downloads")
