@@ -1,7 +1,8 @@
 """Reads: artifact search with filters, keyset pagination and facets.
 
 Every page is `ORDER BY <key>, id LIMIT n+1` from the position the cursor names, over the
-`(status, key, id)` index of that sort: no OFFSET, so page 500 costs what page 1 costs.
+`(key, id)` index of that sort (the status is checked on each row it walks): no OFFSET,
+so page 500 costs what page 1 costs.
 The cursor is opaque to clients: base64url JSON of the sort, its value and the id.
 """
 
