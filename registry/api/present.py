@@ -107,45 +107,42 @@ def repo(row: Row[Any]) -> dict[str, Any]:
 
 def _summary(
     id_: int, repo_id: str, path: str, revision: str | None, status: str, error_code: str | None,
-    error_message: str | None, **rest: Any,
+    error_message: str | None, architecture: str | None, parameter_count: int | None, file_type: str | None,
+    size_label: str | None, license: str | None, context_length: int | None, expert_count: int | None,
+    shard_count: int | None, file_size: int | None, downloads: int, likes: int, last_modified: Any,
+    verification_status: str | None, chat_template_severity: str | None,
 ) -> dict[str, Any]:
-    error = {"code": error_code, "message": error_message} if status == "error" else None
-    body: dict[str, Any] = {
-        "id": id_, "repo": repo_id, "path": path, "revision": revision, "status": status, "error": error,
+    """The search-hit shape. Positional and written out as one literal: a page of 100 hits
+    built through keyword arguments merged into a dict cost as much as encoding the page."""
+    return {
+        "id": id_, "repo": repo_id, "path": path, "revision": revision, "status": status,
+        "error": {"code": error_code, "message": error_message} if status == "error" else None,
+        "architecture": architecture, "parameter_count": parameter_count, "file_type": file_type,
+        "size_label": size_label, "license": license, "context_length": context_length,
+        "expert_count": expert_count, "shard_count": shard_count, "file_size": file_size,
+        "downloads": downloads, "likes": likes, "last_modified": iso(last_modified),
+        "verification_status": verification_status, "chat_template_severity": chat_template_severity,
+        "url": f"/v1/artifacts/{id_}",
     }  # fmt: skip
-    body.update(rest)
-    body["last_modified"] = iso(rest["last_modified"])
-    body["url"] = f"/v1/artifacts/{id_}"
-    return body
 
 
 def artifact_summary(row: Row[Any], repo_id: str) -> dict[str, Any]:
-    """The search-hit shape, from a row; `search_item` builds the same keys from a hit."""
+    """The search-hit shape, from a row; `search_item` builds the same from a hit."""
     return _summary(
         row.id, repo_id, row.path, row.revision, row.status, row.error_code, row.error_message,
-        architecture=row.architecture, parameter_count=row.parameter_count, file_type=row.file_type,
-        size_label=row.size_label, license=row.license, context_length=row.context_length,
-        expert_count=row.expert_count, shard_count=row.shard_count, file_size=row.file_size,
-        downloads=row.downloads, likes=row.likes, last_modified=row.last_modified,
-        verification_status=row.verification_status,
-        chat_template_severity=severity_name(row.chat_template_max_severity),
+        row.architecture, row.parameter_count, row.file_type, row.size_label, row.license, row.context_length,
+        row.expert_count, row.shard_count, row.file_size, row.downloads, row.likes, row.last_modified,
+        row.verification_status, severity_name(row.chat_template_max_severity),
     )  # fmt: skip
 
 
 def search_item(item: SearchItem) -> dict[str, Any]:
-    # The keys of `_summary`, in its order, written out: a page of 100 hits built through
-    # its keyword arguments cost as much as encoding the page.
-    status = item.status
-    return {
-        "id": item.id, "repo": item.repo, "path": item.path, "revision": item.revision, "status": status,
-        "error": {"code": item.error_code, "message": item.error} if status == "error" else None,
-        "architecture": item.architecture, "parameter_count": item.parameter_count, "file_type": item.file_type,
-        "size_label": item.size_label, "license": item.license, "context_length": item.context_length,
-        "expert_count": item.expert_count, "shard_count": item.shards, "file_size": item.file_size,
-        "downloads": item.downloads, "likes": item.likes, "last_modified": iso(item.last_modified),
-        "verification_status": item.verification, "chat_template_severity": item.chat_template_severity,
-        "url": f"/v1/artifacts/{item.id}",
-    }  # fmt: skip
+    return _summary(
+        item.id, item.repo, item.path, item.revision, item.status, item.error_code, item.error,
+        item.architecture, item.parameter_count, item.file_type, item.size_label, item.license,
+        item.context_length, item.expert_count, item.shards, item.file_size, item.downloads, item.likes,
+        item.last_modified, item.verification, item.chat_template_severity,
+    )  # fmt: skip
 
 
 _FACT_COLUMNS = tuple(c.name for c in FactsRow.__table__.columns if c.name not in ("artifact_id", "extra"))
