@@ -39,6 +39,12 @@ class DatabaseSettings:
         "PostgreSQL: postgresql+asyncpg://user@host/db",
     )
     echo: bool = _setting(False, "Log every SQL statement.")
+    sqlite_inline_read_ms: float = _setting(
+        5.0,
+        "SQLite: a read outside a transaction runs on the event loop's thread, without a trip to the "
+        "connection's thread; one that takes longer than this many milliseconds is stopped and run again "
+        "on that thread. 0 runs every statement on the connection's thread.",
+    )
 
 
 @dataclass(frozen=True)

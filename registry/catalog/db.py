@@ -7,12 +7,24 @@ aiosqlite runs each sqlite3 call on the connection's own thread and wakes the ev
 for every one, and SQLAlchemy's adapter makes four such calls per statement (open a
 cursor, execute, fetch, close). `_OneTripCursor` does the four in one trip: under load
 each trip is a wait for a turn of the loop, so a page of eight statements waited 32 turns.
+
+Reads go further: a SELECT outside a transaction runs on the calling (event loop's) thread,
+no trip at all. In WAL mode a read never waits for a lock, and the catalog's reads are index
+seeks that take a fraction of a millisecond, less than the trip to the thread and back (the
+hand-over, the wake-up of the loop, and the two threads taking turns at the GIL). A read
+that runs longer than `inline_read_ms` is interrupted by SQLite's progress handler and run
+again on the connection's thread, so one slow query never holds the loop for longer than
+that. Writes, and reads inside a write transaction, always take the thread: they may wait
+up to the busy timeout for another writer.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
+import re
 import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +47,11 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 SQLITE_POOL_SIZE = 32
 SQLITE_POOL_OVERFLOW = 32
 SQLITE_MMAP_BYTES = 1 << 30  # the address space to map per connection; a larger file maps its first GiB
+SQLITE_INLINE_READ_MS = 5.0  # the longest a read runs on the event loop's thread (0: never)
+# SQLite's virtual-machine steps between two calls of the progress handler: a few tens of
+# microseconds of work, so the handler costs little and notices the budget spent in time.
+_PROGRESS_STEPS = 2000
+_WRITE_WORD = re.compile(r"\b(INSERT|UPDATE|DELETE|REPLACE)\b")
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -66,6 +83,49 @@ def _run_statement(
         return description, rows, cursor.rowcount, cursor.lastrowid
     finally:
         cursor.close()
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_read(operation: str) -> bool:
+    """A SELECT, or a WITH whose text names no write (SQLAlchemy's statements are few and
+    reused, so the answer is cached per statement text)."""
+    head = operation.lstrip()[:6].upper()
+    return head == "SELECT" or (head[:4] == "WITH" and _WRITE_WORD.search(operation.upper()) is None)
+
+
+class _InlineReads:
+    """One connection's reads on the calling thread, within a time budget (see the module doc)."""
+
+    __slots__ = ("budget_s", "deadline", "tripped")
+
+    def __init__(self, budget_s: float) -> None:
+        self.budget_s = budget_s
+        self.deadline = 0.0  # 0: no budget running (the statement is on the connection's thread)
+        self.tripped = False
+
+    def install(self, conn: sqlite3.Connection) -> None:
+        conn.set_progress_handler(self._over_budget, _PROGRESS_STEPS)
+
+    def _over_budget(self) -> int:
+        if self.deadline and time.perf_counter() > self.deadline:
+            self.tripped = True
+            return 1  # SQLite stops the statement: "interrupted"
+        return 0
+
+    def run(
+        self, conn: sqlite3.Connection, operation: str, parameters: Any
+    ) -> tuple[Any, list[Any], int, int | None] | None:
+        """The statement's result, or None: it ran out of budget and was stopped, nothing read."""
+        self.tripped = False
+        self.deadline = time.perf_counter() + self.budget_s
+        try:
+            return _run_statement(conn, operation, parameters, False)
+        except sqlite3.OperationalError:
+            if self.tripped:
+                return None
+            raise
+        finally:
+            self.deadline = 0.0
 
 
 class _OneTripCursor(AsyncAdapt_aiosqlite_cursor):
@@ -117,8 +177,14 @@ class _OneTripCursor(AsyncAdapt_aiosqlite_cursor):
 
     async def _run(self, operation: Any, parameters: Any, many: bool) -> None:
         aio = self._connection
-        async with self._adapt_connection._execute_mutex:
-            result = await aio._execute(lambda: _run_statement(aio._conn, operation, parameters, many))
+        adapt = self._adapt_connection
+        async with adapt._execute_mutex:
+            result = None
+            inline = adapt._inline if isinstance(adapt, _OneTripConnection) else None
+            if inline is not None and not many and not aio._conn.in_transaction and _is_read(operation):
+                result = inline.run(aio._conn, operation, parameters)
+            if result is None:
+                result = await aio._execute(lambda: _run_statement(aio._conn, operation, parameters, many))
         self._description, rows, self._rowcount, self._lastrowid = result
         self._rows = collections.deque(rows)
 
@@ -133,8 +199,15 @@ class _OneTripConnection(AsyncAdapt_aiosqlite_connection):
     end, yet SQLAlchemy rolls back on every return of the connection to the pool: a trip
     to the thread per request for nothing."""
 
-    __slots__ = ()
+    __slots__ = ("_inline",)
     _cursor_cls = _OneTripCursor
+
+    def __init__(self, dbapi: Any, connection: Any, inline_read_s: float) -> None:
+        super().__init__(dbapi, connection)
+        self._inline: _InlineReads | None = None
+        if inline_read_s > 0:
+            self._inline = _InlineReads(inline_read_s)
+            self._inline.install(connection._conn)
 
     def _in_transaction(self) -> bool:
         try:
@@ -152,19 +225,29 @@ class _OneTripConnection(AsyncAdapt_aiosqlite_connection):
 
 
 class _OneTripDBAPI(AsyncAdapt_aiosqlite_dbapi):
+    def __init__(self, aiosqlite: Any, sqlite: Any, inline_read_s: float) -> None:
+        super().__init__(aiosqlite, sqlite)
+        self.inline_read_s = inline_read_s
+
     def connect(self, *arg: Any, **kw: Any) -> AsyncAdapt_aiosqlite_connection:
+        if self.inline_read_s > 0:
+            kw["check_same_thread"] = False  # inline reads use it from the loop's thread too
         stock = super().connect(*arg, **kw)
-        return _OneTripConnection(self, stock._connection)
+        return _OneTripConnection(self, stock._connection, self.inline_read_s)
 
 
-def create_engine(url: str, *, echo: bool = False, **kwargs: Any) -> AsyncEngine:
+def create_engine(
+    url: str, *, echo: bool = False, inline_read_ms: float = SQLITE_INLINE_READ_MS, **kwargs: Any
+) -> AsyncEngine:
+    """An async engine; on SQLite with the pragmas, the one-trip adapter and inline reads
+    of at most `inline_read_ms` (see the module doc)."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     if parsed.get_backend_name() == "sqlite" and parsed.get_driver_name() == "aiosqlite":
         import aiosqlite
 
-        kwargs.setdefault("module", _OneTripDBAPI(aiosqlite, sqlite3))
+        kwargs.setdefault("module", _OneTripDBAPI(aiosqlite, sqlite3, max(inline_read_ms, 0.0) / 1000))
         if parsed.database not in (None, "", ":memory:"):
             # Keep the connections a busy server uses open: past the default pool of 5, each
             # burst opened and closed "overflow" connections, and a SQLite connection costs
@@ -196,7 +279,11 @@ class Database:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Database:
-        return cls.from_url(settings.database_url, echo=settings.database.echo)
+        return cls.from_url(
+            settings.database_url,
+            echo=settings.database.echo,
+            inline_read_ms=settings.database.sqlite_inline_read_ms,
+        )
 
     @property
     def dialect(self) -> str:

@@ -1,0 +1,106 @@
+"""SQLite statements: reads on the event loop's thread within a budget, everything else on
+the connection's thread (registry.catalog.db's module doc).
+
+Each test asks SQLite itself which thread ran a statement: `tid()` is a function registered
+on the raw connection that returns the calling thread's id, evaluated while the statement runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import event, text
+
+from registry.catalog.db import Database
+from registry.config import load_settings
+
+# A recursive count that runs for a good while (~0.3 s here), far past any budget below.
+SLOW_READ = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 2000000) SELECT count(*), tid() FROM c"
+
+
+def _with_tid(db: Database) -> Database:
+    @event.listens_for(db.engine.sync_engine, "connect")
+    def _register(dbapi_connection: object, _record: object) -> None:
+        raw = dbapi_connection._connection._conn  # type: ignore[attr-defined]  # the sqlite3 connection
+        raw.create_function("tid", 0, threading.get_ident)
+
+    return db
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[Database]:
+    database = _with_tid(Database.from_url(f"sqlite+aiosqlite:///{tmp_path / 'r.db'}", inline_read_ms=50))
+    async with database.engine.begin() as conn:
+        await conn.execute(text("CREATE TABLE t (n INTEGER, thread INTEGER)"))
+    yield database
+    await database.dispose()
+
+
+async def _scalar(db: Database, sql: str) -> object:
+    async with db.engine.connect() as conn:
+        return (await conn.execute(text(sql))).scalar_one()
+
+
+async def test_a_read_runs_on_the_loop_thread(db: Database) -> None:
+    assert await _scalar(db, "SELECT tid()") == threading.get_ident()
+    assert await _scalar(db, "WITH one(x) AS (SELECT 1) SELECT tid() FROM one") == threading.get_ident()
+
+
+async def test_a_read_over_budget_is_run_again_on_the_connection_thread(db: Database) -> None:
+    async with db.engine.connect() as conn:
+        count, thread = (await conn.execute(text(SLOW_READ))).one()
+    assert count == 2_000_000  # the whole answer, from the second run
+    assert thread != threading.get_ident()
+
+
+async def test_the_loop_keeps_turning_while_a_slow_read_runs(db: Database) -> None:
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.001)
+
+    ticker = asyncio.create_task(tick())
+    await asyncio.sleep(0)
+    try:
+        await _scalar(db, SLOW_READ.replace(", tid()", ""))
+    finally:
+        ticker.cancel()
+    # The read held the loop for its budget (50 ms) at most, then ran on the other thread
+    # while the loop went on: the ticker ran many times meanwhile.
+    assert ticks > 10
+
+
+async def test_writes_and_reads_in_a_write_transaction_take_the_connection_thread(db: Database) -> None:
+    async with db.engine.begin() as conn:
+        await conn.execute(text("INSERT INTO t VALUES (1, tid())"))
+        in_write = (await conn.execute(text("SELECT tid()"))).scalar_one()
+    assert in_write != threading.get_ident()
+    assert await _scalar(db, "SELECT thread FROM t") != threading.get_ident()
+    assert await _scalar(db, "SELECT count(*) FROM t") == 1
+
+
+async def test_a_failing_read_raises_its_own_error(db: Database) -> None:
+    with pytest.raises(Exception, match="no such table"):
+        await _scalar(db, "SELECT * FROM missing")
+    assert await _scalar(db, "SELECT 2") == 2  # the connection is fine afterwards
+
+
+async def test_budget_zero_runs_every_statement_on_the_connection_thread(tmp_path: Path) -> None:
+    settings = load_settings(
+        env={
+            "REGISTRY_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'r.db'}",
+            "REGISTRY_DATABASE_SQLITE_INLINE_READ_MS": "0",
+        }
+    )
+    db = _with_tid(Database.from_settings(settings))
+    try:
+        assert await _scalar(db, "SELECT tid()") != threading.get_ident()
+    finally:
+        await db.dispose()
