@@ -9,7 +9,6 @@ reaches a client.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
@@ -18,6 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from registry.api.keys import REQUEST_ID_KEY
+from registry.api.responses import json_response
 from registry.catalog.errors import CatalogError, InvalidCursor
 
 log = logging.getLogger("registry.api")
@@ -121,15 +121,8 @@ def error_response(
 ) -> web.Response:
     """The only place an error body is built."""
     body = {"error": {"code": code, "message": message, "details": dict(details or {})}}
-    response = web.json_response(body, status=status, dumps=_dumps)
-    for name, value in (headers or {}).items():
-        response.headers[name] = value
-    return response
-
-
-def _dumps(value: Any) -> str:
-    # default=str so an odd detail value (a Path, a datetime) never turns an error into a 500.
-    return json.dumps(value, default=str)
+    # An odd detail value (a Path, a datetime) is written as its str(), never a 500.
+    return json_response(body, status=status, headers=headers)
 
 
 def _from_http_exception(request: web.Request, exc: web.HTTPException) -> web.Response:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 import os
 import re
 import time
 
+import orjson
 from aiohttp import web
 
 from registry.api.errors import Handler
@@ -104,4 +104,4 @@ def _log_access(request: web.Request, request_id: str, route: str, status: int, 
     }
     # The message is the JSON itself so any handler prints one parseable line; the fields
     # are also attached to the record for handlers that format structured output.
-    access_log.info(json.dumps(record, separators=(",", ":")), extra={"access": record})
+    access_log.info(orjson.dumps(record).decode(), extra={"access": record})

@@ -8,6 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from registry.api.params import Param, int_param, text_param
+from registry.api.responses import json_response
 
 DEFAULT_LIMIT = 20
 MAX_CURSOR = 1000
@@ -30,7 +31,7 @@ def page_response(
     request: web.Request, items: Sequence[dict[str, Any]], next_cursor: str | None, limit: int
 ) -> web.Response:
     body = {"items": list(items), "next": next_cursor, "limit": limit}
-    response = web.json_response(body)
+    response = json_response(body)
     if next_cursor is not None:
         response.headers["Link"] = f'<{next_url(request, next_cursor)}>; rel="next"'
     return response

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 
@@ -34,7 +35,8 @@ def test_error_response_builds_the_envelope() -> None:
     response = error_response(418, "teapot", "short and stout", {"x": 1}, {"Retry-After": "1"})
     assert response.status == 418
     assert response.headers["Retry-After"] == "1"
-    assert response.text == '{"error": {"code": "teapot", "message": "short and stout", "details": {"x": 1}}}'
+    assert response.content_type == "application/json"
+    assert json.loads(response.text) == {"error": {"code": "teapot", "message": "short and stout", "details": {"x": 1}}}
 
 
 @SQLITE_ONLY

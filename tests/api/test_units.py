@@ -76,3 +76,20 @@ def test_id_cursor_round_trip_and_garbage() -> None:
     for bad in ("", "!!", "bm9wZQ", encode_id_cursor(0), "eyJpZCI6dHJ1ZX0", "é"):
         with pytest.raises(InvalidParameter):
             decode_id_cursor(bad)
+
+
+def test_json_bodies_hold_every_value_a_catalog_can() -> None:
+    import json
+    from pathlib import PurePosixPath
+
+    from registry.api.responses import dumps, json_response
+
+    body = {"n": 2**64 - 1, "neg": -(2**63), "f": 0.5, "text": "naïve ✓", 3: "int key", "path": PurePosixPath("a/b")}
+    assert json.loads(dumps(body)) == {"n": 2**64 - 1, "neg": -(2**63), "f": 0.5, "text": "naïve ✓", "3": "int key",
+                                       "path": "a/b"}  # fmt: skip
+    assert json.loads(dumps({"nan": float("nan"), "inf": float("inf")})) == {"nan": None, "inf": None}
+    # What orjson refuses falls back to the standard encoder: nothing is lost, nothing is a 500.
+    assert json.loads(dumps({"lone": "\ud800x", "big": 2**70})) == {"lone": "\ud800x", "big": 2**70}
+    response = json_response({"a": [1]}, status=201, headers={"X-Test": "1"})
+    assert (response.status, response.content_type, response.headers["X-Test"]) == (201, "application/json", "1")
+    assert response.body == b'{"a":[1]}'

@@ -21,6 +21,7 @@ from registry.api.params import (
     path_int,
     text_param,
 )
+from registry.api.responses import json_response
 from registry.catalog import search as catalog_search
 from registry.catalog.models import VERIFICATION_STATUSES
 from registry.safety.findings import SEVERITIES
@@ -92,7 +93,7 @@ async def facets(request: web.Request) -> web.Response:
     async with request.app[SESSIONMAKER_KEY]() as session:
         counts = await catalog_search.facets(session, _query(args))
     filters = {name: value for name, value in args.items() if value is not None}
-    return web.json_response({"facets": counts, "filters": filters})
+    return json_response({"facets": counts, "filters": filters})
 
 
 @routes.get("/v1/artifacts/{id}", name="get_artifact")
@@ -109,4 +110,4 @@ async def get_artifact(request: web.Request) -> web.Response:
             "the catalog does not store tensor tables yet; request the artifact without tensors",
             details={"parameter": "tensors"},
         )
-    return web.json_response(present.artifact_full(found, found.row.repo_name, latest, with_metadata=True))
+    return json_response(present.artifact_full(found, found.row.repo_name, latest, with_metadata=True))

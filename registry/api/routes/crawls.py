@@ -22,6 +22,7 @@ from registry.api.keys import LAUNCHER_KEY, METRICS_KEY, REQUEST_ID_KEY, SESSION
 from registry.api.launchers import CrawlLauncher
 from registry.api.paging import page_response, paging_params
 from registry.api.params import Param, choice_param, parse_query, path_int
+from registry.api.responses import json_response
 from registry.catalog.models import CRAWL_STATUSES, Crawl
 from registry.catalog.types import utcnow
 
@@ -60,7 +61,7 @@ async def start_crawl(request: web.Request) -> web.Response:
         raise ServiceUnavailable("the crawl worker did not accept the crawl", details={"crawl_id": row.id}) from None
     request.app[METRICS_KEY].crawls_started.inc(row.kind)
     body = present.crawl(row)
-    return web.json_response(body, status=202, headers={"Location": body["url"]})
+    return json_response(body, status=202, headers={"Location": body["url"]})
 
 
 async def _mark_failed(request: web.Request, crawl_id: int, reason: str) -> None:
@@ -97,4 +98,4 @@ async def get_crawl(request: web.Request) -> web.Response:
         row = await session.get(Crawl, crawl_id)
     if row is None:
         raise NotFound(f"no crawl with id {crawl_id}", details={"crawl_id": crawl_id})
-    return web.json_response(present.crawl(row))
+    return json_response(present.crawl(row))

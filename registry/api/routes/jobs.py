@@ -13,6 +13,7 @@ from registry.api.keys import JOBS_KEY, SETTINGS_KEY
 from registry.api.launchers import JOB_STATES
 from registry.api.paging import page_response, paging_params
 from registry.api.params import Param, choice_param, parse_query, path_int
+from registry.api.responses import json_response
 
 routes = web.RouteTableDef()
 
@@ -40,4 +41,4 @@ async def get_job(request: web.Request) -> web.Response:
     job = await request.app[JOBS_KEY].get_job(job_id)
     if job is None:
         raise NotFound(f"no job with id {job_id}", details={"job_id": job_id})
-    return web.json_response({**job.to_dict(), "url": f"/v1/jobs/{job.id}"})
+    return json_response({**job.to_dict(), "url": f"/v1/jobs/{job.id}"})

@@ -8,6 +8,7 @@ from registry.api import present, reads
 from registry.api.errors import InvalidParameter, NotFound
 from registry.api.keys import SESSIONMAKER_KEY
 from registry.api.params import Param, choice_param, int_param, parse_query
+from registry.api.responses import json_response
 from registry.catalog import lineage
 from registry.catalog.models import REPO_ID_LENGTH
 
@@ -49,7 +50,7 @@ async def get_repo(request: web.Request) -> web.Response:
         "artifacts": [present.artifact_full(a, repo_id, latest.get(a.row.id), with_metadata=False) for a in artifacts],
         "lineage": {"parents": [present.edge(e) for e in parents], "children": [present.edge(e) for e in children]},
     }
-    return web.json_response(body)
+    return json_response(body)
 
 
 @routes.get("/v1/repos/{org}/{name}/lineage", name="get_lineage")
@@ -67,4 +68,4 @@ async def get_lineage(request: web.Request) -> web.Response:
         if direction in ("descendants", "both"):
             body["descendants"] = [present.edge(e) for e in await lineage.descendants(session, repo_id, depth)]
     body["in_catalog"] = in_catalog
-    return web.json_response(body)
+    return json_response(body)

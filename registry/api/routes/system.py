@@ -12,6 +12,7 @@ from registry.api.errors import ServiceUnavailable
 from registry.api.keys import METRICS_KEY, OPENAPI_KEY, REQUEST_ID_KEY, SESSIONMAKER_KEY
 from registry.api.metrics import CONTENT_TYPE
 from registry.api.params import parse_query
+from registry.api.responses import json_response
 
 log = logging.getLogger("registry.api")
 routes = web.RouteTableDef()
@@ -22,7 +23,7 @@ READY_TIMEOUT_S = 5.0
 @routes.get("/healthz", name="healthz")
 async def healthz(request: web.Request) -> web.Response:
     parse_query(request, ())
-    return web.json_response({"status": "ok"})
+    return json_response({"status": "ok"})
 
 
 @routes.get("/readyz", name="readyz")
@@ -35,7 +36,7 @@ async def readyz(request: web.Request) -> web.Response:
         # The reason goes to the log, not the client: it may name hosts or credentials.
         log.warning("readiness check failed: %r", exc, extra={"request_id": request.get(REQUEST_ID_KEY)})
         raise ServiceUnavailable("the database is not reachable", details={"check": "database"}) from None
-    return web.json_response({"status": "ready", "checks": {"database": "ok"}})
+    return json_response({"status": "ready", "checks": {"database": "ok"}})
 
 
 @routes.get("/metrics", name="metrics")
@@ -48,4 +49,4 @@ async def metrics(request: web.Request) -> web.Response:
 @routes.get("/openapi.json", name="openapi")
 async def openapi(request: web.Request) -> web.Response:
     parse_query(request, ())
-    return web.json_response(request.app[OPENAPI_KEY])
+    return json_response(request.app[OPENAPI_KEY])

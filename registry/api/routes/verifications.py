@@ -15,6 +15,7 @@ from registry.api.errors import NotFound, ServiceUnavailable
 from registry.api.keys import SESSIONMAKER_KEY, VERIFIER_KEY
 from registry.api.launchers import Verifier
 from registry.api.params import parse_query, path_int
+from registry.api.responses import json_response
 from registry.catalog.models import Artifact, Verification
 
 routes = web.RouteTableDef()
@@ -45,7 +46,7 @@ async def start_verification(request: web.Request) -> web.Response:
     if row is None:  # the verifier promised a row; a missing one is a worker bug
         raise ServiceUnavailable("the verification worker did not record the verification")
     body = present.verification(row)
-    return web.json_response(body, status=202, headers={"Location": body["url"]})
+    return json_response(body, status=202, headers={"Location": body["url"]})
 
 
 @routes.get("/v1/verifications/{id}", name="get_verification")
@@ -57,4 +58,4 @@ async def get_verification(request: web.Request) -> web.Response:
         row = await session.get(Verification, verification_id)
     if row is None:
         raise NotFound(f"no verification with id {verification_id}", details={"verification_id": verification_id})
-    return web.json_response(present.verification(row))
+    return json_response(present.verification(row))
