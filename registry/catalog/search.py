@@ -337,6 +337,11 @@ class _Plan:
     # Few rows match: fetch them through the filters' indexes and sort them, instead of
     # walking the sort key's index (which would read the table end to end to fill a page).
     sort_matches: bool = False
+    # A filter's own index (or the text index, or the lineage family's repos) is the way in,
+    # not the sort index. A next page's cursor range is then no seek either: written on the
+    # bare sort column it lured SQLite onto the sort index from the cursor on, checking the
+    # table row by row for a rare filter's few matches (20-40 ms a page instead of 1).
+    filter_way_in: bool = False
 
 
 async def _filters(session: AsyncSession, q: SearchQuery, *, all_matches: bool = False) -> _Plan:
@@ -373,7 +378,13 @@ async def _filters(session: AsyncSession, q: SearchQuery, *, all_matches: bool =
         and not any(m for p, m in zip(preds, many, strict=True) if p.column.key != "status")
         and await _matches_many(session, ("descendant_of", q.descendant_of), _in_family(q.descendant_of))
     )
-    return _Plan(await _where(session, q, steered, terms, common=common, walk_family=big_family))
+    filter_way_in = (
+        not all(many)
+        or any(t not in common for t in terms)
+        or (q.descendant_of is not None and not big_family)
+    )
+    where = await _where(session, q, steered, terms, common=common, walk_family=big_family)
+    return _Plan(where, filter_way_in=filter_way_in)
 
 
 def _in_family(repo_id: str) -> Callable[[], ColumnElement[bool]]:
@@ -477,7 +488,7 @@ async def search(session: AsyncSession, q: SearchQuery, *, with_total: bool = Fa
     page_where = list(plan.where)
     if q.cursor:
         value, id_ = decode_cursor(q.cursor, sort)
-        key = tuple_(key_col, id_col)
+        key = tuple_(_unindexed(column), _unindexed(Artifact.id)) if plan.filter_way_in else tuple_(key_col, id_col)
         after = tuple_(literal(value, column.type), literal(id_, Artifact.id.type))
         page_where.append(key < after if descending else key > after)
     order = (key_col.desc(), id_col.desc()) if descending else (key_col.asc(), id_col.asc())

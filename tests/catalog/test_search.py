@@ -426,6 +426,41 @@ async def test_a_big_lineage_family_is_walked_along_the_sort_index(
         "Llama-3-8B-Q4_K_M.gguf", "Llama-3-8B-IQ2_XS.gguf", "Llama-3-8B-Q8_0.gguf", "ft.gguf"}  # fmt: skip
 
 
+async def test_a_next_page_of_a_rare_filter_keeps_off_the_sort_index(
+    catalog: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first page of a rare filter comes through the filter's index; the next page's
+    cursor range is written on `+column` too, or SQLite walks the sort index from the
+    cursor on and checks the whole rest of the table for the filter's few rows."""
+    from sqlalchemy import event
+
+    from registry.catalog import search as search_module
+
+    monkeypatch.setattr(search_module, "COMMON_ROWS", 3)  # Q4_K_M (2 rows) rare, llama (6 rows) common
+    statements: list[str] = []
+    listen = (catalog.engine.sync_engine, "before_cursor_execute")
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(statement)
+
+    async with catalog.sessions() as session:
+        rare = await search_module._filters(session, SearchQuery(file_type="Q4_K_M"))
+        common = await search_module._filters(session, SearchQuery(architecture="llama"))
+    sqlite = catalog.dialect == "sqlite"
+    assert (rare.filter_way_in, common.filter_way_in) == ((True, False) if sqlite else (False, False))
+    for kwargs, unindexed in (({"file_type": "Q4_K_M"}, sqlite), ({"architecture": "llama"}, False)):
+        first = await run(catalog, **kwargs, limit=1)
+        event.listen(*listen, record)
+        try:
+            second = await run(catalog, **kwargs, limit=1, cursor=first.next_cursor)
+        finally:
+            event.remove(*listen, record)
+        page_sql = next(sql for sql in statements if "ORDER BY" in sql)
+        statements.clear()
+        assert ("(+artifacts.downloads, +artifacts.id) <" in page_sql) == unindexed, page_sql
+        assert second.items and second.items[0].id != first.items[0].id
+
+
 async def test_facet_counts_follow_writes_of_any_connection(catalog: Database) -> None:
     async with catalog.sessions() as session:
         before = await facets(session, SearchQuery())
