@@ -57,6 +57,11 @@ _WRITE_WORD = re.compile(r"\b(INSERT|UPDATE|DELETE|REPLACE)\b")
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
+    mode = cursor.fetchone()
+    if isinstance(dbapi_connection, _OneTripConnection) and (mode is None or str(mode[0]).lower() != "wal"):
+        # Without WAL (an in-memory database) a read can wait for a writer's lock, and a
+        # read waiting on the loop's thread could wait for a writer that needs the loop.
+        dbapi_connection.stop_inline_reads()
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA synchronous=NORMAL")  # safe with WAL; a crash loses no committed-and-synced page
@@ -208,6 +213,9 @@ class _OneTripConnection(AsyncAdapt_aiosqlite_connection):
         if inline_read_s > 0:
             self._inline = _InlineReads(inline_read_s)
             self._inline.install(connection._conn)
+
+    def stop_inline_reads(self) -> None:
+        self._inline = None
 
     def _in_transaction(self) -> bool:
         try:

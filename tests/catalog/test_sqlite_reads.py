@@ -104,3 +104,12 @@ async def test_budget_zero_runs_every_statement_on_the_connection_thread(tmp_pat
         assert await _scalar(db, "SELECT tid()") != threading.get_ident()
     finally:
         await db.dispose()
+
+
+async def test_an_in_memory_database_runs_reads_on_the_connection_thread() -> None:
+    # No WAL there: a read could wait for a writer's lock, which must not happen on the loop.
+    db = _with_tid(Database.from_url("sqlite+aiosqlite:///:memory:", inline_read_ms=50))
+    try:
+        assert await _scalar(db, "SELECT tid()") != threading.get_ident()
+    finally:
+        await db.dispose()
