@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import (
     ColumnElement,
     Select,
+    String,
     and_,
     bindparam,
     exists,
@@ -48,6 +49,10 @@ from registry.safety.findings import SEVERITIES, severity_rank
 
 MAX_LIMIT = 200
 COMMON_ROWS = 2000  # SQLite: a filter matching more rows than this is not served from its index
+# SQLite: common filters matching more rows than this within a big lineage family are checked
+# along the sort index (a page reads about limit x catalog / matches rows, at most ~10,000
+# here), fewer are fetched through the filters' indexes and sorted.
+FAMILY_COMMON_ROWS = 200
 # sort key -> (column, descending by default)
 SORTS: dict[str, tuple[InstrumentedAttribute[Any], bool]] = {
     "downloads": (Artifact.downloads, True),
@@ -299,15 +304,19 @@ def _hints(session: AsyncSession) -> _Hints:
     return hints
 
 
-async def _matches_many(session: AsyncSession, key: Hashable, predicate: Callable[[], ColumnElement[bool]]) -> bool:
-    """Whether more than COMMON_ROWS rows match (the predicate is only built when probed)."""
+async def _matches_many(
+    session: AsyncSession, key: Hashable, predicate: Callable[[], ColumnElement[bool]], threshold: int | None = None
+) -> bool:
+    """Whether more than `threshold` (default COMMON_ROWS) rows match (the predicate is only
+    built when probed)."""
     hints = _hints(session)
-    key = (COMMON_ROWS, key)  # an answer holds for the threshold it was probed with
+    threshold = COMMON_ROWS if threshold is None else threshold
+    key = (threshold, key)  # an answer holds for the threshold it was probed with
     if (known := hints.get(key)) is not None:
         return known
-    probe = select(literal(1)).select_from(Artifact).where(predicate()).limit(COMMON_ROWS + 1).subquery()
+    probe = select(literal(1)).select_from(Artifact).where(predicate()).limit(threshold + 1).subquery()
     conn = await session.connection()
-    many = bool((await conn.execute(select(func.count()).select_from(probe))).scalar_one() > COMMON_ROWS)
+    many = bool((await conn.execute(select(func.count()).select_from(probe))).scalar_one() > threshold)
     hints.put(key, many)
     return many
 
@@ -368,23 +377,40 @@ async def _filters(session: AsyncSession, q: SearchQuery, *, all_matches: bool =
         if not await _common_together(session, q, preds, terms, plain):
             return _Plan(plain, sort_matches=True)
     many = _seek_prefix(preds, many)
-    steered = [p.make(_unindexed(p.column) if m else p.column) for p, m in zip(preds, many, strict=True)]
-    # A big lineage family alone (besides status) is walked along the sort index; with
-    # another common filter the two may be rare together, and fetching the family's
-    # artifacts to sort them stays the safer plan.
-    big_family = (
-        q.descendant_of is not None
-        and not terms
-        and not any(m for p, m in zip(preds, many, strict=True) if p.column.key != "status")
-        and await _matches_many(session, ("descendant_of", q.descendant_of), _in_family(q.descendant_of))
+    # A big lineage family (a popular base model's thousands of descendants) is a check
+    # along the sort index, not the way in, when the other filters are rare (their indexes
+    # are the way in) or absent, or common and common within the family too. Common
+    # filters that are rare within the family become the way in themselves: fetching the
+    # family's tens of thousands of artifacts to sort them took 15 ms a page.
+    big_family = q.descendant_of is not None and await _matches_many(
+        session, ("descendant_of", q.descendant_of), _in_family(q.descendant_of)
     )
+    walk_family = False
+    if big_family and not terms:
+        walk_family = True
+        others = [i for i, p in enumerate(preds) if p.column.key != "status"]
+        if others and all(many[i] for i in others) and not await _common_in_family(session, q, preds):
+            many = [m if i not in others else False for i, m in enumerate(many)]
+    steered = [p.make(_unindexed(p.column) if m else p.column) for p, m in zip(preds, many, strict=True)]
     filter_way_in = (
         not all(many)
         or any(t not in common for t in terms)
-        or (q.descendant_of is not None and not big_family)
+        or (q.descendant_of is not None and not walk_family)
     )
-    where = await _where(session, q, steered, terms, common=common, walk_family=big_family)
+    where = await _where(
+        session, q, steered, terms, common=common, walk_family=walk_family, memo_family=big_family
+    )
     return _Plan(where, filter_way_in=filter_way_in)
+
+
+async def _common_in_family(session: AsyncSession, q: SearchQuery, preds: list[_Predicate]) -> bool:
+    """Whether common filters match more than FAMILY_COMMON_ROWS rows of a big family too
+    (a family of llama fine-tunes and a common quantization)."""
+    assert q.descendant_of is not None
+    family = _in_family(q.descendant_of)
+    key = ("family with", q.descendant_of, tuple(p.key for p in preds))
+    predicate = lambda: and_(family(), *(p.make(p.column) for p in preds))  # noqa: E731
+    return await _matches_many(session, key, predicate, FAMILY_COMMON_ROWS)
 
 
 def _in_family(repo_id: str) -> Callable[[], ColumnElement[bool]]:
@@ -437,12 +463,13 @@ async def _common_together(
 
 async def _where(
     session: AsyncSession, q: SearchQuery, where: list[ColumnElement[bool]], terms: list[str],
-    common: Collection[str] | None, walk_family: bool = False,
+    common: Collection[str] | None, walk_family: bool = False, memo_family: bool = False,
 ) -> list[ColumnElement[bool]]:  # fmt: skip
     """The filters outside the probed columns added to `where`. `walk_family`: the lineage
     family holds many artifacts (a popular base model's thousands of descendants), so its
     repos are a membership test along the sort index (`+repo_pk IN ...`) rather than the
-    way in: fetching and sorting all of their artifacts for one page cost ~100 ms."""
+    way in: fetching and sorting all of their artifacts for one page cost ~100 ms.
+    `memo_family`: the family is big, and its repos are worth keeping (`_family_pks`)."""
     where = list(where)
     if q.tensor_type:
         where.append(
@@ -450,10 +477,43 @@ async def _where(
         )
     if q.descendant_of:
         repo_pk = _unindexed(Artifact.repo_pk) if walk_family else Artifact.repo_pk
-        where.append(repo_pk.in_(descendant_repo_pks(q.descendant_of)))
+        family = (
+            await _family_pks(session, q.descendant_of)
+            if memo_family
+            else descendant_repo_pks(q.descendant_of)
+        )
+        where.append(repo_pk.in_(family))
     if terms:
-        where.append(await search_index.text_filter(session, terms, all_matches=common is None, common=common))
+        where.append(
+            await search_index.text_filter(session, terms, all_matches=common is None, common=common)
+        )
     return where
+
+
+async def _family_pks(session: AsyncSession, repo_id: str) -> Select[Any]:
+    """The repo keys of a big lineage family: on a SQLite file, the keys its walk found last
+    time, as one JSON array parameter, while nothing has committed since; else the walk.
+
+    Walking the most popular base model's family (thousands of repos) took 15-25 ms, more
+    than all the rest of a page; reading its memoised keys back through `json_each` takes
+    a fraction of that, and a commit anywhere makes the memo walk it again."""
+    walk = descendant_repo_pks(repo_id)
+    memo = FileMemo.of(session)
+    if memo is None:
+        return walk
+    key = (repo_id, MAX_DEPTH)
+    generation = memo.generation()  # before walking: a commit meanwhile makes the entry stale
+    if (pks := memo.family(key, generation)) is None:
+        found = sorted(set((await (await session.connection()).execute(walk)).scalars()))
+        pks = json.dumps(found, separators=(",", ":"))
+        memo.put_family(key, generation, pks)
+    return _memoised_family().params(family_pks=pks)
+
+
+@functools.cache
+def _memoised_family() -> Select[Any]:
+    keys = func.json_each(bindparam("family_pks", type_=String)).table_valued("value")
+    return select(keys.c.value)
 
 
 # The search-hit columns, read as plain rows: building ORM objects for a page of hits cost
@@ -524,18 +584,18 @@ async def facets(session: AsyncSession, q: SearchQuery) -> dict[str, dict[str, i
 
     PostgreSQL: one scan with GROUPING SETS; SQLite has none (see `_sqlite_facet_rows`).
     NULL counts as "unknown". On a SQLite file the counts are cached per filter set until
-    the next commit to the file (see `FacetCache`): a browsing UI asks for the same few
+    the next commit to the file (see `FileMemo`): a browsing UI asks for the same few
     facet sets on every page, and the unfiltered ones read the whole catalog.
     """
     q = _without_nul(q)
-    cache = FacetCache.of(session)
-    if cache is None:
+    memo = FileMemo.of(session)
+    if memo is None:
         return await _count_facets(session, q)
-    generation = cache.generation()  # before counting: a commit meanwhile makes the entry stale
-    if (hit := cache.get(q, generation)) is not None:
+    generation = memo.generation()  # before counting: a commit meanwhile makes the entry stale
+    if (hit := memo.facets(q, generation)) is not None:
         return hit
     counts = await _count_facets(session, q)
-    cache.put(q, generation, counts)
+    memo.put_facets(q, generation, counts)
     return counts
 
 
@@ -560,61 +620,84 @@ async def _count_facets(session: AsyncSession, q: SearchQuery) -> dict[str, dict
     }
 
 
-class FacetCache:
-    """Facet counts per filter set of one SQLite file, valid until anything commits to it.
+class FileMemo:
+    """What the search derives from one SQLite file, valid until anything commits to it:
+    facet counts per filter set, and the repos of big lineage families.
 
-    The generation is `PRAGMA data_version` on a read-only connection of the cache's own:
+    The generation is `PRAGMA data_version` on a read-only connection of the memo's own:
     SQLite changes it whenever another connection (of this process or any other: workers,
     `registry index`, the other `serve --workers`) commits, and this connection never
     writes. Reading it costs microseconds and no disk I/O. PostgreSQL and in-memory
-    databases are not cached. One cache per engine, held weakly. Counts are of committed
+    databases get no memo. One memo per engine, held weakly. Entries are of committed
     rows: a session's own uncommitted writes may not show in them (the API only reads).
     """
 
-    ENTRIES = 512
+    FACET_ENTRIES = 512
+    FAMILY_ENTRIES = 64
+    FAMILY_CHARS = 8 << 20  # all memoised families together, as JSON text
 
     def __init__(self, path: str) -> None:
         uri = Path(path).resolve().as_uri() + "?mode=ro"
         self._watch = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
-        self._entries: OrderedDict[SearchQuery, tuple[int, dict[str, dict[str, int]]]] = OrderedDict()
+        self._facets: OrderedDict[SearchQuery, tuple[int, dict[str, dict[str, int]]]] = OrderedDict()
+        self._families: OrderedDict[tuple[str, int], tuple[int, str]] = OrderedDict()
+        self._family_chars = 0
 
     @classmethod
-    def of(cls, session: AsyncSession) -> FacetCache | None:
+    def of(cls, session: AsyncSession) -> FileMemo | None:
         engine = session.get_bind()
         if not isinstance(engine, Engine) or engine.dialect.name != "sqlite":
             return None
-        if engine not in _FACET_CACHES:
+        if engine not in _FILE_MEMOS:
             path = engine.url.database
-            cache = None
+            memo = None
             try:
                 if path and path != ":memory:" and Path(path).is_file():
-                    cache = cls(path)
-                    weakref.finalize(engine, cache._watch.close)  # closed with its engine, not at GC
+                    memo = cls(path)
+                    weakref.finalize(engine, memo._watch.close)  # closed with its engine, not at GC
             except sqlite3.Error:
-                cache = None
-            _FACET_CACHES[engine] = cache
-        return _FACET_CACHES[engine]
+                memo = None
+            _FILE_MEMOS[engine] = memo
+        return _FILE_MEMOS[engine]
 
     def generation(self) -> int:
         # fetchall: the statement runs to its end, so no read transaction stays open.
         return int(self._watch.execute("PRAGMA data_version").fetchall()[0][0])
 
-    def get(self, q: SearchQuery, generation: int) -> dict[str, dict[str, int]] | None:
-        found = self._entries.get(q)
+    def facets(self, q: SearchQuery, generation: int) -> dict[str, dict[str, int]] | None:
+        found = self._facets.get(q)
         if found is None or found[0] != generation:
             return None
-        self._entries.move_to_end(q)
+        self._facets.move_to_end(q)
         return {name: dict(counts) for name, counts in found[1].items()}  # callers may change theirs
 
-    def put(self, q: SearchQuery, generation: int, counts: dict[str, dict[str, int]]) -> None:
-        self._entries[q] = (generation, {name: dict(c) for name, c in counts.items()})
-        self._entries.move_to_end(q)
-        while len(self._entries) > self.ENTRIES:
-            self._entries.popitem(last=False)
+    def put_facets(self, q: SearchQuery, generation: int, counts: dict[str, dict[str, int]]) -> None:
+        self._facets[q] = (generation, {name: dict(c) for name, c in counts.items()})
+        self._facets.move_to_end(q)
+        while len(self._facets) > self.FACET_ENTRIES:
+            self._facets.popitem(last=False)
+
+    def family(self, key: tuple[str, int], generation: int) -> str | None:
+        """The family's repo keys as a JSON array, if memoised in this generation."""
+        found = self._families.get(key)
+        if found is None or found[0] != generation:
+            return None
+        self._families.move_to_end(key)
+        return found[1]
+
+    def put_family(self, key: tuple[str, int], generation: int, pks: str) -> None:
+        if (old := self._families.pop(key, None)) is not None:
+            self._family_chars -= len(old[1])
+        if len(pks) > self.FAMILY_CHARS:
+            return
+        self._families[key] = (generation, pks)
+        self._family_chars += len(pks)
+        while len(self._families) > self.FAMILY_ENTRIES or self._family_chars > self.FAMILY_CHARS:
+            self._family_chars -= len(self._families.popitem(last=False)[1][1])
 
 
-# Engine -> its facet cache (None: not cacheable); weak, so a disposed engine takes its cache along.
-_FACET_CACHES: weakref.WeakKeyDictionary[Engine, FacetCache | None] = weakref.WeakKeyDictionary()
+# Engine -> its memo (None: not memoised); weak, so a disposed engine takes its memo along.
+_FILE_MEMOS: weakref.WeakKeyDictionary[Engine, FileMemo | None] = weakref.WeakKeyDictionary()
 
 
 @functools.cache  # an immutable expression, the same for every statement; building it showed in profiles

@@ -414,6 +414,7 @@ async def test_a_big_lineage_family_is_walked_along_the_sort_index(
     from registry.catalog import search as search_module
 
     monkeypatch.setattr(search_module, "COMMON_ROWS", 1)
+    monkeypatch.setattr(search_module, "FAMILY_COMMON_ROWS", 10)
     async with catalog.sessions() as session:
         alone = await search_module._filters(session, SearchQuery(descendant_of="meta-llama/Llama-3-8B"))
         with_type = await search_module._filters(
@@ -421,7 +422,19 @@ async def test_a_big_lineage_family_is_walked_along_the_sort_index(
         )
     walked = catalog.dialect == "sqlite"
     assert ("+artifacts.repo_pk IN" in _where_sql(catalog, alone.where)) == walked
-    assert "+artifacts.repo_pk" not in _where_sql(catalog, with_type.where)  # maybe rare together: fetched, sorted
+    # Q4_K_M is common (2 rows), but rare within the family (at most 10 rows): its index is
+    # the way in and the family a check; common within the family too, both are checks
+    # along the sort index.
+    sql = _where_sql(catalog, with_type.where)
+    assert ("+artifacts.repo_pk IN" in sql, "+artifacts.file_type" in sql) == (walked, False)
+    monkeypatch.setattr(search_module, "FAMILY_COMMON_ROWS", 0)
+    async with catalog.sessions() as session:
+        common_within = await search_module._filters(
+            session, SearchQuery(descendant_of="meta-llama/Llama-3-8B", file_type="Q4_K_M")
+        )
+    sql = _where_sql(catalog, common_within.where)
+    assert ("+artifacts.repo_pk IN" in sql, "+artifacts.file_type" in sql) == (walked, walked)
+    assert common_within.filter_way_in is False  # a next page seeks the sort index too
     assert set(paths(await run(catalog, descendant_of="meta-llama/Llama-3-8B"))) == {
         "Llama-3-8B-Q4_K_M.gguf", "Llama-3-8B-IQ2_XS.gguf", "Llama-3-8B-Q8_0.gguf", "ft.gguf"}  # fmt: skip
 
@@ -459,6 +472,33 @@ async def test_a_next_page_of_a_rare_filter_keeps_off_the_sort_index(
         statements.clear()
         assert ("(+artifacts.downloads, +artifacts.id) <" in page_sql) == unindexed, page_sql
         assert second.items and second.items[0].id != first.items[0].id
+
+
+async def test_a_memoised_family_follows_writes_of_any_connection(
+    catalog: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A big family's repos are kept until the next commit to the file (SQLite): a new
+    descendant, written by another engine, is in the next page at once."""
+    from registry.catalog import search as search_module
+
+    monkeypatch.setattr(search_module, "COMMON_ROWS", 1)  # the family (4 artifacts) is big
+    family = {"Llama-3-8B-Q4_K_M.gguf", "Llama-3-8B-IQ2_XS.gguf", "Llama-3-8B-Q8_0.gguf", "ft.gguf"}
+    for _ in range(2):  # the second page comes from the memo
+        assert set(paths(await run(catalog, descendant_of="meta-llama/Llama-3-8B"))) == family
+    if catalog.dialect == "sqlite":
+        async with catalog.sessions() as session:
+            memo = search_module.FileMemo.of(session)
+            assert memo is not None
+            assert memo.family(("meta-llama/Llama-3-8B", search_module.MAX_DEPTH), memo.generation()) is not None
+    other = Database.from_url(catalog.engine.url.render_as_string(hide_password=False))
+    try:
+        async with other.sessions() as session, session.begin():
+            await upsert_repo_snapshot(session, make_snapshot(
+                "new/Llama-3-8B-abliterated-GGUF", card_base_model=("someone/llama-3-8b-finetune-GGUF",),
+                artifacts=(artifact("abl.gguf", make_facts()),)))  # fmt: skip
+    finally:
+        await other.dispose()
+    assert set(paths(await run(catalog, descendant_of="meta-llama/Llama-3-8B"))) == family | {"abl.gguf"}
 
 
 async def test_facet_counts_follow_writes_of_any_connection(catalog: Database) -> None:
