@@ -9,7 +9,7 @@ from aiohttp import web
 
 from registry.api import present, reads
 from registry.api.errors import ApiError, NotFound
-from registry.api.keys import SESSIONMAKER_KEY, SETTINGS_KEY
+from registry.api.keys import SETTINGS_KEY
 from registry.api.paging import page_response, paging_params
 from registry.api.params import (
     INT_MAX,
@@ -22,6 +22,7 @@ from registry.api.params import (
     text_param,
 )
 from registry.api.responses import json_response
+from registry.api.sessions import read_session
 from registry.catalog import search as catalog_search
 from registry.catalog.models import VERIFICATION_STATUSES
 from registry.safety.findings import SEVERITIES
@@ -81,7 +82,7 @@ def _query(args: dict[str, Any], **paging: Any) -> catalog_search.SearchQuery:
 async def search_artifacts(request: web.Request) -> web.Response:
     args = parse_query(request, search_params(request.app[SETTINGS_KEY].api.max_limit))
     query = _query(args, sort=args["sort"], limit=args["limit"], cursor=args["cursor"])
-    async with request.app[SESSIONMAKER_KEY]() as session:
+    async with read_session(request) as session:
         page = await catalog_search.search(session, query)
     items = [present.search_item(item) for item in page.items]
     return page_response(request, items, page.next_cursor, args["limit"])
@@ -90,7 +91,7 @@ async def search_artifacts(request: web.Request) -> web.Response:
 @routes.get("/v1/facets", name="facets")
 async def facets(request: web.Request) -> web.Response:
     args = parse_query(request, FILTER_PARAMS)
-    async with request.app[SESSIONMAKER_KEY]() as session:
+    async with read_session(request) as session:
         counts = await catalog_search.facets(session, _query(args))
     filters = {name: value for name, value in args.items() if value is not None}
     return json_response({"facets": counts, "filters": filters})
@@ -100,7 +101,7 @@ async def facets(request: web.Request) -> web.Response:
 async def get_artifact(request: web.Request) -> web.Response:
     args = parse_query(request, DETAIL_PARAMS)
     artifact_id = path_int(request, "id")
-    async with request.app[SESSIONMAKER_KEY]() as session:
+    async with read_session(request) as session:
         found = await reads.get_artifact(session, artifact_id)
         if found is None:
             raise NotFound(f"no artifact with id {artifact_id}", details={"artifact_id": artifact_id})

@@ -23,6 +23,7 @@ from registry.api.launchers import CrawlLauncher
 from registry.api.paging import page_response, paging_params
 from registry.api.params import Param, choice_param, parse_query, path_int
 from registry.api.responses import json_response
+from registry.api.sessions import read_session
 from registry.catalog.models import CRAWL_STATUSES, Crawl
 from registry.catalog.types import utcnow
 
@@ -82,7 +83,7 @@ async def list_crawls(request: web.Request) -> web.Response:
         query = query.where(Crawl.status == args["status"])
     if args["cursor"] is not None:
         query = query.where(Crawl.id < decode_id_cursor(args["cursor"]))
-    async with request.app[SESSIONMAKER_KEY]() as session:
+    async with read_session(request) as session:
         rows = list((await session.scalars(query)).all())
     more = len(rows) > limit
     rows = rows[:limit]
@@ -94,7 +95,7 @@ async def list_crawls(request: web.Request) -> web.Response:
 async def get_crawl(request: web.Request) -> web.Response:
     parse_query(request, ())
     crawl_id = path_int(request, "id")
-    async with request.app[SESSIONMAKER_KEY]() as session:
+    async with read_session(request) as session:
         row = await session.get(Crawl, crawl_id)
     if row is None:
         raise NotFound(f"no crawl with id {crawl_id}", details={"crawl_id": crawl_id})

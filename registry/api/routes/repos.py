@@ -6,9 +6,9 @@ from aiohttp import web
 
 from registry.api import present, reads
 from registry.api.errors import InvalidParameter, NotFound
-from registry.api.keys import SESSIONMAKER_KEY
 from registry.api.params import Param, choice_param, int_param, parse_query
 from registry.api.responses import json_response
+from registry.api.sessions import read_session
 from registry.catalog import lineage
 from registry.catalog.models import REPO_ID_LENGTH
 
@@ -38,7 +38,7 @@ def repo_id_from_path(request: web.Request) -> str:
 async def get_repo(request: web.Request) -> web.Response:
     parse_query(request, ())
     repo_id = repo_id_from_path(request)
-    async with request.app[SESSIONMAKER_KEY]() as session:
+    async with read_session(request) as session:
         repo = await reads.get_repo(session, repo_id)
         if repo is None:
             raise NotFound(f"no repo {repo_id} in the catalog", details={"repo": repo_id})
@@ -59,7 +59,7 @@ async def get_lineage(request: web.Request) -> web.Response:
     repo_id = repo_id_from_path(request)
     direction, depth = args["direction"], args["depth"]
     body: dict[str, object] = {"repo": repo_id, "direction": direction, "depth": depth}
-    async with request.app[SESSIONMAKER_KEY]() as session:
+    async with read_session(request) as session:
         in_catalog = await reads.repo_exists(session, repo_id)
         if not in_catalog and not await reads.is_lineage_node(session, repo_id):
             raise NotFound(f"no repo {repo_id} in the catalog or its lineage", details={"repo": repo_id})

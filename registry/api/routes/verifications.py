@@ -16,6 +16,7 @@ from registry.api.keys import SESSIONMAKER_KEY, VERIFIER_KEY
 from registry.api.launchers import Verifier
 from registry.api.params import parse_query, path_int
 from registry.api.responses import json_response
+from registry.api.sessions import read_session
 from registry.catalog.models import Artifact, Verification
 
 routes = web.RouteTableDef()
@@ -54,7 +55,7 @@ async def get_verification(request: web.Request) -> web.Response:
     parse_query(request, ())
     _verifier(request)
     verification_id = path_int(request, "id")
-    async with request.app[SESSIONMAKER_KEY]() as session:
+    async with read_session(request) as session:
         row = await session.get(Verification, verification_id)
     if row is None:
         raise NotFound(f"no verification with id {verification_id}", details={"verification_id": verification_id})
