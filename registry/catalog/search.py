@@ -382,14 +382,15 @@ async def _filters(session: AsyncSession, q: SearchQuery, *, all_matches: bool =
     # are the way in) or absent, or common and common within the family too. Common
     # filters that are rare within the family become the way in themselves: fetching the
     # family's tens of thousands of artifacts to sort them took 15 ms a page.
-    big_family = q.descendant_of is not None and await _matches_many(
-        session, ("descendant_of", q.descendant_of), _in_family(q.descendant_of)
+    family = await _family_pks(session, q.descendant_of) if q.descendant_of is not None else None
+    big_family = family is not None and await _matches_many(
+        session, ("descendant_of", q.descendant_of), lambda: Artifact.repo_pk.in_(family)
     )
     walk_family = False
-    if big_family and not terms:
+    if family is not None and big_family and not terms:
         walk_family = True
         others = [i for i, p in enumerate(preds) if p.column.key != "status"]
-        if others and all(many[i] for i in others) and not await _common_in_family(session, q, preds):
+        if others and all(many[i] for i in others) and not await _common_in_family(session, q, preds, family):
             many = [m if i not in others else False for i, m in enumerate(many)]
     steered = [p.make(_unindexed(p.column) if m else p.column) for p, m in zip(preds, many, strict=True)]
     filter_way_in = (
@@ -397,24 +398,18 @@ async def _filters(session: AsyncSession, q: SearchQuery, *, all_matches: bool =
         or any(t not in common for t in terms)
         or (q.descendant_of is not None and not walk_family)
     )
-    where = await _where(
-        session, q, steered, terms, common=common, walk_family=walk_family, memo_family=big_family
-    )
+    where = await _where(session, q, steered, terms, common=common, walk_family=walk_family, family=family)
     return _Plan(where, filter_way_in=filter_way_in)
 
 
-async def _common_in_family(session: AsyncSession, q: SearchQuery, preds: list[_Predicate]) -> bool:
+async def _common_in_family(
+    session: AsyncSession, q: SearchQuery, preds: list[_Predicate], family: Select[Any]
+) -> bool:
     """Whether common filters match more than FAMILY_COMMON_ROWS rows of a big family too
     (a family of llama fine-tunes and a common quantization)."""
-    assert q.descendant_of is not None
-    family = _in_family(q.descendant_of)
     key = ("family with", q.descendant_of, tuple(p.key for p in preds))
-    predicate = lambda: and_(family(), *(p.make(p.column) for p in preds))  # noqa: E731
+    predicate = lambda: and_(Artifact.repo_pk.in_(family), *(p.make(p.column) for p in preds))  # noqa: E731
     return await _matches_many(session, key, predicate, FAMILY_COMMON_ROWS)
-
-
-def _in_family(repo_id: str) -> Callable[[], ColumnElement[bool]]:
-    return lambda: Artifact.repo_pk.in_(descendant_repo_pks(repo_id))
 
 
 # The leading columns of the covering facet index (status, architecture, license, file_type,
@@ -463,13 +458,13 @@ async def _common_together(
 
 async def _where(
     session: AsyncSession, q: SearchQuery, where: list[ColumnElement[bool]], terms: list[str],
-    common: Collection[str] | None, walk_family: bool = False, memo_family: bool = False,
+    common: Collection[str] | None, walk_family: bool = False, family: Select[Any] | None = None,
 ) -> list[ColumnElement[bool]]:  # fmt: skip
     """The filters outside the probed columns added to `where`. `walk_family`: the lineage
     family holds many artifacts (a popular base model's thousands of descendants), so its
     repos are a membership test along the sort index (`+repo_pk IN ...`) rather than the
     way in: fetching and sorting all of their artifacts for one page cost ~100 ms.
-    `memo_family`: the family is big, and its repos are worth keeping (`_family_pks`)."""
+    `family`: the family's repos as `_family_pks` gave them (default: the walk)."""
     where = list(where)
     if q.tensor_type:
         where.append(
@@ -477,12 +472,7 @@ async def _where(
         )
     if q.descendant_of:
         repo_pk = _unindexed(Artifact.repo_pk) if walk_family else Artifact.repo_pk
-        family = (
-            await _family_pks(session, q.descendant_of)
-            if memo_family
-            else descendant_repo_pks(q.descendant_of)
-        )
-        where.append(repo_pk.in_(family))
+        where.append(repo_pk.in_(family if family is not None else descendant_repo_pks(q.descendant_of)))
     if terms:
         where.append(
             await search_index.text_filter(session, terms, all_matches=common is None, common=common)
@@ -491,12 +481,13 @@ async def _where(
 
 
 async def _family_pks(session: AsyncSession, repo_id: str) -> Select[Any]:
-    """The repo keys of a big lineage family: on a SQLite file, the keys its walk found last
-    time, as one JSON array parameter, while nothing has committed since; else the walk.
+    """The repo keys of a lineage family: on a SQLite file, the keys its walk found last time,
+    as one JSON array parameter, while nothing has committed since; else the walk.
 
     Walking the most popular base model's family (thousands of repos) took 15-25 ms, more
-    than all the rest of a page; reading its memoised keys back through `json_each` takes
-    a fraction of that, and a commit anywhere makes the memo walk it again."""
+    than all the rest of a page, and the probes that choose the plan walked it again;
+    reading its memoised keys back through `json_each` takes a fraction of that, and a
+    commit anywhere makes the memo walk it again."""
     walk = descendant_repo_pks(repo_id)
     memo = FileMemo.of(session)
     if memo is None:
@@ -633,7 +624,7 @@ class FileMemo:
     """
 
     FACET_ENTRIES = 512
-    FAMILY_ENTRIES = 64
+    FAMILY_ENTRIES = 256
     FAMILY_CHARS = 8 << 20  # all memoised families together, as JSON text
 
     def __init__(self, path: str) -> None:
