@@ -328,7 +328,25 @@ async def _matches_many(
 
 
 def _as_built(p: _Predicate) -> Callable[[], ColumnElement[bool]]:
-    return lambda: p.make(p.column)
+    return lambda: _clause(p)
+
+
+# (predicate key, unindexed) -> its clause. Clauses are immutable and any number of
+# statements can share one; filter values repeat (a few dozen architectures, licenses and
+# file types), and building `column == value` through the ORM attribute took more time
+# than SQLite took to answer a page.
+_CLAUSES: OrderedDict[tuple[Hashable, bool], ColumnElement[bool]] = OrderedDict()
+_CLAUSE_ENTRIES = 4096
+
+
+def _clause(p: _Predicate, unindexed: bool = False) -> ColumnElement[bool]:
+    key = (p.key, unindexed)
+    found = _CLAUSES.get(key)
+    if found is None:
+        found = _CLAUSES[key] = p.make(_unindexed(p.column) if unindexed else p.column)
+        if len(_CLAUSES) > _CLAUSE_ENTRIES:
+            _CLAUSES.popitem(last=False)
+    return found
 
 
 async def _common_terms(session: AsyncSession, terms: list[str]) -> set[str]:
@@ -357,6 +375,8 @@ class _Plan:
     # bare sort column it lured SQLite onto the sort index from the cursor on, checking the
     # table row by row for a rare filter's few matches (20-40 ms a page instead of 1).
     filter_way_in: bool = False
+    # Every clause of `where` is a shared one from `_clause`: the page statement can be too.
+    shared: bool = False
 
 
 async def _filters(session: AsyncSession, q: SearchQuery, *, all_matches: bool = False) -> _Plan:
@@ -374,14 +394,19 @@ async def _filters(session: AsyncSession, q: SearchQuery, *, all_matches: bool =
     preds = _column_predicates(q)
     terms = search_index.search_terms(q.text) if q.text else []
     if all_matches or session.get_bind().dialect.name != "sqlite":
-        return _Plan(await _where(session, q, [p.make(p.column) for p in preds], terms, common=None))
+        where = await _where(session, q, [_clause(p) for p in preds], terms, common=None)
+        return _Plan(where, shared=_only_columns(q))
     many = [await _matches_many(session, p.key, _as_built(p)) for p in preds]
     common = await _common_terms(session, terms)
-    if all(many) and len(preds) - 1 + len(common) >= 2 and len(common) == len(terms):
-        # Every filter is common on its own; together they may not be (probed like one).
-        plain = await _where(session, q, [p.make(p.column) for p in preds], terms, common=())
-        if not await _common_together(session, q, preds, terms, plain):
-            return _Plan(plain, sort_matches=True)
+    # Every filter is common on its own; together they may not be (probed like one).
+    if (
+        all(many)
+        and len(preds) - 1 + len(common) >= 2
+        and len(common) == len(terms)
+        and not await _common_together(session, q, preds, terms)
+    ):
+        plain = await _where(session, q, [_clause(p) for p in preds], terms, common=())
+        return _Plan(plain, sort_matches=True, shared=_only_columns(q))
     many = _seek_prefix(preds, many)
     # A big lineage family (a popular base model's thousands of descendants) is a check
     # along the sort index, not the way in, when the other filters are rare (their indexes
@@ -398,14 +423,19 @@ async def _filters(session: AsyncSession, q: SearchQuery, *, all_matches: bool =
         others = [i for i, p in enumerate(preds) if p.column.key != "status"]
         if others and all(many[i] for i in others) and not await _common_in_family(session, q, preds, family):
             many = [m if i not in others else False for i, m in enumerate(many)]
-    steered = [p.make(_unindexed(p.column) if m else p.column) for p, m in zip(preds, many, strict=True)]
+    steered = [_clause(p, unindexed=m) for p, m in zip(preds, many, strict=True)]
     filter_way_in = (
         not all(many)
         or any(t not in common for t in terms)
         or (q.descendant_of is not None and not walk_family)
     )
     where = await _where(session, q, steered, terms, common=common, walk_family=walk_family, family=family)
-    return _Plan(where, filter_way_in=filter_way_in)
+    return _Plan(where, filter_way_in=filter_way_in, shared=_only_columns(q))
+
+
+def _only_columns(q: SearchQuery) -> bool:
+    """Whether the query filters on indexed columns only (its clauses all come from `_clause`)."""
+    return not q.text and not q.tensor_type and not q.descendant_of
 
 
 async def _common_in_family(
@@ -414,7 +444,7 @@ async def _common_in_family(
     """Whether common filters match more than FAMILY_COMMON_ROWS rows of a big family too
     (a family of llama fine-tunes and a common quantization)."""
     key = ("family with", q.descendant_of, tuple(p.key for p in preds))
-    predicate = lambda: and_(Artifact.repo_pk.in_(family), *(p.make(p.column) for p in preds))  # noqa: E731
+    predicate = lambda: and_(Artifact.repo_pk.in_(family), *(_clause(p) for p in preds))  # noqa: E731
     return await _matches_many(session, key, predicate, FAMILY_COMMON_ROWS)
 
 
@@ -441,10 +471,7 @@ def _seek_prefix(preds: list[_Predicate], many: list[bool]) -> list[bool]:
     return [False if i in prefix else m for i, m in enumerate(many)]
 
 
-async def _common_together(
-    session: AsyncSession, q: SearchQuery, preds: list[_Predicate], terms: list[str],
-    plain: list[ColumnElement[bool]],
-) -> bool:  # fmt: skip
+async def _common_together(session: AsyncSession, q: SearchQuery, preds: list[_Predicate], terms: list[str]) -> bool:
     """Whether the filters and terms, each common, match more than COMMON_TOGETHER_ROWS rows
     together (at most COMMON_ROWS).
 
@@ -461,7 +488,12 @@ async def _common_together(
             hints.put(text_key, known)
         return known
     key = ("all", tuple(p.key for p in preds), tuple(terms), q.tensor_type, q.descendant_of)
-    return await _matches_many(session, key, lambda: and_(true(), *plain), min(COMMON_TOGETHER_ROWS, COMMON_ROWS))
+    hints = _hints(session)
+    threshold = min(COMMON_TOGETHER_ROWS, COMMON_ROWS)
+    if (known := hints.get((threshold, key))) is not None:
+        return known
+    plain = await _where(session, q, [_clause(p) for p in preds], terms, common=())
+    return await _matches_many(session, key, lambda: and_(true(), *plain), threshold)
 
 
 async def _where(
@@ -543,20 +575,14 @@ async def search(session: AsyncSession, q: SearchQuery, *, with_total: bool = Fa
     plan = await _filters(session, q)
     # Sorting the few matches: `+column` keeps SQLite off the sort index, for the order and
     # for the cursor's range alike.
-    key_col, id_col = (_unindexed(column), _unindexed(Artifact.id)) if plan.sort_matches else (column, Artifact.id)
-    page_where = list(plan.where)
     if q.cursor:
         value, id_ = decode_cursor(q.cursor, sort)
-        key = tuple_(_unindexed(column), _unindexed(Artifact.id)) if plan.filter_way_in else tuple_(key_col, id_col)
+        unindexed = plan.sort_matches or plan.filter_way_in
+        key = tuple_(_unindexed(column), _unindexed(Artifact.id)) if unindexed else tuple_(column, Artifact.id)
         after = tuple_(literal(value, column.type), literal(id_, Artifact.id.type))
-        page_where.append(key < after if descending else key > after)
-    order = (key_col.desc(), id_col.desc()) if descending else (key_col.asc(), id_col.asc())
-    stmt = (
-        _hits(column.key)
-        .where(and_(true(), *page_where))
-        .order_by(*order)
-        .limit(q.limit + 1)
-    )
+        stmt = _page(column, descending, plan, [*plan.where, key < after if descending else key > after], q.limit)
+    else:
+        stmt = _first_page(column, descending, plan, q.limit)
     # Core execution on the session's connection: plain rows, no ORM result machinery.
     conn = await session.connection()
     rows = (await conn.execute(stmt)).all()
@@ -570,6 +596,42 @@ async def search(session: AsyncSession, q: SearchQuery, *, with_total: bool = Fa
         stmt_total = select(func.count()).select_from(Artifact).where(*plan.where)
         total = (await conn.execute(stmt_total)).scalar_one()
     return SearchPage(items, next_cursor, total)
+
+
+def _page(
+    column: InstrumentedAttribute[Any], descending: bool, plan: _Plan, where: list[ColumnElement[bool]], limit: int
+) -> Select[Any]:
+    key_col, id_col = (_unindexed(column), _unindexed(Artifact.id)) if plan.sort_matches else (column, Artifact.id)
+    order = (key_col.desc(), id_col.desc()) if descending else (key_col.asc(), id_col.asc())
+    stmt = (
+        _hits(column.key)
+        .where(and_(true(), *where))
+        .order_by(*order)
+        .limit(limit + 1)
+    )
+    return stmt
+
+
+# First pages of column-only filters: (sort, direction, plan, limit, the clauses' ids) ->
+# (the clauses, the statement). The same statement object again skips building it and
+# computing its cache key, which together cost as much as SQLite took for the page.
+_FIRST_PAGES: OrderedDict[tuple[Any, ...], tuple[tuple[ColumnElement[bool], ...], Select[Any]]] = OrderedDict()
+_FIRST_PAGE_ENTRIES = 1024
+
+
+def _first_page(column: InstrumentedAttribute[Any], descending: bool, plan: _Plan, limit: int) -> Select[Any]:
+    if not plan.shared:
+        return _page(column, descending, plan, plan.where, limit)
+    key = (column.key, descending, plan.sort_matches, limit, *map(id, plan.where))
+    found = _FIRST_PAGES.get(key)
+    if found is not None and all(a is b for a, b in zip(found[0], plan.where, strict=True)):
+        _FIRST_PAGES.move_to_end(key)
+        return found[1]
+    stmt = _page(column, descending, plan, plan.where, limit)
+    _FIRST_PAGES[key] = (tuple(plan.where), stmt)  # the clauses held: their ids stay theirs
+    if len(_FIRST_PAGES) > _FIRST_PAGE_ENTRIES:
+        _FIRST_PAGES.popitem(last=False)
+    return stmt
 
 
 def _item(row: Sequence[Any]) -> SearchItem:
@@ -750,7 +812,7 @@ async def _sqlite_facet_cube(session: AsyncSession, q: SearchQuery) -> list[tupl
     prefix = ("status", "architecture")  # seekable prefix of the covering index
     if not any(r for p, r in zip(preds, rare, strict=True) if p.column.key not in prefix):
         rare = [p.column.key in prefix for p in preds]
-    where = [p.make(p.column if r else _unindexed(p.column)) for p, r in zip(preds, rare, strict=True)]
+    where = [_clause(p, unindexed=not r) for p, r in zip(preds, rare, strict=True)]
     keys = [_unindexed(getattr(Artifact, name)) for name in FACETS]
     stmt = select(*keys, func.count()).select_from(Artifact).where(*where).group_by(*keys)
     out: list[tuple[str, Any, int]] = []

@@ -501,6 +501,37 @@ async def test_a_memoised_family_follows_writes_of_any_connection(
     assert set(paths(await run(catalog, descendant_of="meta-llama/Llama-3-8B"))) == family | {"abl.gguf"}
 
 
+async def test_first_pages_of_column_filters_share_their_statement(catalog: Database) -> None:
+    """Filter clauses and first-page statements are built once per filter values and sort;
+    text, tensor type and lineage filters, and next pages, are built per query."""
+    from sqlalchemy import event
+
+    from registry.catalog import search as search_module
+
+    executed: list[Any] = []
+    listen = (catalog.engine.sync_engine, "before_execute")
+
+    def record(_conn: Any, clauseelement: Any, *_args: Any) -> None:
+        executed.append(clauseelement)
+
+    event.listen(*listen, record)
+    try:
+        pages = [await run(catalog, architecture="llama", limit=2) for _ in range(2)]
+        other = await run(catalog, architecture="qwen2", limit=2)
+        texts = [await run(catalog, architecture="llama", text="llama", limit=2) for _ in range(2)]
+    finally:
+        event.remove(*listen, record)
+    page_statements = [e for e in executed if "sort_value" in str(e)]
+    assert len(page_statements) == 5
+    first, second, qwen, text_1, text_2 = page_statements
+    assert first is second and qwen is not first and text_1 is not text_2
+    assert paths(pages[0]) == paths(pages[1]) and paths(other) != paths(pages[0])
+    assert paths(texts[0]) == paths(texts[1])
+    assert search_module._clause(search_module._column_predicates(SearchQuery(architecture="llama"))[1]) is (
+        search_module._clause(search_module._column_predicates(SearchQuery(architecture="llama"))[1])
+    )
+
+
 async def test_facet_counts_follow_writes_of_any_connection(catalog: Database) -> None:
     async with catalog.sessions() as session:
         before = await facets(session, SearchQuery())
