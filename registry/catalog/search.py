@@ -371,9 +371,9 @@ class _Plan:
     # walking the sort key's index (which would read the table end to end to fill a page).
     sort_matches: bool = False
     # A filter's own index (or the text index, or the lineage family's repos) is the way in,
-    # not the sort index. A next page's cursor range is then no seek either: written on the
-    # bare sort column it lured SQLite onto the sort index from the cursor on, checking the
-    # table row by row for a rare filter's few matches (20-40 ms a page instead of 1).
+    # not the sort index, and the matches are sorted. The order and a next page's cursor
+    # range are written on `+column`: on the bare sort column they lured SQLite onto the sort
+    # index, checking row by row for a rare filter's few matches (20-40 ms a page instead of 1).
     filter_way_in: bool = False
     # Every clause of `where` is a shared one from `_clause`: the page statement can be too.
     shared: bool = False
@@ -426,7 +426,7 @@ async def _filters(session: AsyncSession, q: SearchQuery, *, all_matches: bool =
     steered = [_clause(p, unindexed=m) for p, m in zip(preds, many, strict=True)]
     filter_way_in = (
         not all(many)
-        or any(t not in common for t in terms)
+        or any(len(t) >= search_index.MIN_TRIGRAM and t not in common for t in terms)  # the FTS5 index
         or (q.descendant_of is not None and not walk_family)
     )
     where = await _where(session, q, steered, terms, common=common, walk_family=walk_family, family=family)
@@ -573,8 +573,7 @@ async def search(session: AsyncSession, q: SearchQuery, *, with_total: bool = Fa
         raise InvalidQuery(f"limit must be between 1 and {MAX_LIMIT}")
     sort, column, descending = parse_sort(q.sort)
     plan = await _filters(session, q)
-    # Sorting the few matches: `+column` keeps SQLite off the sort index, for the order and
-    # for the cursor's range alike.
+    # Sorting the few matches (see `_page`): the cursor's range keeps off the sort index too.
     if q.cursor:
         value, id_ = decode_cursor(q.cursor, sort)
         unindexed = plan.sort_matches or plan.filter_way_in
@@ -601,7 +600,9 @@ async def search(session: AsyncSession, q: SearchQuery, *, with_total: bool = Fa
 def _page(
     column: InstrumentedAttribute[Any], descending: bool, plan: _Plan, where: list[ColumnElement[bool]], limit: int
 ) -> Select[Any]:
-    key_col, id_col = (_unindexed(column), _unindexed(Artifact.id)) if plan.sort_matches else (column, Artifact.id)
+    # The matches are sorted, not walked in order: `+column` keeps SQLite off the sort index.
+    sorted_matches = plan.sort_matches or plan.filter_way_in
+    key_col, id_col = (_unindexed(column), _unindexed(Artifact.id)) if sorted_matches else (column, Artifact.id)
     order = (key_col.desc(), id_col.desc()) if descending else (key_col.asc(), id_col.asc())
     stmt = (
         _hits(column.key)
@@ -612,7 +613,7 @@ def _page(
     return stmt
 
 
-# First pages of column-only filters: (sort, direction, plan, limit, the clauses' ids) ->
+# First pages of column-only filters: (sort, direction, plan's flags, limit, the clauses' ids) ->
 # (the clauses, the statement). The same statement object again skips building it and
 # computing its cache key, which together cost as much as SQLite took for the page.
 _FIRST_PAGES: OrderedDict[tuple[Any, ...], tuple[tuple[ColumnElement[bool], ...], Select[Any]]] = OrderedDict()
@@ -622,7 +623,8 @@ _FIRST_PAGE_ENTRIES = 1024
 def _first_page(column: InstrumentedAttribute[Any], descending: bool, plan: _Plan, limit: int) -> Select[Any]:
     if not plan.shared:
         return _page(column, descending, plan, plan.where, limit)
-    key = (column.key, descending, plan.sort_matches, limit, *map(id, plan.where))
+    flags = tuple(getattr(plan, f.name) for f in dataclasses.fields(plan) if f.name != "where")
+    key = (column.key, descending, limit, flags, *map(id, plan.where))
     found = _FIRST_PAGES.get(key)
     if found is not None and all(a is b for a, b in zip(found[0], plan.where, strict=True)):
         _FIRST_PAGES.move_to_end(key)
