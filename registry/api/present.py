@@ -7,7 +7,7 @@ Crawls and verifications come as ORM objects; repos and artifacts as plain rows 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -17,7 +17,7 @@ from registry.api.reads import ArtifactDetail, QuantMixRow, ShardRow
 from registry.catalog.lineage import EdgeView
 from registry.catalog.models import Crawl, Verification
 from registry.catalog.models import Facts as FactsRow
-from registry.catalog.search import SearchItem, severity_name
+from registry.catalog.search import severity_name
 
 
 def iso(value: datetime | None) -> str | None:
@@ -127,7 +127,7 @@ def _summary(
 
 
 def artifact_summary(row: Row[Any], repo_id: str) -> dict[str, Any]:
-    """The search-hit shape, from a row; `search_item` builds the same from a hit."""
+    """The search-hit shape, from an artifact row; `search_hit` builds the same from a search row."""
     return _summary(
         row.id, repo_id, row.path, row.revision, row.status, row.error_code, row.error_message,
         row.architecture, row.parameter_count, row.file_type, row.size_label, row.license, row.context_length,
@@ -136,12 +136,12 @@ def artifact_summary(row: Row[Any], repo_id: str) -> dict[str, Any]:
     )  # fmt: skip
 
 
-def search_item(item: SearchItem) -> dict[str, Any]:
+def search_hit(row: Sequence[Any]) -> dict[str, Any]:
+    """The search-hit shape from a `SearchPage` row (SearchItem's fields, then the severity rank)."""
+    r = row
     return _summary(
-        item.id, item.repo, item.path, item.revision, item.status, item.error_code, item.error,
-        item.architecture, item.parameter_count, item.file_type, item.size_label, item.license,
-        item.context_length, item.expert_count, item.shards, item.file_size, item.downloads, item.likes,
-        item.last_modified, item.verification, item.chat_template_severity,
+        r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13], r[14], r[15],
+        r[16], r[17], r[18], r[19], severity_name(r[20]),
     )  # fmt: skip
 
 

@@ -133,9 +133,15 @@ class SearchItem:
 
 @dataclass(frozen=True, slots=True)
 class SearchPage:
-    items: list[SearchItem]
+    # The hits as rows: SearchItem's fields in order, the last the stored severity rank. A
+    # page of 100 built SearchItems that the API turned into dicts at once (see `items`).
+    rows: Sequence[Sequence[Any]]
     next_cursor: str | None
     total: int | None = None
+
+    @property
+    def items(self) -> list[SearchItem]:
+        return [_item(row) for row in self.rows]
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"items": [i.to_dict() for i in self.items], "next": self.next_cursor}
@@ -585,7 +591,7 @@ async def search(session: AsyncSession, q: SearchQuery, *, with_total: bool = Fa
     # Core execution on the session's connection: plain rows, no ORM result machinery.
     conn = await session.connection()
     rows = (await conn.execute(stmt)).all()
-    items = [_item(row) for row in rows[: q.limit]]
+    hits = rows[: q.limit]
     next_cursor = None
     if len(rows) > q.limit:
         last = rows[q.limit - 1]
@@ -594,7 +600,7 @@ async def search(session: AsyncSession, q: SearchQuery, *, with_total: bool = Fa
     if with_total:
         stmt_total = select(func.count()).select_from(Artifact).where(*plan.where)
         total = (await conn.execute(stmt_total)).scalar_one()
-    return SearchPage(items, next_cursor, total)
+    return SearchPage(hits, next_cursor, total)
 
 
 def _page(

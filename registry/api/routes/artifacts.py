@@ -84,7 +84,7 @@ async def search_artifacts(request: web.Request) -> web.Response:
     query = _query(args, sort=args["sort"], limit=args["limit"], cursor=args["cursor"])
     async with read_session(request) as session:
         page = await catalog_search.search(session, query)
-    items = [present.search_item(item) for item in page.items]
+    items = [present.search_hit(row) for row in page.rows]
     return page_response(request, items, page.next_cursor, args["limit"])
 
 
