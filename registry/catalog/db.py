@@ -21,10 +21,13 @@ up to the busy timeout for another writer.
 from __future__ import annotations
 
 import collections
+import contextlib
+import contextvars
 import functools
 import re
 import sqlite3
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,6 +101,25 @@ def _is_read(operation: str) -> bool:
     return head == "SELECT" or (head[:4] == "WITH" and _WRITE_WORD.search(operation.upper()) is None)
 
 
+# A longer budget for the reads of one block (`longer_inline_reads`); 0: the engine's.
+_BUDGET_OVERRIDE_S: contextvars.ContextVar[float] = contextvars.ContextVar("inline_read_budget", default=0.0)
+
+
+@contextlib.contextmanager
+def longer_inline_reads(budget_ms: float) -> Iterator[None]:
+    """Reads in this block may hold the loop's thread for up to `budget_ms` (where inline
+    reads are on): for a read that is known to take a few milliseconds and is done once to
+    be kept, such as walking a big lineage family into a memo. Holding the loop that long
+    once delays the requests behind it by as much; stopping at the usual budget and
+    running again on the connection's thread delayed this one request by tens of
+    milliseconds under load, waiting for the other thread and then for a turn of the loop."""
+    token = _BUDGET_OVERRIDE_S.set(budget_ms / 1000)
+    try:
+        yield
+    finally:
+        _BUDGET_OVERRIDE_S.reset(token)
+
+
 class _InlineReads:
     """One connection's reads on the calling thread, within a time budget (see the module doc)."""
 
@@ -122,7 +144,7 @@ class _InlineReads:
     ) -> tuple[Any, list[Any], int, int | None] | None:
         """The statement's result, or None: it ran out of budget and was stopped, nothing read."""
         self.tripped = False
-        self.deadline = time.perf_counter() + self.budget_s
+        self.deadline = time.perf_counter() + (_BUDGET_OVERRIDE_S.get() or self.budget_s)
         try:
             return _run_statement(conn, operation, parameters, False)
         except sqlite3.OperationalError:

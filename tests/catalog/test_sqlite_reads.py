@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import event, text
 
-from registry.catalog.db import Database
+from registry.catalog.db import Database, longer_inline_reads
 from registry.config import load_settings
 
 # A recursive count that runs for a good while (~0.3 s here), far past any budget below.
@@ -55,6 +55,19 @@ async def test_a_read_over_budget_is_run_again_on_the_connection_thread(db: Data
         count, thread = (await conn.execute(text(SLOW_READ))).one()
     assert count == 2_000_000  # the whole answer, from the second run
     assert thread != threading.get_ident()
+
+
+async def test_a_longer_budget_keeps_a_slow_read_on_the_loop_thread(db: Database) -> None:
+    with longer_inline_reads(60_000):
+        count, thread = (await _one(db, SLOW_READ))
+    assert (count, thread) == (2_000_000, threading.get_ident())
+    _, after = await _one(db, SLOW_READ)  # the block's budget ended with it
+    assert after != threading.get_ident()
+
+
+async def _one(db: Database, sql: str) -> tuple[object, ...]:
+    async with db.engine.connect() as conn:
+        return tuple((await conn.execute(text(sql))).one())
 
 
 async def test_the_loop_keeps_turning_while_a_slow_read_runs(db: Database) -> None:
