@@ -418,7 +418,6 @@ async def _filters(session: AsyncSession, q: SearchQuery, *, all_matches: bool =
         all(many)
         and len(preds) - 1 + len(common) >= 2
         and len(common) == len(terms)
-        and not (not terms and _walk_checks_in_index(q, preds))
         and not await _common_together(session, q, preds, terms)
     ):
         plain = await _where(session, q, [_clause(p) for p in preds], terms, common=())
@@ -452,19 +451,6 @@ async def _filters(session: AsyncSession, q: SearchQuery, *, all_matches: bool =
 def _only_columns(q: SearchQuery) -> bool:
     """Whether the query filters on indexed columns only (its clauses all come from `_clause`)."""
     return not q.text and not q.tensor_type and not q.descendant_of
-
-
-# The columns the default sort's index holds besides its key (see the Artifact model).
-_WALK_INDEX_COLUMNS = frozenset({"status", "architecture", "license", "file_type", "context_length"})
-
-
-def _walk_checks_in_index(q: SearchQuery, preds: list[_Predicate]) -> bool:
-    """Whether a walk of the sort index checks every filter in the index entry: the default
-    sort, filters on the columns its index holds. Such a walk costs at most one pass over
-    the index (8 ms for 100,000 artifacts) and ~1 ms at a few hundred matches, less than
-    fetching thousands of rows through one common filter's index (5-11 ms), so common
-    filters are walked without probing how many rows they match together (10 ms itself)."""
-    return parse_sort(q.sort)[1] is Artifact.downloads and all(p.column.key in _WALK_INDEX_COLUMNS for p in preds)
 
 
 async def _common_in_family(
