@@ -174,8 +174,10 @@ class Artifact(Base):
         Index(None, "sort_name", "id"),
         # Facet counts read only these covering indexes (SQLite: one ordered pass per facet).
         Index(None, "status", "architecture", "license", "file_type", "size_bucket"),
-        Index(None, "status", "license"),
-        Index(None, "status", "file_type"),
+        # Led by license and by file type as well, so that filters without an architecture
+        # seek a prefix too instead of reading the whole first index.
+        Index(None, "status", "license", "architecture", "file_type", "size_bucket"),
+        Index(None, "status", "file_type", "architecture", "license", "size_bucket"),
         Index(None, "status", "size_bucket"),
         Index(None, "architecture"),
         Index(None, "license"),

@@ -795,8 +795,9 @@ async def _sqlite_facet_rows(
 
     * status only: each facet walks its own `(status, facet)` covering index, in order;
     * filters on facet columns only: a rare license or file type is sought through its own
-      index (few table reads); otherwise SQLite reads the five-column covering index (status,
-      architecture, license, file_type, size_bucket), seeking its prefix, and nothing else.
+      index (few table reads); otherwise SQLite reads a five-column covering index (status,
+      then architecture, license or file type, whichever is filtered first, then the other
+      facets), seeking its prefix, and nothing else.
       Left alone it would walk a `(status, facet)` index for the GROUP BY order or seek a
       one-column index, reading the table for every row; `+column` takes those choices away.
       The matches are read once, grouped by all four facets together (the filters keep
@@ -829,11 +830,18 @@ async def _sqlite_facet_rows(
 async def _sqlite_facet_cube(session: AsyncSession, q: SearchQuery) -> list[tuple[str, Any, int]]:
     preds = _column_predicates(q)
     rare = [not await _matches_many(session, p.key, _as_built(p)) for p in preds]
-    prefix = ("status", "architecture")  # seekable prefix of the covering index
-    if not any(r for p, r in zip(preds, rare, strict=True) if p.column.key not in prefix):
+    # The seekable prefix of a covering index: one leads with each of these after status.
+    filtered = {p.column.key for p in preds}
+    lead = next((name for name in ("architecture", "license", "file_type") if name in filtered), "architecture")
+    prefix = ("status", lead)
+    seek_prefix = not any(r for p, r in zip(preds, rare, strict=True) if p.column.key not in prefix)
+    if seek_prefix:
         rare = [p.column.key in prefix for p in preds]
     where = [_clause(p, unindexed=not r) for p, r in zip(preds, rare, strict=True)]
-    keys = [_unindexed(getattr(Artifact, name)) for name in FACETS]
+    # Seeking a covering index's prefix, the groups come in its order: grouped on the bare
+    # columns, SQLite reads them in that order instead of sorting them (2-3x faster). Else
+    # `+column` keeps SQLite from walking another index for the order.
+    keys = [getattr(Artifact, name) if seek_prefix else _unindexed(getattr(Artifact, name)) for name in FACETS]
     stmt = select(*keys, func.count()).select_from(Artifact).where(*where).group_by(*keys)
     out: list[tuple[str, Any, int]] = []
     for *values, n in await (await session.connection()).execute(stmt):
