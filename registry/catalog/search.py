@@ -390,8 +390,12 @@ class _Plan:
     # range are written on `+column`: on the bare sort column they lured SQLite onto the sort
     # index, checking row by row for a rare filter's few matches (20-40 ms a page instead of 1).
     filter_way_in: bool = False
-    # Every clause of `where` is a shared one from `_clause`: the page statement can be too.
-    shared: bool = False
+
+    @property
+    def sorted_matches(self) -> bool:
+        """The matches are sorted, not walked in order: the order and a next page's cursor
+        range are written on `+column`, which keeps SQLite off the sort index."""
+        return self.sort_matches or self.filter_way_in
 
 
 async def _filters(session: AsyncSession, q: SearchQuery, *, all_matches: bool = False) -> _Plan:
@@ -410,7 +414,7 @@ async def _filters(session: AsyncSession, q: SearchQuery, *, all_matches: bool =
     terms = search_index.search_terms(q.text) if q.text else []
     if all_matches or session.get_bind().dialect.name != "sqlite":
         where = await _where(session, q, [_clause(p) for p in preds], terms, common=None)
-        return _Plan(where, shared=_only_columns(q))
+        return _Plan(where)
     many = [await _matches_many(session, p.key, _as_built(p)) for p in preds]
     common = await _common_terms(session, terms)
     # Every filter is common on its own; together they may not be (probed like one).
@@ -421,7 +425,7 @@ async def _filters(session: AsyncSession, q: SearchQuery, *, all_matches: bool =
         and not await _common_together(session, q, preds, terms)
     ):
         plain = await _where(session, q, [_clause(p) for p in preds], terms, common=())
-        return _Plan(plain, sort_matches=True, shared=_only_columns(q))
+        return _Plan(plain, sort_matches=True)
     many = _seek_prefix(preds, many)
     # A big lineage family (a popular base model's thousands of descendants) is a check
     # along the sort index, not the way in, when the other filters are rare (their indexes
@@ -445,11 +449,12 @@ async def _filters(session: AsyncSession, q: SearchQuery, *, all_matches: bool =
         or (q.descendant_of is not None and not walk_family)
     )
     where = await _where(session, q, steered, terms, common=common, walk_family=walk_family, family=family)
-    return _Plan(where, filter_way_in=filter_way_in, shared=_only_columns(q))
+    return _Plan(where, filter_way_in=filter_way_in)
 
 
 def _only_columns(q: SearchQuery) -> bool:
-    """Whether the query filters on indexed columns only (its clauses all come from `_clause`)."""
+    """Whether the query filters on indexed columns only: its clauses all come from `_clause`,
+    shared per value, so its first pages can share their statement (`_first_page`)."""
     return not q.text and not q.tensor_type and not q.descendant_of
 
 
@@ -594,12 +599,12 @@ async def search(session: AsyncSession, q: SearchQuery, *, with_total: bool = Fa
     # Sorting the few matches (see `_page`): the cursor's range keeps off the sort index too.
     if q.cursor:
         value, id_ = decode_cursor(q.cursor, sort)
-        unindexed = plan.sort_matches or plan.filter_way_in
-        key = tuple_(_unindexed(column), _unindexed(Artifact.id)) if unindexed else tuple_(column, Artifact.id)
+        sorted_ = plan.sorted_matches
+        key = tuple_(_unindexed(column), _unindexed(Artifact.id)) if sorted_ else tuple_(column, Artifact.id)
         after = tuple_(literal(value, column.type), literal(id_, Artifact.id.type))
         stmt = _page(column, descending, plan, [*plan.where, key < after if descending else key > after], q.limit)
     else:
-        stmt = _first_page(column, descending, plan, q.limit)
+        stmt = _first_page(column, descending, plan, q)
     # Core execution on the session's connection: plain rows, no ORM result machinery.
     conn = await session.connection()
     rows = (await conn.execute(stmt)).all()
@@ -618,9 +623,8 @@ async def search(session: AsyncSession, q: SearchQuery, *, with_total: bool = Fa
 def _page(
     column: InstrumentedAttribute[Any], descending: bool, plan: _Plan, where: list[ColumnElement[bool]], limit: int
 ) -> Select[Any]:
-    # The matches are sorted, not walked in order: `+column` keeps SQLite off the sort index.
-    sorted_matches = plan.sort_matches or plan.filter_way_in
-    key_col, id_col = (_unindexed(column), _unindexed(Artifact.id)) if sorted_matches else (column, Artifact.id)
+    sorted_ = plan.sorted_matches
+    key_col, id_col = (_unindexed(column), _unindexed(Artifact.id)) if sorted_ else (column, Artifact.id)
     order = (key_col.desc(), id_col.desc()) if descending else (key_col.asc(), id_col.asc())
     stmt = (
         _hits(column.key)
@@ -638,8 +642,9 @@ _FIRST_PAGES: OrderedDict[tuple[Any, ...], tuple[tuple[ColumnElement[bool], ...]
 _FIRST_PAGE_ENTRIES = 1024
 
 
-def _first_page(column: InstrumentedAttribute[Any], descending: bool, plan: _Plan, limit: int) -> Select[Any]:
-    if not plan.shared:
+def _first_page(column: InstrumentedAttribute[Any], descending: bool, plan: _Plan, q: SearchQuery) -> Select[Any]:
+    limit = q.limit
+    if not _only_columns(q):  # text, tensor type and lineage clauses are built per query
         return _page(column, descending, plan, plan.where, limit)
     flags = tuple(getattr(plan, f.name) for f in dataclasses.fields(plan) if f.name != "where")
     key = (column.key, descending, limit, flags, *map(id, plan.where))
