@@ -16,10 +16,18 @@ that runs longer than `inline_read_ms` is interrupted by SQLite's progress handl
 again on the connection's thread, so one slow query never holds the loop for longer than
 that. Writes, and reads inside a write transaction, always take the thread: they may wait
 up to the busy timeout for another writer.
+
+A statement on a connection's thread needs the GIL a few times (to start, after each call
+into SQLite, to hand back its result). CPython 3.11 asks the holder to drop the GIL only
+after a waiter has waited a whole switch interval with no release in between, and a busy
+event loop releases and retakes it at every turn (each poll for I/O): the waiter wakes too
+late every time and starves until the loop goes idle. A 25 ms scan took 20 s under a busy
+loop. `_ThreadTurns` gives such statements their turns (see there).
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import contextvars
@@ -27,10 +35,11 @@ import functools
 import re
 import sqlite3
 import time
-from collections.abc import Iterator
+import weakref
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import event
 from sqlalchemy.connectors.asyncio import AsyncAdapt_dbapi_connection
@@ -54,6 +63,11 @@ SQLITE_INLINE_READ_MS = 5.0  # the longest a read runs on the event loop's threa
 # SQLite's virtual-machine steps between two calls of the progress handler: a few tens of
 # microseconds of work, so the handler costs little and notices the budget spent in time.
 _PROGRESS_STEPS = 2000
+# While a statement runs on a connection's thread, the loop pauses this long every period
+# (see `_ThreadTurns`): the thread's share of the loop's thread.
+_THREAD_TURN_PERIOD_S = 0.001
+_THREAD_TURN_PAUSE_S = 0.0002
+_T = TypeVar("_T")
 _WRITE_WORD = re.compile(r"\b(INSERT|UPDATE|DELETE|REPLACE)\b")
 
 
@@ -120,6 +134,50 @@ def longer_inline_reads(budget_ms: float) -> Iterator[None]:
         _BUDGET_OVERRIDE_S.reset(token)
 
 
+class _ThreadTurns:
+    """One event loop's fairness to the connection threads its statements wait on.
+
+    While any statement of this loop runs on a connection's thread, the loop sleeps
+    `_THREAD_TURN_PAUSE_S` (releasing the GIL) every `_THREAD_TURN_PERIOD_S`, so the thread
+    takes the GIL within a period instead of starving (see the module doc). With nothing on
+    a thread it costs nothing: no timer runs. Under a busy loop a 25 ms scan on the thread
+    took 20 s without these turns and 40-80 ms with them."""
+
+    __slots__ = ("_loop", "_pending", "_timer")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._pending = 0
+        self._timer: asyncio.TimerHandle | None = None
+
+    @classmethod
+    def of_running_loop(cls) -> _ThreadTurns:
+        loop = asyncio.get_running_loop()
+        turns = _TURNS.get(loop)
+        if turns is None:
+            turns = _TURNS[loop] = cls(loop)
+        return turns
+
+    async def wait(self, work: Awaitable[_T]) -> _T:
+        self._pending += 1
+        if self._timer is None:
+            self._timer = self._loop.call_later(_THREAD_TURN_PERIOD_S, self._turn)
+        try:
+            return await work
+        finally:
+            self._pending -= 1
+
+    def _turn(self) -> None:
+        if not self._pending:
+            self._timer = None
+            return
+        time.sleep(_THREAD_TURN_PAUSE_S)
+        self._timer = self._loop.call_later(_THREAD_TURN_PERIOD_S, self._turn)
+
+
+_TURNS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _ThreadTurns] = weakref.WeakKeyDictionary()
+
+
 class _InlineReads:
     """One connection's reads on the calling thread, within a time budget (see the module doc)."""
 
@@ -129,9 +187,6 @@ class _InlineReads:
         self.budget_s = budget_s
         self.deadline = 0.0  # 0: no budget running (the statement is on the connection's thread)
         self.tripped = False
-
-    def install(self, conn: sqlite3.Connection) -> None:
-        conn.set_progress_handler(self._over_budget, _PROGRESS_STEPS)
 
     def _over_budget(self) -> int:
         if self.deadline and time.perf_counter() > self.deadline:
@@ -145,6 +200,11 @@ class _InlineReads:
         """The statement's result, or None: it ran out of budget and was stopped, nothing read."""
         self.tripped = False
         self.deadline = time.perf_counter() + (_BUDGET_OVERRIDE_S.get() or self.budget_s)
+        # Only while the loop's thread runs the statement: the handler is Python, and each
+        # call takes the GIL. Left on for a statement on the connection's thread, it made
+        # that thread and the busy loop's take turns at the GIL thousands of times a scan,
+        # each turn waiting out the switch interval: the scan crawled and held up the loop.
+        conn.set_progress_handler(self._over_budget, _PROGRESS_STEPS)
         try:
             return _run_statement(conn, operation, parameters, False)
         except sqlite3.OperationalError:
@@ -152,6 +212,7 @@ class _InlineReads:
                 return None
             raise
         finally:
+            conn.set_progress_handler(None, 0)
             self.deadline = 0.0
 
 
@@ -211,7 +272,10 @@ class _OneTripCursor(AsyncAdapt_aiosqlite_cursor):
             if inline is not None and not many and not aio._conn.in_transaction and _is_read(operation):
                 result = inline.run(aio._conn, operation, parameters)
             if result is None:
-                result = await aio._execute(lambda: _run_statement(aio._conn, operation, parameters, many))
+                on_thread: Awaitable[tuple[Any, list[Any], int, int | None]] = aio._execute(
+                    lambda: _run_statement(aio._conn, operation, parameters, many)
+                )
+                result = await _ThreadTurns.of_running_loop().wait(on_thread)
         self._description, rows, self._rowcount, self._lastrowid = result
         self._rows = collections.deque(rows)
 
@@ -234,7 +298,6 @@ class _OneTripConnection(AsyncAdapt_aiosqlite_connection):
         self._inline: _InlineReads | None = None
         if inline_read_s > 0:
             self._inline = _InlineReads(inline_read_s)
-            self._inline.install(connection._conn)
 
     def stop_inline_reads(self) -> None:
         self._inline = None
@@ -247,11 +310,17 @@ class _OneTripConnection(AsyncAdapt_aiosqlite_connection):
 
     def rollback(self) -> None:
         if self._in_transaction():
-            super().rollback()
+            self._on_thread(self._connection.rollback)
 
     def commit(self) -> None:
         if self._in_transaction():
-            super().commit()
+            self._on_thread(self._connection.commit)
+
+    def _on_thread(self, call: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await_(_ThreadTurns.of_running_loop().wait(call()))
+        except Exception as error:
+            self._handle_exception(error)
 
 
 class _OneTripDBAPI(AsyncAdapt_aiosqlite_dbapi):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import event, text
 
-from registry.catalog.db import Database, longer_inline_reads
+from registry.catalog.db import Database, _InlineReads, longer_inline_reads
 from registry.config import load_settings
 
 # A recursive count that runs for a good while (~0.3 s here), far past any budget below.
@@ -126,3 +126,48 @@ async def test_an_in_memory_database_runs_reads_on_the_connection_thread() -> No
         assert await _scalar(db, "SELECT tid()") != threading.get_ident()
     finally:
         await db.dispose()
+
+
+BUSY_TURNS = 40_000  # ~10 s of a busy loop here; the slow read needs a few hundred turns
+
+
+@pytest.mark.parametrize("inline_read_ms", [50, 0])
+async def test_a_statement_on_the_connection_thread_finishes_while_the_loop_is_busy(
+    tmp_path: Path, inline_read_ms: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CPython 3.11 hands the GIL to a waiting thread only after it waited a whole switch
+    interval with no release in between, and a busy loop releases it at every turn: the
+    connection's thread starved for as long as the loop stayed busy. It gets its turns, and
+    a read stopped over budget (50) leaves no progress handler taking the GIL on the thread."""
+    db = _with_tid(Database.from_url(f"sqlite+aiosqlite:///{tmp_path / 'r.db'}", inline_read_ms=inline_read_ms))
+    turns = 0
+    finished = False
+    handler_threads: set[int] = set()
+    over_budget = _InlineReads._over_budget
+
+    def recorded(self: _InlineReads) -> int:
+        handler_threads.add(threading.get_ident())
+        return over_budget(self)
+
+    monkeypatch.setattr(_InlineReads, "_over_budget", recorded)
+
+    async def busy() -> None:  # handlers' Python work, a poll for I/O at every turn
+        nonlocal turns
+        while not finished and turns < BUSY_TURNS:
+            sum(range(20_000))
+            turns += 1
+            await asyncio.sleep(0)
+
+    try:
+        await _scalar(db, "SELECT 1")  # connected before the loop gets busy
+        loop_busy = asyncio.create_task(busy())
+        await asyncio.sleep(0)
+        count, thread = await _one(db, SLOW_READ)
+        finished = True
+        await loop_busy
+    finally:
+        await db.dispose()
+    assert (count, thread != threading.get_ident()) == (2_000_000, True)
+    assert turns < BUSY_TURNS  # done while the loop was still busy
+    # The handler ran while the loop's thread read (and stopped the read), never on the other.
+    assert handler_threads == ({threading.get_ident()} if inline_read_ms else set())
