@@ -65,6 +65,14 @@ FAMILY_COMMON_ROWS_WALK_INDEX = 20
 # two common terms' FTS5 row lists alone took ~4 ms: at 2,000 matches, fetching and sorting
 # them took 12-15 ms a page where the walk reads ~1,000 rows in 1-2 ms.
 COMMON_TOGETHER_ROWS = 600
+# SQLite: text terms shorter than search_index.MIN_TRIGRAM have no index. With no other way
+# in (every other term and filter common), the artifacts holding every term are counted
+# first, up to past this many: by one scan of the table, or of the FTS5 rows of the long
+# terms. Fewer are memoised (per commit to the file, see `FileMemo`), fetched by id and
+# sorted. Walking the sort index checking them row by row read the whole table when they
+# were rare together: "7b 8b" (6 matches) took 70 ms in SQLite alone and 150-200 ms under
+# load, every time; the scan takes ~25 ms once per commit.
+TERM_SCAN_ROWS = 600
 # SQLite: how long a lineage family's walk may hold the event loop (see
 # `db.longer_inline_reads`): the biggest family took 5-11 ms, done once per commit to the file.
 FAMILY_WALK_INLINE_MS = 30.0
@@ -417,6 +425,12 @@ async def _filters(session: AsyncSession, q: SearchQuery, *, all_matches: bool =
         return _Plan(where)
     many = [await _matches_many(session, p.key, _as_built(p)) for p in preds]
     common = await _common_terms(session, terms)
+    # Short terms have no index: with no other way in, their matches are counted first.
+    short = [t for t in terms if len(t) < search_index.MIN_TRIGRAM]
+    no_way_in = all(many) and q.descendant_of is None and len(common) + len(short) == len(terms)
+    short_known, short_ids = await _term_ids(session, terms) if short and no_way_in else (False, None)
+    if short_known and short_ids is None:  # the terms are common together
+        common |= set(short)
     # Every filter is common on its own; together they may not be (probed like one).
     if (
         all(many)
@@ -447,9 +461,34 @@ async def _filters(session: AsyncSession, q: SearchQuery, *, all_matches: bool =
         not all(many)
         or any(len(t) >= search_index.MIN_TRIGRAM and t not in common for t in terms)  # the FTS5 index
         or (q.descendant_of is not None and not walk_family)
+        or short_ids is not None  # the few artifacts holding the terms
     )
     where = await _where(session, q, steered, terms, common=common, walk_family=walk_family, family=family)
+    if short_ids is not None:
+        where.append(Artifact.id.in_(short_ids))
     return _Plan(where, filter_way_in=filter_way_in)
+
+
+async def _term_ids(session: AsyncSession, terms: list[str]) -> tuple[bool, Select[Any] | None]:
+    """(known, the artifacts holding every term when at most TERM_SCAN_ROWS do), for terms
+    of which some are too short for the FTS5 index and the others common.
+
+    Known only on a SQLite file (see `FileMemo`); elsewhere (False, None) and the terms are
+    checked row by row along the sort index. The ids are found by one scan of the table that
+    stops past TERM_SCAN_ROWS matches (common terms: within a few thousand rows), and read
+    back through `json_each` until the next commit."""
+    memo = FileMemo.of(session)
+    if memo is None:
+        return False, None
+    key = tuple(sorted(set(terms)))
+    generation = memo.generation()  # before scanning: a commit meanwhile makes the entry stale
+    known, ids = memo.term_ids(key, generation)
+    if not known:
+        scan = search_index.first_matching_ids(key, TERM_SCAN_ROWS + 1)
+        found = (await (await session.connection()).execute(scan)).scalars().all()
+        ids = None if len(found) > TERM_SCAN_ROWS else json.dumps(sorted(found), separators=(",", ":"))
+        memo.put_term_ids(key, generation, ids)
+    return True, (None if ids is None else _memoised_ids().params(term_ids=ids))
 
 
 def _only_columns(q: SearchQuery) -> bool:
@@ -502,6 +541,8 @@ async def _common_together(session: AsyncSession, q: SearchQuery, preds: list[_P
     the whole table when they are rare together. A status is common when it gets here, and
     the answer only steers the plan, so leaving it out of that count costs no correctness."""
     if len(preds) <= 1 and q.tensor_type is None and q.descendant_of is None:
+        if any(len(t) < search_index.MIN_TRIGRAM for t in terms):
+            return True  # counted by `_term_ids`, which found them common together
         hints = _hints(session)
         threshold = min(COMMON_TOGETHER_ROWS, COMMON_ROWS)
         text_key = ("text together", threshold, tuple(sorted(terms)))
@@ -562,6 +603,12 @@ async def _family_pks(session: AsyncSession, repo_id: str) -> Select[Any]:
         pks = json.dumps(found, separators=(",", ":"))
         memo.put_family(key, generation, pks)
     return _memoised_family().params(family_pks=pks)
+
+
+@functools.cache
+def _memoised_ids() -> Select[Any]:
+    ids = func.json_each(bindparam("term_ids", type_=String)).table_valued("value")
+    return select(ids.c.value)
 
 
 @functools.cache
@@ -708,7 +755,8 @@ async def _count_facets(session: AsyncSession, q: SearchQuery) -> dict[str, dict
 
 class FileMemo:
     """What the search derives from one SQLite file, valid until anything commits to it:
-    facet counts per filter set, and the repos of big lineage families.
+    facet counts per filter set, the repos of big lineage families, and the few artifacts
+    holding text terms that are too short for the FTS5 index.
 
     The generation is `PRAGMA data_version` on a read-only connection of the memo's own:
     SQLite changes it whenever another connection (of this process or any other: workers,
@@ -721,6 +769,7 @@ class FileMemo:
     FACET_ENTRIES = 512
     FAMILY_ENTRIES = 256
     FAMILY_CHARS = 8 << 20  # all memoised families together, as JSON text
+    TERM_SCAN_ENTRIES = 1024  # each at most TERM_SCAN_ROWS ids
 
     def __init__(self, path: str) -> None:
         uri = Path(path).resolve().as_uri() + "?mode=ro"
@@ -728,6 +777,7 @@ class FileMemo:
         self._facets: OrderedDict[SearchQuery, tuple[int, dict[str, dict[str, int]]]] = OrderedDict()
         self._families: OrderedDict[tuple[str, int], tuple[int, str]] = OrderedDict()
         self._family_chars = 0
+        self._term_ids: OrderedDict[tuple[str, ...], tuple[int, str | None]] = OrderedDict()
 
     @classmethod
     def of(cls, session: AsyncSession) -> FileMemo | None:
@@ -780,6 +830,20 @@ class FileMemo:
         self._family_chars += len(pks)
         while len(self._families) > self.FAMILY_ENTRIES or self._family_chars > self.FAMILY_CHARS:
             self._family_chars -= len(self._families.popitem(last=False)[1][1])
+
+    def term_ids(self, terms: tuple[str, ...], generation: int) -> tuple[bool, str | None]:
+        """(known, the matching ids as a JSON array or None: more than TERM_SCAN_ROWS)."""
+        found = self._term_ids.get(terms)
+        if found is None or found[0] != generation:
+            return False, None
+        self._term_ids.move_to_end(terms)
+        return True, found[1]
+
+    def put_term_ids(self, terms: tuple[str, ...], generation: int, ids: str | None) -> None:
+        self._term_ids[terms] = (generation, ids)
+        self._term_ids.move_to_end(terms)
+        while len(self._term_ids) > self.TERM_SCAN_ENTRIES:
+            self._term_ids.popitem(last=False)
 
 
 # Engine -> its memo (None: not memoised); weak, so a disposed engine takes its memo along.

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, func, literal_column, select, text, true
+from sqlalchemy import ColumnElement, Select, and_, column, func, literal_column, select, table, text, true
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry.catalog.models import Artifact
@@ -70,6 +70,11 @@ def _like_pattern(term: str) -> str:
     return f"%{escaped}%"
 
 
+def term_like(term: str) -> ColumnElement[bool]:
+    """The term as a substring of the artifact's search text, checked row by row."""
+    return Artifact.search_text.like(_like_pattern(term), escape="\\")
+
+
 def _fts_match(terms: Sequence[str]) -> str:
     # Each term a quoted FTS5 phrase (quotes doubled); space-separated phrases are ANDed.
     return " ".join('"' + t.replace('"', '""') + '"' for t in terms)
@@ -81,6 +86,20 @@ def _fts_rowids(terms: Sequence[str]) -> Select[Any]:
         .select_from(text(FTS_TABLE))
         .where(text(f"{FTS_TABLE} MATCH :fts_query").bindparams(fts_query=_fts_match(terms)))
     )
+
+
+def first_matching_ids(terms: Sequence[str], limit: int) -> Select[Any]:
+    """SQLite: the ids of the first `limit` artifacts, in id order, holding every term (some
+    shorter than MIN_TRIGRAM). With terms long enough for the FTS5 index, their rows are
+    streamed from it in rowid order and checked for the short ones: `id IN (MATCH ...)`
+    would read every row of a common term first. With short terms only, a scan of the table."""
+    long = [t for t in terms if len(t) >= MIN_TRIGRAM]
+    likes = [term_like(t) for t in terms if len(t) < MIN_TRIGRAM]
+    if not long:
+        return select(Artifact.id).where(*likes).limit(limit)
+    fts = table(FTS_TABLE, column("rowid"))
+    match = text(f"{FTS_TABLE} MATCH :fts_query").bindparams(fts_query=_fts_match(long))
+    return select(Artifact.id).join_from(fts, Artifact, Artifact.id == fts.c.rowid).where(match, *likes).limit(limit)
 
 
 async def is_common_term(session: AsyncSession, term: str) -> bool:
@@ -124,5 +143,5 @@ async def text_filter(
     if indexed:
         clauses.append(Artifact.id.in_(_fts_rowids(indexed).scalar_subquery()))
     # On PostgreSQL the trigram GIN index serves these LIKEs when the planner finds it cheaper.
-    clauses.extend(Artifact.search_text.like(_like_pattern(t), escape="\\") for t in scanned)
+    clauses.extend(term_like(t) for t in scanned)
     return and_(*clauses)

@@ -119,6 +119,9 @@ async def test_default_is_indexed_by_downloads(catalog: Database) -> None:
         ({"text": "0.5"}, {"qwen2-0_5b-q8_0.gguf"}),  # short terms fall back to a scan
         ({"text": "8b q8_0"}, {"Llama-3-8B-Q8_0.gguf"}),
         ({"text": "100%"}, set()),  # LIKE wildcards are literal
+        ({"text": "_5"}, {"qwen2-0_5b-q8_0.gguf"}),  # in a short term too
+        ({"text": "% 8b"}, set()),
+        ({"text": "7b 8x"}, {"mixtral-00001-of-00002.gguf"}),  # short terms rare together
         ({"status": "error"}, {"qwen2-broken.gguf"}),
         ({"descendant_of": "meta-llama/Llama-3-8B"}, {"Llama-3-8B-Q4_K_M.gguf", "Llama-3-8B-IQ2_XS.gguf",
                                                       "Llama-3-8B-Q8_0.gguf", "ft.gguf"}),
@@ -499,6 +502,49 @@ async def test_a_memoised_family_follows_writes_of_any_connection(
     finally:
         await other.dispose()
     assert set(paths(await run(catalog, descendant_of="meta-llama/Llama-3-8B"))) == family | {"abl.gguf"}
+
+
+async def test_short_terms_rare_together_are_found_by_one_scan(
+    catalog: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Short terms have no index. On a SQLite file, with no other way in, one scan finds the
+    few artifacts holding them all; those are memoised until the next commit to the file
+    (by any connection), fetched by id and sorted, and pages follow each other as before.
+    Common together, they are checked along the sort index."""
+    from registry.catalog import search as search_module
+
+    monkeypatch.setattr(search_module, "COMMON_ROWS", 1)  # the status (7 rows) is no way in
+    llama_8b = {"llama-3-8b-f16.gguf", "Llama-3-8B-Q4_K_M.gguf", "Llama-3-8B-IQ2_XS.gguf", "Llama-3-8B-Q8_0.gguf",
+                "ft.gguf"}  # fmt: skip
+    async with catalog.sessions() as session:
+        plan = await search_module._filters(session, SearchQuery(text="3 8b"))
+    file_memo = catalog.dialect == "sqlite"
+    assert plan.filter_way_in is file_memo
+    assert ("json_each" in _where_sql(catalog, plan.where)) is file_memo
+    seen: list[str] = []
+    cursor = None
+    for _ in range(len(llama_8b) + 1):
+        page = await run(catalog, text="3 8b", limit=1, cursor=cursor)
+        seen += paths(page)
+        assert page.total == len(llama_8b)
+        if (cursor := page.next_cursor) is None:
+            break
+    assert len(seen) == len(llama_8b) and set(seen) == llama_8b  # in downloads order, each once
+    other = Database.from_url(catalog.engine.url.render_as_string(hide_password=False))
+    try:
+        async with other.sessions() as session, session.begin():
+            await upsert_repo_snapshot(session, make_snapshot(
+                "new/Llama-3-8B-abliterated-GGUF", artifacts=(artifact("abl.gguf", make_facts(
+                    name="Llama 3 8B abliterated")),)))  # fmt: skip
+    finally:
+        await other.dispose()
+    assert set(paths(await run(catalog, text="3 8b"))) == llama_8b | {"abl.gguf"}
+
+    monkeypatch.setattr(search_module, "TERM_SCAN_ROWS", 2)  # 6 matches: common
+    async with catalog.sessions() as session:
+        plan = await search_module._filters(session, SearchQuery(text="8b"))
+    assert plan.filter_way_in is False and "json_each" not in _where_sql(catalog, plan.where)
+    assert set(paths(await run(catalog, text="8b"))) == llama_8b | {"abl.gguf"}
 
 
 async def test_first_pages_of_column_filters_share_their_statement(catalog: Database) -> None:
