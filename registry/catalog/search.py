@@ -73,6 +73,11 @@ COMMON_TOGETHER_ROWS = 600
 # were rare together: "7b 8b" (6 matches) took 70 ms in SQLite alone and 150-200 ms under
 # load, every time; the scan takes ~25 ms once per commit.
 TERM_SCAN_ROWS = 600
+# SQLite: how long that count may hold the event loop (see `db.longer_inline_reads`): a scan
+# of 100,000 rows took ~25 ms, once per commit. On the connection's thread it took a third
+# thread's worth of CPU from two cores, and every request of both processes waited
+# 60-100 ms instead of the 25 ms that the requests behind it wait here.
+TERM_SCAN_INLINE_MS = 30.0
 # SQLite: how long a lineage family's walk may hold the event loop (see
 # `db.longer_inline_reads`): the biggest family took 5-11 ms, done once per commit to the file.
 FAMILY_WALK_INLINE_MS = 30.0
@@ -485,7 +490,8 @@ async def _term_ids(session: AsyncSession, terms: list[str]) -> tuple[bool, Sele
     known, ids = memo.term_ids(key, generation)
     if not known:
         scan = search_index.first_matching_ids(key, TERM_SCAN_ROWS + 1)
-        found = (await (await session.connection()).execute(scan)).scalars().all()
+        with longer_inline_reads(TERM_SCAN_INLINE_MS):
+            found = (await (await session.connection()).execute(scan)).scalars().all()
         ids = None if len(found) > TERM_SCAN_ROWS else json.dumps(sorted(found), separators=(",", ":"))
         memo.put_term_ids(key, generation, ids)
     return True, (None if ids is None else _memoised_ids().params(term_ids=ids))
