@@ -618,7 +618,15 @@ def _add_serve(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
                    "background jobs run in the first only (default: 1)")  # fmt: skip
     # Internal: how the first process starts the other N-1 (see registry/api/serve.py).
     p.add_argument("--replica", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--shares", type=_shares, help=argparse.SUPPRESS)  # SLOT:FILE (registry.api.balance)
     return "serve", _cmd_serve
+
+
+def _shares(text: str) -> tuple[str, int]:
+    slot, sep, path = text.partition(":")
+    if not sep or not slot.isdigit() or not path:
+        raise argparse.ArgumentTypeError(f"expected SLOT:FILE, got {text!r}")
+    return path, int(slot)
 
 
 def _positive_int(text: str) -> int:
@@ -653,7 +661,8 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         async with serve_jobs(settings) as jobs:
             await serve(settings, args.host, args.port, launcher=jobs.launcher, verifier=jobs.verifier,
                         job_queue=jobs.queue, background=jobs.background,
-                        workers=args.workers, replica=args.replica, config=args.config)  # fmt: skip
+                        workers=args.workers, replica=args.replica, config=args.config,
+                        shares=args.shares)  # fmt: skip
         return EXIT_OK
 
     return _catalog_call("serve", work)

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
     from registry.api.auth import TokenAuth
+    from registry.api.balance import ConnectionShares
     from registry.api.launchers import CrawlLauncher, JobReader, Verifier
     from registry.api.metrics import ApiMetrics
     from registry.config import Settings
@@ -28,5 +29,7 @@ LAUNCHER_KEY: web.AppKey[CrawlLauncher | None] = web.AppKey("crawl_launcher")
 VERIFIER_KEY: web.AppKey[Verifier | None] = web.AppKey("verifier")
 JOBS_KEY: web.AppKey[JobReader] = web.AppKey("jobs")
 OPENAPI_KEY: web.AppKey[dict[str, Any]] = web.AppKey("openapi")
+# Set by `registry serve --workers N` (N > 1) only: see registry.api.balance.
+SHARES_KEY: web.AppKey[ConnectionShares] = web.AppKey("connection_shares")
 
 REQUEST_ID_KEY = web.RequestKey("request_id", str)

@@ -17,7 +17,7 @@ import orjson
 from aiohttp import web
 
 from registry.api.errors import Handler
-from registry.api.keys import METRICS_KEY, REQUEST_ID_KEY
+from registry.api.keys import METRICS_KEY, REQUEST_ID_KEY, SHARES_KEY
 
 REQUEST_ID_HEADER = "X-Request-Id"
 CLIENT_CLOSED = 499  # nginx's convention for "client closed the connection"
@@ -73,6 +73,9 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
         response = await handler(request)
         status = response.status
         response.headers[REQUEST_ID_HEADER] = request_id
+        shares = request.app.get(SHARES_KEY)
+        if shares is not None and shares.over_share():
+            response.force_close()  # the client reconnects, to whichever process (balance.py)
         return response
     except web.HTTPException as exc:  # only non-errors (redirects) get past the error middleware
         status = exc.status

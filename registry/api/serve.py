@@ -4,7 +4,8 @@ On a signal the listening socket closes first, requests in flight get up to
 `SHUTDOWN_GRACE_S` to finish, then the app's cleanup runs and the engine is disposed.
 
 `--workers N` runs N processes on one port (SO_REUSEPORT: the kernel spreads connections
-over them), because one Python process answers on one core. The first process is the
+over them, and registry.api.balance evens out keep-alive ones), because one Python process
+answers on one core. The first process is the
 primary: it migrates the SQLite file, runs the `background` tasks (the embedded job pool,
 the crawl schedule) and starts the N-1 replicas as `registry serve --replica` on its port.
 Replicas answer every route, writes included, but run no background task: a schedule
@@ -26,11 +27,14 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Coroutine, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from registry.api.app import create_app
+from registry.api.balance import ConnectionShares
+from registry.api.keys import SHARES_KEY
 from registry.api.launchers import CrawlLauncher, JobQueue, Verifier
 from registry.catalog import migrate
 from registry.catalog.db import Database
@@ -56,6 +60,7 @@ async def serve(
     workers: int = 1,
     replica: bool = False,
     config: str | None = None,
+    shares: tuple[str, int] | None = None,
 ) -> None:
     """Serve until a signal (or `stop`, for tests and embedding) asks to stop.
 
@@ -66,7 +71,9 @@ async def serve(
     `workers` > 1 starts that many processes in all (see the module doc); a `replica` is
     one of them, started by the primary: it skips `background` and the migration. Replicas
     load their settings as the primary did: from `config` (the `--config` file), else the
-    inherited environment and the default file."""
+    inherited environment and the default file. `shares` is a replica's (file, slot) of
+    the connection counts that keep keep-alive connections even over the processes
+    (registry.api.balance)."""
     if workers < 1:
         raise ValueError("workers must be at least 1")
     db = Database.from_settings(settings)
@@ -75,6 +82,13 @@ async def serve(
         # as `registry index` does. PostgreSQL deployments migrate as a separate step.
         await migrate.ensure_schema(db.engine)
     app = create_app(settings, db.sessions, launcher=launcher, verifier=verifier, jobs=job_queue)
+    counts = None
+    if workers > 1 and not replica:
+        counts = ConnectionShares.create(workers)
+    elif replica and shares is not None:
+        counts = ConnectionShares.attach(Path(shares[0]), shares[1])
+    if counts is not None:
+        app[SHARES_KEY] = counts
     # access_log=None: the observe middleware writes the structured access log.
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
     stop = stop or asyncio.Event()
@@ -87,13 +101,19 @@ async def serve(
         site = web.TCPSite(runner, host, settings.api.port if port is None else port, reuse_port=shared or None)
         await site.start()
         bound = int(runner.addresses[0][1])
+        if counts is not None:
+            server = runner.server
+            counts.watch(lambda: len(server.connections) if server is not None else 0)
         # What is alive after start-up (modules, SQLAlchemy metadata, compiled statements)
         # lives as long as the process; freezing it keeps every full collection from
         # walking it again, which is what made the slowest requests slow.
         gc.collect()
         gc.freeze()
         log.info("listening on %s", ", ".join(str(a) for a in runner.addresses))
-        replicas = [_start_replica(host, bound, config) for _ in range(workers - 1)]
+        replicas = [
+            _start_replica(host, bound, config, (str(counts.path), slot) if counts is not None else None)
+            for slot in range(1, workers)
+        ]
         if listening is not None and not listening.done():
             listening.set_result(bound)
         coros = [job() for job in background] if not replica else [_parent_gone(stop)]
@@ -110,12 +130,16 @@ async def serve(
         await runner.cleanup()  # stops listening, waits for handlers, runs on_cleanup
         await db.dispose()
         await asyncio.gather(*(asyncio.to_thread(_reap, proc) for proc in replicas))
+        if counts is not None:
+            counts.close()  # the primary's removes the file, after its replicas are gone
 
 
-def _start_replica(host: str, port: int, config: str | None) -> subprocess.Popen[bytes]:
+def _start_replica(host: str, port: int, config: str | None, shares: tuple[str, int] | None) -> subprocess.Popen[bytes]:
     """One more `registry serve` on the primary's port, with the primary's settings."""
     options = ["--config", config] if config else []
     argv = [sys.executable, "-m", "registry.cli", *options, "serve", "--host", host, "--port", str(port), "--replica"]
+    if shares is not None:
+        argv += ["--shares", f"{shares[1]}:{shares[0]}"]
     return subprocess.Popen(argv)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import http.client
 import os
 import signal
 import socket
@@ -65,6 +67,67 @@ def test_two_workers_share_the_port_and_stop_together(sqlite_url: str) -> None:
         if primary.poll() is None:
             primary.kill()
             primary.wait()
+
+
+@pytest.mark.slow
+def test_keep_alive_connections_even_out_over_the_workers(sqlite_url: str) -> None:
+    """24 keep-alive connections, split by the kernel's hash however it falls, end up within
+    SLACK of an even split: a process over its share closes connections after answering,
+    and they reconnect. The process answering is told by its request ids' prefix."""
+    from registry.api.balance import SLACK
+
+    port = _free_port()
+    env = {**os.environ, "REGISTRY_DATABASE_URL": sqlite_url}
+    argv = [sys.executable, "-m", "registry.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "2"]
+    primary = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    conns: list[http.client.HTTPConnection] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(_listening(port)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(_listening(port)) == 2, "both processes listen"
+        shares_files = [a for a in _open_files(primary.pid) if a.endswith(".connections")]
+        assert len(shares_files) == 1
+        conns = [http.client.HTTPConnection("127.0.0.1", port, timeout=10) for _ in range(24)]
+        owner: dict[int, str] = {}
+        closed = 0
+        for _ in range(30):  # rounds of one request per connection
+            closed_now = 0
+            for i, conn in enumerate(conns):
+                conn.request("GET", "/healthz")
+                resp = conn.getresponse()
+                resp.read()
+                assert resp.status == 200
+                owner[i] = resp.getheader("X-Request-Id", "")[:20]
+                if (resp.getheader("Connection") or "").lower() == "close":
+                    conn.close()
+                    conns[i] = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                    closed_now += 1
+            closed += closed_now
+            if closed_now == 0 and len(set(owner.values())) == 2:
+                break
+        split = sorted(collections.Counter(owner.values()).values())
+        assert len(split) == 2 and split[1] <= 12 + SLACK, (split, closed)
+        primary.send_signal(signal.SIGTERM)
+        assert primary.wait(30) == 0
+        assert not Path(shares_files[0]).exists(), "the primary removes the counts file"
+    finally:
+        for conn in conns:
+            conn.close()
+        if primary.poll() is None:
+            primary.kill()
+            primary.wait()
+
+
+def _listening(port: int) -> list[str]:
+    rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+    return [r[9] for r in rows if r[3] == "0A" and int(r[1].rpartition(":")[2], 16) == port]
+
+
+def _open_files(pid: int) -> list[str]:
+    """The paths a process holds open or mapped."""
+    maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    return [line.split(maxsplit=5)[5] for line in maps if len(line.split(maxsplit=5)) == 6]
 
 
 def test_workers_must_be_positive() -> None:
