@@ -8,6 +8,7 @@ The cursor is opaque to clients: base64url JSON of the sort, its value and the i
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import dataclasses
@@ -73,11 +74,13 @@ COMMON_TOGETHER_ROWS = 600
 # were rare together: "7b 8b" (6 matches) took 70 ms in SQLite alone and 150-200 ms under
 # load, every time; the scan takes ~25 ms once per commit.
 TERM_SCAN_ROWS = 600
-# SQLite: how long that count may hold the event loop (see `db.longer_inline_reads`): a scan
-# of 100,000 rows took ~25 ms, once per commit. On the connection's thread it took a third
-# thread's worth of CPU from two cores, and every request of both processes waited
-# 60-100 ms instead of the 25 ms that the requests behind it wait here.
-TERM_SCAN_INLINE_MS = 30.0
+# SQLite: ids per slice of that count when it scans the table (short terms only), each one
+# statement, with a turn of the event loop between two. Scanned whole, 100,000 rows took
+# ~25 ms: held on the loop, every request behind it waited as long (p99 over 50 ms in
+# bench.api); moved to the connection's thread, it took a third thread's worth of CPU from
+# two cores and requests waited 60-100 ms. A slice of 8,192 ids takes ~2 ms; the request
+# that scans waits its turn between slices instead (~100 ms, once per commit).
+TERM_SCAN_SLICE = 8192
 # SQLite: how long a lineage family's walk may hold the event loop (see
 # `db.longer_inline_reads`): the biggest family took 5-11 ms, done once per commit to the file.
 FAMILY_WALK_INLINE_MS = 30.0
@@ -479,9 +482,10 @@ async def _term_ids(session: AsyncSession, terms: list[str]) -> tuple[bool, Sele
     of which some are too short for the FTS5 index and the others common.
 
     Known only on a SQLite file (see `FileMemo`); elsewhere (False, None) and the terms are
-    checked row by row along the sort index. The ids are found by one scan of the table that
-    stops past TERM_SCAN_ROWS matches (common terms: within a few thousand rows), and read
-    back through `json_each` until the next commit."""
+    checked row by row along the sort index. The ids are found by a scan of the table (or
+    of the long terms' FTS5 rows) in slices of TERM_SCAN_SLICE ids that stops past
+    TERM_SCAN_ROWS matches (common terms: within a few thousand rows), and read back through
+    `json_each` until the next commit."""
     memo = FileMemo.of(session)
     if memo is None:
         return False, None
@@ -489,9 +493,18 @@ async def _term_ids(session: AsyncSession, terms: list[str]) -> tuple[bool, Sele
     generation = memo.generation()  # before scanning: a commit meanwhile makes the entry stale
     known, ids = memo.term_ids(key, generation)
     if not known:
+        conn = await session.connection()
         scan = search_index.first_matching_ids(key, TERM_SCAN_ROWS + 1)
-        with longer_inline_reads(TERM_SCAN_INLINE_MS):
-            found = (await (await session.connection()).execute(scan)).scalars().all()
+        top = (await conn.execute(select(func.max(Artifact.id)))).scalar_one() or 0
+        found: list[int] = []
+        # The FTS5 rows of long terms are few enough to read at once; a scan of the table is sliced.
+        step = TERM_SCAN_SLICE if all(len(t) < search_index.MIN_TRIGRAM for t in key) else top + 1
+        for start in range(0, top + 1, step):
+            if start:
+                await asyncio.sleep(0)  # the requests waiting meanwhile go first
+            found += (await conn.execute(scan, {"id_from": start, "id_to": start + step})).scalars()
+            if len(found) > TERM_SCAN_ROWS:
+                break
         ids = None if len(found) > TERM_SCAN_ROWS else json.dumps(sorted(found), separators=(",", ":"))
         memo.put_term_ids(key, generation, ids)
     return True, (None if ids is None else _memoised_ids().params(term_ids=ids))

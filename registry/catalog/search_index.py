@@ -14,7 +14,19 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, column, func, literal_column, select, table, text, true
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    and_,
+    bindparam,
+    column,
+    func,
+    literal_column,
+    select,
+    table,
+    text,
+    true,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry.catalog.models import Artifact
@@ -89,17 +101,25 @@ def _fts_rowids(terms: Sequence[str]) -> Select[Any]:
 
 
 def first_matching_ids(terms: Sequence[str], limit: int) -> Select[Any]:
-    """SQLite: the ids of the first `limit` artifacts, in id order, holding every term (some
-    shorter than MIN_TRIGRAM). With terms long enough for the FTS5 index, their rows are
-    streamed from it in rowid order and checked for the short ones: `id IN (MATCH ...)`
-    would read every row of a common term first. With short terms only, a scan of the table."""
+    """SQLite: the ids of the first `limit` artifacts, in id order, with ids from the bound
+    `id_from` up to but not including `id_to`, holding every term (some shorter than
+    MIN_TRIGRAM). With terms long enough for the FTS5 index, their rows are streamed from it
+    in rowid order and checked for the short ones: `id IN (MATCH ...)` would read every row
+    of a common term first. With short terms only, a scan of the table's id range."""
     long = [t for t in terms if len(t) >= MIN_TRIGRAM]
     likes = [term_like(t) for t in terms if len(t) < MIN_TRIGRAM]
     if not long:
-        return select(Artifact.id).where(*likes).limit(limit)
+        ids = Artifact.id
+        return select(ids).where(ids >= bindparam("id_from"), ids < bindparam("id_to"), *likes).limit(limit)
     fts = table(FTS_TABLE, column("rowid"))
     match = text(f"{FTS_TABLE} MATCH :fts_query").bindparams(fts_query=_fts_match(long))
-    return select(Artifact.id).join_from(fts, Artifact, Artifact.id == fts.c.rowid).where(match, *likes).limit(limit)
+    rowid = fts.c.rowid
+    return (
+        select(Artifact.id)
+        .join_from(fts, Artifact, Artifact.id == rowid)
+        .where(match, rowid >= bindparam("id_from"), rowid < bindparam("id_to"), *likes)
+        .limit(limit)
+    )
 
 
 async def is_common_term(session: AsyncSession, term: str) -> bool:

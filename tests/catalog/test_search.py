@@ -507,13 +507,14 @@ async def test_a_memoised_family_follows_writes_of_any_connection(
 async def test_short_terms_rare_together_are_found_by_one_scan(
     catalog: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Short terms have no index. On a SQLite file, with no other way in, one scan finds the
-    few artifacts holding them all; those are memoised until the next commit to the file
-    (by any connection), fetched by id and sorted, and pages follow each other as before.
-    Common together, they are checked along the sort index."""
+    """Short terms have no index. On a SQLite file, with no other way in, a scan (in slices
+    of ids) finds the few artifacts holding them all; those are memoised until the next
+    commit to the file (by any connection), fetched by id and sorted, and pages follow each
+    other as before. Common together, they are checked along the sort index."""
     from registry.catalog import search as search_module
 
     monkeypatch.setattr(search_module, "COMMON_ROWS", 1)  # the status (7 rows) is no way in
+    monkeypatch.setattr(search_module, "TERM_SCAN_SLICE", 2)  # the scan in slices of 2 ids
     llama_8b = {"llama-3-8b-f16.gguf", "Llama-3-8B-Q4_K_M.gguf", "Llama-3-8B-IQ2_XS.gguf", "Llama-3-8B-Q8_0.gguf",
                 "ft.gguf"}  # fmt: skip
     async with catalog.sessions() as session:
