@@ -60,6 +60,14 @@ FAMILY_COMMON_ROWS = 200
 # fetching a common filter's thousands of rows (a family with 198 Q6_K rows: 1 ms walked,
 # 13 ms fetched through the file type's index).
 FAMILY_COMMON_ROWS_WALK_INDEX = 20
+# SQLite: the same for a filter on a column the default sort's index holds (its walk tests
+# the filter in the index entry, ~45 ns an entry, and reads a row only for a match): past
+# this many rows walking beats fetching them through the filter's index and sorting them
+# (~0.9 us a row). An architecture with 1,992 rows: 0.04 ms walked, 1.9 ms fetched; with 91:
+# 1.0 ms walked, 0.04 ms fetched.
+WALK_INDEX_COMMON_ROWS = 300
+# The columns of the default sort's index (`ix_artifacts_downloads_walk`) besides its key.
+_WALK_INDEX_COLUMNS = frozenset({"status", "architecture", "license", "file_type", "context_length", "repo_pk"})
 # SQLite: filters or text terms, each common, that match more rows than this together are
 # checked along the sort index; fewer are fetched through their indexes and sorted. Walking
 # reads about limit x catalog / matches rows; fetching reads every match, and intersecting
@@ -431,7 +439,13 @@ async def _filters(session: AsyncSession, q: SearchQuery, *, all_matches: bool =
     if all_matches or session.get_bind().dialect.name != "sqlite":
         where = await _where(session, q, [_clause(p) for p in preds], terms, common=None)
         return _Plan(where)
-    many = [await _matches_many(session, p.key, _as_built(p)) for p in preds]
+    walked = _WALK_INDEX_COLUMNS if parse_sort(q.sort)[1] is Artifact.downloads else frozenset()
+    many = [
+        await _matches_many(
+            session, p.key, _as_built(p), min(WALK_INDEX_COMMON_ROWS, COMMON_ROWS) if p.column.key in walked else None
+        )
+        for p in preds
+    ]
     common = await _common_terms(session, terms)
     # Short terms have no index: with no other way in, their matches are counted first.
     short = [t for t in terms if len(t) < search_index.MIN_TRIGRAM]

@@ -391,6 +391,26 @@ async def test_rare_conjunction_of_common_filters_sorts_its_matches(
     assert paths(await run(catalog, license="llama3", file_type="Q4_K_M")) == ["Llama-3-8B-Q4_K_M.gguf"]
 
 
+async def test_a_filter_the_default_sort_index_holds_is_common_sooner(
+    catalog: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the default sort the walk tests an architecture in the index entry, so a filter is
+    walked past WALK_INDEX_COMMON_ROWS; other sorts read a row per entry and keep COMMON_ROWS."""
+    from registry.catalog import search as search_module
+
+    monkeypatch.setattr(search_module, "WALK_INDEX_COMMON_ROWS", 3)  # llama: 6 rows
+    async with catalog.sessions() as session:
+        by_downloads = await search_module._filters(session, SearchQuery(architecture="llama"))
+        by_likes = await search_module._filters(session, SearchQuery(architecture="llama", sort="likes"))
+    sqlite = catalog.dialect == "sqlite"
+    assert ("+artifacts.architecture" in _where_sql(catalog, by_downloads.where)) == sqlite
+    assert "+artifacts.architecture" not in _where_sql(catalog, by_likes.where)
+    assert (by_downloads.filter_way_in, by_likes.filter_way_in) == (False, sqlite)
+    for sort in ("downloads", "likes"):
+        page = await run(catalog, architecture="llama", sort=sort)
+        assert len(page.items) == 6 and {i.architecture for i in page.items} == {"llama"}
+
+
 def _where_sql(catalog: Database, where: list[Any]) -> str:
     return " AND ".join(str(w.compile(catalog.engine.sync_engine)) for w in where)
 
