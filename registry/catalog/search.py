@@ -87,7 +87,7 @@ TERM_SCAN_ROWS = 600
 # ~25 ms: held on the loop, every request behind it waited as long (p99 over 50 ms in
 # bench.api); moved to the connection's thread, it took a third thread's worth of CPU from
 # two cores and requests waited 60-100 ms. A slice of 8,192 ids takes ~2 ms; the request
-# that scans waits its turn between slices instead (~100 ms, once per commit).
+# that scans waits its turn between slices instead (50-160 ms, once per commit).
 TERM_SCAN_SLICE = 8192
 # SQLite: how long a lineage family's walk may hold the event loop (see
 # `db.longer_inline_reads`): the biggest family took 5-11 ms, done once per commit to the file.
