@@ -58,6 +58,10 @@ from registry.config import Settings
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 SQLITE_POOL_SIZE = 32
 SQLITE_POOL_OVERFLOW = 32
+# Per engine (per process): within PostgreSQL's default max_connections of 100 for a few
+# `serve --workers` processes and workers, each keeping only what it has needed at once.
+POSTGRES_POOL_SIZE = 20
+POSTGRES_POOL_OVERFLOW = 10
 SQLITE_MMAP_BYTES = 1 << 30  # the address space to map per connection; a larger file maps its first GiB
 SQLITE_INLINE_READ_MS = 5.0  # the longest a read runs on the event loop's thread (0: never)
 # SQLite's virtual-machine steps between two calls of the progress handler: a few tens of
@@ -353,6 +357,12 @@ def create_engine(
             # a thread, the file open, the pragmas and a schema parse. Idle ones cost little.
             kwargs.setdefault("pool_size", SQLITE_POOL_SIZE)
             kwargs.setdefault("max_overflow", SQLITE_POOL_OVERFLOW)
+    if parsed.get_backend_name() == "postgresql":
+        # The same for PostgreSQL, where a new connection is a new server process: with the
+        # default pool of 5, 16 requests at once in one `serve` process opened and closed
+        # overflow connections all the time.
+        kwargs.setdefault("pool_size", POSTGRES_POOL_SIZE)
+        kwargs.setdefault("max_overflow", POSTGRES_POOL_OVERFLOW)
     engine = create_async_engine(parsed, echo=echo, **kwargs)
     if engine.dialect.name == "sqlite":
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
