@@ -145,7 +145,7 @@ class _ThreadTurns:
     `_THREAD_TURN_PAUSE_S` (releasing the GIL) every `_THREAD_TURN_PERIOD_S`, so the thread
     takes the GIL within a period instead of starving (see the module doc). With nothing on
     a thread it costs nothing: no timer runs. Under a busy loop a 25 ms scan on the thread
-    took 20 s without these turns and 40-80 ms with them."""
+    took 20 s without these turns and 37-80 ms with them."""
 
     __slots__ = ("_loop", "_pending", "_timer")
 
@@ -155,14 +155,17 @@ class _ThreadTurns:
         self._timer: asyncio.TimerHandle | None = None
 
     @classmethod
-    def of_running_loop(cls) -> _ThreadTurns:
+    async def wait(cls, work: Awaitable[_T]) -> _T:
+        """`work`'s result, with turns for threads while it runs. The loop is looked up here,
+        when the wait runs on it: a rollback at pool cleanup outside any loop fails as it
+        always did (the coroutine is never started), not on the lookup."""
         loop = asyncio.get_running_loop()
         turns = _TURNS.get(loop)
         if turns is None:
             turns = _TURNS[loop] = cls(loop)
-        return turns
+        return await turns._wait(work)
 
-    async def wait(self, work: Awaitable[_T]) -> _T:
+    async def _wait(self, work: Awaitable[_T]) -> _T:
         self._pending += 1
         if self._timer is None:
             self._timer = self._loop.call_later(_THREAD_TURN_PERIOD_S, self._turn)
@@ -279,7 +282,7 @@ class _OneTripCursor(AsyncAdapt_aiosqlite_cursor):
                 on_thread: Awaitable[tuple[Any, list[Any], int, int | None]] = aio._execute(
                     lambda: _run_statement(aio._conn, operation, parameters, many)
                 )
-                result = await _ThreadTurns.of_running_loop().wait(on_thread)
+                result = await _ThreadTurns.wait(on_thread)
         self._description, rows, self._rowcount, self._lastrowid = result
         self._rows = collections.deque(rows)
 
@@ -322,7 +325,7 @@ class _OneTripConnection(AsyncAdapt_aiosqlite_connection):
 
     def _on_thread(self, call: Callable[[], Awaitable[None]]) -> None:
         try:
-            await_(_ThreadTurns.of_running_loop().wait(call()))
+            await_(_ThreadTurns.wait(call()))
         except Exception as error:
             self._handle_exception(error)
 
