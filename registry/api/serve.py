@@ -5,9 +5,9 @@ On a signal the listening socket closes first, requests in flight get up to
 
 `--workers N` runs N processes on one port (SO_REUSEPORT: the kernel spreads connections
 over them, and registry.api.balance evens out keep-alive ones), because one Python process
-answers on one core. The first process is the
-primary: it migrates the SQLite file, runs the `background` tasks (the embedded job pool,
-the crawl schedule) and starts the N-1 replicas as `registry serve --replica` on its port.
+answers on one core. The first process is the primary: it migrates the SQLite file, runs
+the `background` tasks (the embedded job pool, the crawl schedule) and starts the N-1
+replicas as `registry serve --replica` on its port.
 Replicas answer every route, writes included, but run no background task: a schedule
 fires once, and a job a replica enqueues is run by the primary's pool (embedded mode) or
 by the workers (distributed). SQLite in WAL mode takes several reader processes and
@@ -134,7 +134,9 @@ async def serve(
             counts.close()  # the primary's removes the file, after its replicas are gone
 
 
-def _start_replica(host: str, port: int, config: str | None, shares: tuple[str, int] | None) -> subprocess.Popen[bytes]:
+def _start_replica(
+    host: str, port: int, config: str | None, shares: tuple[str, int] | None
+) -> subprocess.Popen[bytes]:
     """One more `registry serve` on the primary's port, with the primary's settings."""
     options = ["--config", config] if config else []
     argv = [sys.executable, "-m", "registry.cli", *options, "serve", "--host", host, "--port", str(port), "--replica"]
