@@ -223,6 +223,26 @@ class _InlineReads:
             self.deadline = 0.0
 
 
+async def run_statement(
+    adapt: AsyncAdapt_dbapi_connection, operation: str, parameters: Any, many: bool
+) -> tuple[Any, list[Any], int, int | None]:
+    """One statement on an aiosqlite connection of this module's engines: a read outside a
+    transaction inline (within the connection's budget), anything else, or a read that ran
+    out of budget, in one trip to the connection's thread. Returns what `_run_statement`
+    does; raises sqlite3's own errors."""
+    aio = adapt._connection
+    async with adapt._execute_mutex:
+        inline = adapt._inline if isinstance(adapt, _OneTripConnection) else None
+        if inline is not None and not many and not aio._conn.in_transaction and _is_read(operation):
+            result = inline.run(aio._conn, operation, parameters)
+            if result is not None:
+                return result
+        on_thread: Awaitable[tuple[Any, list[Any], int, int | None]] = aio._execute(
+            lambda: _run_statement(aio._conn, operation, parameters, many)
+        )
+        return await _ThreadTurns.wait(on_thread)
+
+
 class _OneTripCursor(AsyncAdapt_aiosqlite_cursor):
     """SQLAlchemy's aiosqlite cursor, with each statement one trip to aiosqlite's thread.
 
@@ -271,18 +291,7 @@ class _OneTripCursor(AsyncAdapt_aiosqlite_cursor):
             self._adapt_connection._handle_exception(error)
 
     async def _run(self, operation: Any, parameters: Any, many: bool) -> None:
-        aio = self._connection
-        adapt = self._adapt_connection
-        async with adapt._execute_mutex:
-            result = None
-            inline = adapt._inline if isinstance(adapt, _OneTripConnection) else None
-            if inline is not None and not many and not aio._conn.in_transaction and _is_read(operation):
-                result = inline.run(aio._conn, operation, parameters)
-            if result is None:
-                on_thread: Awaitable[tuple[Any, list[Any], int, int | None]] = aio._execute(
-                    lambda: _run_statement(aio._conn, operation, parameters, many)
-                )
-                result = await _ThreadTurns.wait(on_thread)
+        result = await run_statement(self._adapt_connection, operation, parameters, many)
         self._description, rows, self._rowcount, self._lastrowid = result
         self._rows = collections.deque(rows)
 

@@ -1,0 +1,281 @@
+"""The read path of requests on SQLite (registry.catalog.readpath): every catalog read gives
+through a ReadSession exactly what it gives through an AsyncSession, and the path's own
+parts (binding, rows, fallbacks, errors, the shape cache) do what SQLAlchemy does."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, cast
+
+import pytest
+from sqlalchemy import bindparam, exc, func, insert, literal, select, text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from registry.api import reads
+from registry.catalog import lineage, readpath
+from registry.catalog.db import Database
+from registry.catalog.models import Artifact, Repo
+from registry.catalog.readpath import ReadSession, Rows, uses_read_path
+from registry.catalog.search import SearchQuery, descendant_repo_pks, facets, search
+from registry.catalog.services import upsert_repo_snapshot
+from tests.catalog.conftest import empty_tables
+from tests.catalog.test_search import _catalog
+
+
+@pytest.fixture
+async def catalog(sqlite_url: str) -> AsyncIterator[Database]:
+    database = Database.from_url(sqlite_url)
+    try:
+        for snap in _catalog():
+            async with database.sessions() as session, session.begin():
+                await upsert_repo_snapshot(session, snap)
+        yield database
+    finally:
+        await empty_tables(database)
+        await database.dispose()
+
+
+async def both(db: Database, read: Callable[[AsyncSession], Awaitable[Any]]) -> tuple[Any, Any]:
+    """`read` through SQLAlchemy's session and through the read path."""
+    async with db.sessions() as session:
+        expected = await read(session)
+    lean = ReadSession(db.engine, db.sessions)
+    try:
+        got = await read(cast(AsyncSession, lean))
+    finally:
+        await lean.close()
+    return expected, got
+
+
+def plain(value: Any) -> Any:
+    """Rows as tuples, dataclasses as dicts: what both paths must agree on."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, list | tuple) or hasattr(value, "_fields"):  # SQLAlchemy's Row is no tuple
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return value
+
+
+QUERIES = [
+    {},
+    {"text": "llama"},
+    {"text": "llama 8b"},
+    {"architecture": "llama", "file_type": "Q4_K_M"},
+    {"license": "llama3", "sort": "size:asc"},
+    {"min_params": 1_000_000_000, "max_params": 10_000_000_000, "sort": "params"},
+    {"tensor_type": "IQ2_XS"},
+    {"descendant_of": "meta-llama/Llama-3-8B"},
+    {"descendant_of": "meta-llama/Llama-3-8B", "file_type": "Q8_0"},
+    {"status": "error"},
+    {"size_label": "8B", "sort": "name"},
+    {"min_context": 16_000, "limit": 1},
+]
+
+
+@pytest.mark.parametrize("kwargs", QUERIES, ids=lambda k: ",".join(k) or "default")
+async def test_search_and_facets_agree(catalog: Database, kwargs: dict[str, Any]) -> None:
+    q = SearchQuery(**kwargs)
+    expected, got = await both(catalog, lambda s: search(s, q, with_total=True))
+    assert plain(got) == plain(expected) and expected.items
+    expected, got = await both(catalog, lambda s: facets(s, q))
+    assert got == expected
+
+
+async def test_every_page_of_a_walk_agrees(catalog: Database) -> None:
+    cursor = None
+    pages = 0
+    while True:
+        q = SearchQuery(limit=2, cursor=cursor, sort="likes:asc")
+        expected, got = await both(catalog, lambda s, q=q: search(s, q))  # type: ignore[misc]
+        assert plain(got) == plain(expected)
+        pages += 1
+        cursor = expected.next_cursor
+        if cursor is None:
+            break
+    assert pages >= 3
+
+
+async def test_detail_and_lineage_reads_agree(catalog: Database) -> None:
+    repo_id = "bartowski/Llama-3-8B-GGUF"
+    expected, got = await both(catalog, lambda s: reads.get_repo(s, repo_id))
+    assert tuple(got) == tuple(expected) and got.repo_id == repo_id
+    pk = expected.id
+    expected, got = await both(catalog, lambda s: reads.repo_artifacts(s, pk))
+    assert plain(got) == plain(expected) and len(got) == 3
+    assert [d.facts for d in got] == [d.facts for d in expected] and got[0].facts
+    artifact_id = expected[0].row.id
+    expected, got = await both(catalog, lambda s: reads.get_artifact(s, artifact_id))
+    assert plain(got) == plain(expected) and got.row.repo_name == repo_id
+    for read in (
+        lambda s: lineage.descendants(s, "meta-llama/Llama-3-8B"),
+        lambda s: lineage.ancestors(s, "someone/llama-3-8b-finetune-GGUF"),
+        lambda s: lineage.neighbours(s, repo_id),
+        lambda s: reads.is_lineage_node(s, "meta-llama/Llama-3-8B"),
+        lambda s: reads.repo_exists(s, "nobody/nothing"),
+    ):
+        expected, got = await both(catalog, read)
+        assert plain(got) == plain(expected)
+
+
+async def test_values_bound_every_way_sqlalchemy_binds_them(catalog: Database) -> None:
+    names = ["qwen/Qwen2-0.5B-GGUF", "mistralai/Mixtral-8x7B-GGUF"]
+    statements: list[tuple[Any, dict[str, Any] | None]] = [
+        # an IN list of a parameter, expanded per execution
+        (select(Repo.repo_id).where(Repo.repo_id.in_(bindparam("names", expanding=True))), {"names": names}),
+        # a literal IN list: its values are part of the statement, not of its shape
+        (select(Repo.repo_id).where(Repo.repo_id.in_(names)), None),
+        # values given to .params() of a statement built once
+        (descendant_repo_pks("meta-llama/Llama-3-8B"), None),
+        # literal values and LIMIT/OFFSET
+        (select(Artifact.path, literal("x").label("tag")).order_by(Artifact.path).limit(2).offset(1), None),
+    ]
+    for statement, params in statements:
+
+        async def read(s: AsyncSession, statement: Any = statement, params: Any = params) -> list[Any]:
+            return [tuple(r) for r in (await (await s.connection()).execute(statement, params)).all()]
+
+        expected, got = await both(catalog, read)
+        assert got == expected and got
+    # the same shape with another value reads that value's rows, not the first one's
+    other = descendant_repo_pks("bartowski/Llama-3-8B-GGUF")
+    first, second = await both(
+        catalog, lambda s: _scalars(s, descendant_repo_pks("meta-llama/Llama-3-8B"))
+    )
+    lean = ReadSession(catalog.engine, catalog.sessions)
+    try:
+        fewer = await _scalars(cast(AsyncSession, lean), other)
+    finally:
+        await lean.close()
+    assert first == second and 0 < len(fewer) < len(first)
+
+
+async def _scalars(session: AsyncSession, statement: Any) -> list[Any]:
+    return sorted((await (await session.connection()).execute(statement)).scalars())
+
+
+async def test_rows_read_like_sqlalchemy_rows(catalog: Database) -> None:
+    lean = ReadSession(catalog.engine, catalog.sessions)
+    try:
+        conn = await lean.connection()
+        stmt = select(Repo.repo_id, func.count(Artifact.id).label("count"), literal(7).label("index"))
+        stmt = stmt.join(Artifact, Artifact.repo_pk == Repo.id).group_by(Repo.repo_id).order_by(Repo.repo_id)
+        rows = (await conn.execute(stmt)).all()
+        row = rows[0]
+        assert row.count == row[1] == row._mapping["count"] and isinstance(row.count, int)
+        assert row.index == 7  # a column, not tuple.index
+        assert row._fields == ("repo_id", "count", "index")
+        repo_id, count, _ = row
+        assert (repo_id, count) == (row.repo_id, row.count)
+        with pytest.raises(AttributeError):
+            _ = row.nothing
+        # processed values: dates and booleans come back as SQLAlchemy gives them
+        full = (await conn.execute(select(Repo).order_by(Repo.id))).first()
+    finally:
+        await lean.close()
+    async with catalog.sessions() as session:
+        expected = (await (await session.connection()).execute(select(Repo).order_by(Repo.id))).first()
+    assert full is not None and expected is not None
+    assert tuple(full) == tuple(expected)
+    assert full.created_at.tzinfo is not None and isinstance(full.gated, bool)
+
+
+async def test_result_methods_and_their_errors(catalog: Database) -> None:
+    lean = ReadSession(catalog.engine, catalog.sessions)
+    try:
+        conn = await lean.connection()
+        many = await conn.execute(select(Repo.repo_id).order_by(Repo.repo_id))
+        none = await conn.execute(select(Repo.repo_id).where(Repo.repo_id == "nobody/nothing"))
+    finally:
+        await lean.close()
+    assert isinstance(many, Rows) and len(many.all()) == 5
+    assert many.first() == many.all()[0] and many.scalar() == many.all()[0][0]
+    assert many.scalars().all() == [r[0] for r in many.all()]
+    with pytest.raises(exc.MultipleResultsFound):
+        many.one_or_none()
+    with pytest.raises(exc.MultipleResultsFound):
+        many.scalars().one()
+    with pytest.raises(exc.NoResultFound):
+        none.one()
+    with pytest.raises(exc.NoResultFound):
+        none.scalar_one()
+    assert none.one_or_none() is None and none.scalar() is None and none.first() is None
+    assert none.scalars().first() is None and none.scalar_one_or_none() is None
+
+
+async def test_what_the_path_does_not_run_goes_to_sqlalchemy(catalog: Database) -> None:
+    lean = ReadSession(catalog.engine, catalog.sessions)
+    try:
+        conn = await lean.connection()
+        # not a select: SQLAlchemy runs it, on its own connection
+        got = await conn.execute(text("SELECT count(*) FROM repos"))
+        assert not isinstance(got, Rows) and got.scalar_one() == 5
+        # session methods the path lacks: a real session's
+        repo = await lean.get(Repo, 1)  # type: ignore[attr-defined]
+        assert repo is not None and repo.repo_id
+        assert (await lean.scalars(select(Repo.repo_id))).all()  # type: ignore[attr-defined]
+    finally:
+        await lean.close()
+    pool = catalog.engine.sync_engine.pool
+    assert pool.checkedout() == 0  # both connections went back
+
+
+async def test_sqlite_errors_are_sqlalchemys(catalog: Database) -> None:
+    bad = select(Repo.repo_id).where(func.no_such_function(Repo.id) == 1)
+    async with catalog.sessions() as session:
+        with pytest.raises(exc.OperationalError) as expected:
+            await (await session.connection()).execute(bad)
+    lean = ReadSession(catalog.engine, catalog.sessions)
+    try:
+        with pytest.raises(exc.OperationalError) as got:
+            await (await lean.connection()).execute(bad)
+    finally:
+        await lean.close()
+    assert type(got.value.orig) is type(expected.value.orig) and "no_such_function" in str(got.value)
+
+
+async def test_shapes_are_compiled_once_and_bounded(catalog: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(readpath, "SHAPES_PER_ENGINE", 3)
+    shapes = readpath._shapes(catalog.engine.sync_engine)
+    shapes._entries.clear()
+    lean = ReadSession(catalog.engine, catalog.sessions)
+    try:
+        conn = await lean.connection()
+        for repo_id in ("a/b", "c/d", "qwen/Qwen2-0.5B-GGUF"):  # one shape, three values
+            await conn.execute(select(Repo.id).where(Repo.repo_id == repo_id))
+        assert len(shapes._entries) == 1
+        await conn.execute(select(Repo.id).where(Repo.id > 1).limit(2))
+        await conn.execute(select(Repo.id).where(Repo.id > 3).limit(4))  # the same shape again
+        assert len(shapes._entries) == 2
+        for column in (Repo.repo_id, Repo.downloads, Repo.likes, Repo.gated):  # four more shapes
+            await conn.execute(select(column))
+        assert len(shapes._entries) == 3  # the oldest went
+    finally:
+        await lean.close()
+
+
+async def test_writes_are_not_taken(catalog: Database) -> None:
+    lean = ReadSession(catalog.engine, catalog.sessions)
+    try:
+        conn = await lean.connection()
+        shape = readpath._shapes(catalog.engine.sync_engine).get(
+            insert(Repo).values(repo_id="x/y"), conn.dialect
+        )
+    finally:
+        await lean.close()
+    assert shape is None
+
+
+def test_which_engines_read_through_the_path(sqlite_url: str) -> None:
+    database = Database.from_url(sqlite_url)
+    echoing = Database.from_url(sqlite_url, echo=True)
+    try:
+        assert uses_read_path(database.engine)
+        assert not uses_read_path(echoing.engine)  # its statements must be logged
+    finally:
+        from tests.catalog.conftest import run_sync
+
+        run_sync(database.dispose)
+        run_sync(echoing.dispose)
