@@ -133,7 +133,8 @@ async def are_common_together(session: AsyncSession, terms: Sequence[str], thres
     intersection, where counting LIKE matches row by row read the table up to its end
     when the terms are common apart but rare together."""
     probe = _fts_rowids(terms).limit(threshold + 1).subquery()
-    found = (await session.execute(select(func.count()).select_from(probe))).scalar_one()
+    conn = await session.connection()
+    found = (await conn.execute(select(func.count()).select_from(probe))).scalar_one()
     return bool(found > threshold)
 
 

@@ -37,3 +37,33 @@ async def test_read_routes_use_the_read_path_on_sqlite_only(
         assert ran == []
     pool = db.engine.sync_engine.pool
     assert pool.checkedout() == 0  # every request gave its connection back
+
+
+@pytest.mark.usefixtures("catalog")
+async def test_read_routes_on_sqlite_need_no_sqlalchemy_session(
+    api: ApiClient, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every read of the routes a browser calls runs on the read path: a real AsyncSession
+    opened behind one (an `await session.execute(...)` somewhere) costs its whole machinery."""
+    if db.dialect != "sqlite":
+        pytest.skip("the read path is SQLite's")
+    opened: list[str] = []
+    real_session = readpath.ReadSession.real_session
+
+    def recorded(self: readpath.ReadSession) -> Any:
+        opened.append("session")
+        return real_session(self)
+
+    monkeypatch.setattr(readpath.ReadSession, "real_session", recorded)
+    page = await api.get("/v1/artifacts?limit=2")
+    first = page.body["items"][0]
+    paths = [
+        "/v1/artifacts?q=llama", "/v1/artifacts?q=llama%20instruct", "/v1/artifacts?q=q4",
+        f"/v1/artifacts?architecture={first['architecture']}&sort=name", "/v1/facets", "/v1/facets?q=llama",
+        f"/v1/artifacts/{first['id']}", f"/v1/repos/{first['repo']}", f"/v1/repos/{first['repo']}/lineage",
+        f"/v1/artifacts?descendant_of={first['repo']}",
+    ]  # fmt: skip
+    for path in paths:
+        answer = await api.get(path)
+        assert answer.status == 200, (path, answer.body)
+    assert opened == []
