@@ -43,17 +43,22 @@ async def test_read_routes_use_the_read_path_on_sqlite_only(
 async def test_read_routes_on_sqlite_need_no_sqlalchemy_session(
     api: ApiClient, db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every read of the routes a browser calls runs on the read path: a real AsyncSession
-    opened behind one (an `await session.execute(...)` somewhere) costs its whole machinery."""
-    if db.dialect != "sqlite":
-        pytest.skip("the read path is SQLite's")
+    """On SQLite every read of the routes a browser calls runs on the read path: a real
+    AsyncSession opened behind one (an `await session.execute(...)` somewhere) costs its
+    whole machinery. On PostgreSQL no request makes a ReadSession at all."""
+    made: list[str] = []
     opened: list[str] = []
-    real_session = readpath.ReadSession.real_session
+    init, real_session = readpath.ReadSession.__init__, readpath.ReadSession.real_session
+
+    def counted(self: readpath.ReadSession, *args: Any) -> None:
+        made.append("read session")
+        init(self, *args)
 
     def recorded(self: readpath.ReadSession) -> Any:
         opened.append("session")
         return real_session(self)
 
+    monkeypatch.setattr(readpath.ReadSession, "__init__", counted)
     monkeypatch.setattr(readpath.ReadSession, "real_session", recorded)
     page = await api.get("/v1/artifacts?limit=2")
     first = page.body["items"][0]
@@ -67,3 +72,4 @@ async def test_read_routes_on_sqlite_need_no_sqlalchemy_session(
         answer = await api.get(path)
         assert answer.status == 200, (path, answer.body)
     assert opened == []
+    assert len(made) >= len(paths) if db.dialect == "sqlite" else made == []
