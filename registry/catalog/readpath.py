@@ -49,7 +49,7 @@ SHAPES_PER_ENGINE = 1024
 class _Shape:
     """One compiled SELECT: its SQL, how to bind values, how to read rows."""
 
-    __slots__ = ("binds", "compiled", "expands", "positions", "row_type", "rows", "sql")
+    __slots__ = ("binds", "compiled", "expands", "positions", "processed", "row_type", "sql")
 
     def __init__(self, compiled: Any) -> None:
         self.compiled = compiled
@@ -60,7 +60,10 @@ class _Shape:
         self.expands = bool(compiled.literal_execute_params or compiled.post_compile_params)
         dialect = compiled.dialect
         columns = compiled._result_columns
-        self.rows = [c.type._cached_result_processor(dialect, None) for c in columns]
+        # (column index, result processor) of the columns that have one: a search hit has
+        # one among its 22 (its date), and the other values are taken as they are.
+        processors = [c.type._cached_result_processor(dialect, None) for c in columns]
+        self.processed = [(i, p) for i, p in enumerate(processors) if p is not None]
         self.row_type = _row_type(tuple(c.keyname for c in columns))
 
     def bind(self, values: Mapping[str, Any] | None, key: Any) -> tuple[str, tuple[Any, ...]]:
@@ -82,11 +85,16 @@ class _Shape:
         return sql, tuple(binds[k](params[k]) if k in binds else params[k] for k in positions)
 
     def read(self, raw: list[tuple[Any, ...]]) -> list[Any]:
-        make = self.row_type
-        if not any(self.rows):
+        make, processed = self.row_type, self.processed
+        if not processed:
             return [make(r) for r in raw]
-        procs = self.rows
-        return [make([v if p is None else p(v) for p, v in zip(procs, r, strict=True)]) for r in raw]
+        rows = []
+        for r in raw:
+            values = list(r)
+            for i, process in processed:
+                values[i] = process(values[i])
+            rows.append(make(values))
+        return rows
 
 
 def _row_type(keys: tuple[str, ...]) -> type:
