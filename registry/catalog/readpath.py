@@ -205,9 +205,6 @@ class Scalars(Rows):
 
     __slots__ = ()
 
-    def first(self) -> Any:
-        return self._rows[0] if self._rows else None
-
     def scalar(self) -> Any:
         return self.first()
 
