@@ -51,11 +51,17 @@ bench: models
 
 # The peers of the benchmarks and of the optional live cross-checks against ggml's C code:
 # llama-cpp-python (builds llama.cpp from source, several minutes) in a virtualenv of its own.
+# Built for this CPU, but without AMX: ggml's AMX matrix multiply crashed (SIGSEGV in
+# ggml_backend_amx_mul_mat) on the first forward pass of both sample models on a Sapphire
+# Rapids VM, and the benchmarks' peer has to run. No wheel cache: a wheel built elsewhere
+# with other flags would be reused.
 REFVENV := .cache/refvenv
+REF_CFLAGS := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
 $(REFVENV)/.installed:
 	$(PYTHON) -m venv $(REFVENV)
 	$(REFVENV)/bin/python -m pip install -q --upgrade pip
-	$(REFVENV)/bin/python -m pip install -q llama-cpp-python numpy
+	CMAKE_ARGS="-DCMAKE_C_FLAGS='$(REF_CFLAGS)' -DCMAKE_CXX_FLAGS='$(REF_CFLAGS)'" \
+		$(REFVENV)/bin/python -m pip install -q --no-cache-dir llama-cpp-python numpy
 	touch $@
 
 refvenv: $(REFVENV)/.installed

@@ -108,7 +108,9 @@ def _ours_speed(path: str, n_tokens: int) -> dict[str, Any]:
 def _child_json(cmd: list[str], env: dict[str, str]) -> dict[str, Any]:
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if out.returncode != 0:
-        raise RuntimeError(f"{cmd[0]} failed: {out.stderr.strip().splitlines()[-1:]}")
+        how = f"signal {-out.returncode}" if out.returncode < 0 else f"exit status {out.returncode}"
+        tail = out.stderr.strip().splitlines()[-3:]
+        raise RuntimeError(f"{cmd[0]} failed with {how}: {tail}")
     data: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return data
 
