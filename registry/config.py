@@ -124,9 +124,20 @@ class VerifySettings:
     )
     n_generate: int = _setting(8, "Tokens generated greedily from the built-in prompt.")
     chunk_bytes: int = _setting(
-        64 * 1024 * 1024, "Most float32 bytes of one tensor held at once while computing weight statistics."
+        64 * 1024 * 1024,
+        "Most float32 bytes held at once while computing weight statistics, shared by the threads "
+        "(tensors are dequantized in pieces of an eighth of this).",
+    )
+    threads: int = _setting(
+        0, "Threads dequantizing a model's tensors during a verification; 0 means one per CPU (at most 8)."
     )
     concurrency: int = _setting(1, "Verifications run at once by `registry serve`; each needs a model's memory.")
+
+    def __post_init__(self) -> None:
+        if self.threads < 0:
+            raise ConfigError(f"verify.threads must be 0 (one per CPU) or positive, got {self.threads}")
+        if self.chunk_bytes <= 0:
+            raise ConfigError(f"verify.chunk_bytes must be positive, got {self.chunk_bytes}")
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,7 @@ def child_request(paths: Sequence[Path], settings: Settings) -> dict[str, Any]:
             "perplexity_threshold": v.perplexity_threshold,
             "n_generate": v.n_generate,
             "chunk_bytes": v.chunk_bytes,
+            "threads": v.threads,
             "limits": {
                 "max_kv_count": p.max_kv_count,
                 "max_tensor_count": p.max_tensor_count,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 import math
 import resource
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -29,7 +30,7 @@ from registry.gguf.limits import Limits
 from registry.gguf.model import GGUFHeader, TensorInfo
 from registry.gguf.reader import next_window, parse_header
 from registry.hub.local import shard_paths
-from registry.quant import dequantize_chunks
+from registry.quant import dequantize, dequantize_chunks, parallel
 from registry.quant.base import DequantError, UnsupportedType
 from registry.runner import (
     SMOKE_PROMPT,
@@ -90,6 +91,9 @@ class CheckOptions:
     perplexity_threshold: float = 100.0
     n_generate: int = 8
     chunk_bytes: int = 64 * 1024 * 1024
+    # Threads dequantizing tensors at once; 0: one per CPU this process may use (at most
+    # parallel.MAX_THREADS).
+    threads: int = 0
     limits: Limits = field(default_factory=Limits)
     text: str = SMOKE_TEXT
     prompt: str = SMOKE_PROMPT
@@ -214,6 +218,57 @@ def _header_failure(exc: GGUFError, name: str) -> CheckFailed:
 # -- weights ----------------------------------------------------------------------------
 
 
+@dataclass
+class _Part:
+    """Statistics of one piece of a tensor: count, mean and sum of squared deviations of
+    its finite values, their extremes, and its NaN and Inf counts."""
+
+    n: int = 0
+    mean: float = 0.0
+    m2: float = 0.0
+    lo: float = math.inf
+    hi: float = -math.inf
+    nan: int = 0
+    inf: int = 0
+
+
+def _part(x: np.ndarray) -> _Part:
+    """The statistics of the flat float32 values `x`."""
+    part = _Part()
+    total = float(x.sum(dtype=np.float64))
+    if not math.isfinite(total):  # only then can there be NaN or Inf: count them
+        part.nan, part.inf = int(np.isnan(x).sum()), int(np.isinf(x).sum())
+        if part.nan or part.inf:
+            x = x[np.isfinite(x)]
+            total = float(x.sum(dtype=np.float64))
+    if x.size:
+        part.n, part.mean = x.size, total / x.size
+        d = x - np.float32(part.mean)
+        part.m2 = float(np.dot(d, d))
+        part.lo, part.hi = float(x.min()), float(x.max())
+    return part
+
+
+def _merged(stats: TensorStats, parts: Iterator[_Part] | Sequence[_Part]) -> TensorStats:
+    """`stats` filled from its pieces' statistics, merged in order with Chan's formula."""
+    n, mean, m2 = 0, 0.0, 0.0
+    lo, hi = math.inf, -math.inf
+    for p in parts:
+        stats.nan += p.nan
+        stats.inf += p.inf
+        if not p.n:
+            continue
+        lo, hi = min(lo, p.lo), max(hi, p.hi)
+        delta = p.mean - mean
+        k = n + p.n
+        mean += delta * p.n / k
+        m2 += p.m2 + delta * delta * n * p.n / k
+        n = k
+    if n:
+        stats.min, stats.max, stats.mean, stats.std = lo, hi, mean, math.sqrt(m2 / n)
+    return stats
+
+
 def tensor_stats(
     info: TensorInfo,
     data: np.ndarray,
@@ -228,37 +283,106 @@ def tensor_stats(
     a new array per chunk: one buffer for all tensors is faulted in once.
     """
     raw = data[info.file_offset : info.file_offset + info.n_bytes]
-    stats = TensorStats(info.name, info.type.name, info.n_elements)
-    n, mean, m2 = 0, 0.0, 0.0
-    lo, hi = math.inf, -math.inf
     if buffer is not None and (not info.shape or buffer.size < info.shape[0]):
         buffer = None
-    for _, rows in dequantize_chunks(
+    pieces = dequantize_chunks(
         raw, info.type, info.shape, big_endian=big_endian, max_bytes=chunk_bytes, out=buffer
-    ):
-        x = rows.reshape(-1)
-        total = float(x.sum(dtype=np.float64))
-        if not math.isfinite(total):  # only then can there be NaN or Inf: count them
-            nan, inf = int(np.isnan(x).sum()), int(np.isinf(x).sum())
-            stats.nan += nan
-            stats.inf += inf
-            if nan or inf:
-                x = x[np.isfinite(x)]
-                total = float(x.sum(dtype=np.float64))
-        if x.size == 0:
-            continue
-        c_mean = total / x.size
-        d = x - np.float32(c_mean)
-        c_m2 = float(np.dot(d, d))
-        lo, hi = min(lo, float(x.min())), max(hi, float(x.max()))
-        delta = c_mean - mean
-        k = n + x.size
-        mean += delta * x.size / k
-        m2 += c_m2 + delta * delta * n * x.size / k
-        n = k
-    if n:
-        stats.min, stats.max, stats.mean, stats.std = lo, hi, mean, math.sqrt(m2 / n)
-    return stats
+    )
+    stats = TensorStats(info.name, info.type.name, info.n_elements)
+    return _merged(stats, (_part(rows.reshape(-1)) for _, rows in pieces))
+
+
+def dequantize_threads(requested: int, n_pieces: int) -> int:
+    """Threads for the dequantize stage: `requested`, or one per available CPU if 0; at
+    most parallel.MAX_THREADS and at most one per piece of work."""
+    if requested < 0:
+        raise ValueError(f"threads must be 0 (one per CPU) or positive, got {requested}")
+    wanted = requested or parallel.available_cpus()
+    return max(1, min(wanted, parallel.MAX_THREADS, n_pieces))
+
+
+@dataclass(frozen=True)
+class _Piece:
+    tensor: int  # index in the stage's tensor list
+    first_row: int
+    rows: int
+
+
+def weight_stats(files: Sequence[ModelFile], opts: CheckOptions) -> list[TensorStats]:
+    """Every tensor of every shard dequantized, and its statistics, in file order.
+
+    Tensors are cut into pieces of whole rows, at most chunk_bytes / parallel.MAX_THREADS
+    of float32 each, and the pieces go to `opts.threads` threads (numpy releases the GIL in
+    its loops). Most of a model's tensors are too small to be worth splitting between
+    threads by registry.quant, and one tensor (the token embedding) can hold most of the
+    weights: cutting both kinds into pieces keeps every CPU busy to the end. Each thread
+    has one float32 buffer, faulted in once and reused for every piece it takes, so the
+    stage holds at most `chunk_bytes` of float32 (a single row bigger than a piece is
+    the exception: it gets an array of its own).
+
+    The piece size does not depend on the thread count, and each tensor's pieces are merged
+    in order, so the statistics are the same, bit for bit, on any number of threads. Every
+    tensor is checked (type, size, row length) before any is dequantized: the error raised
+    is that of the first bad tensor in file order.
+    """
+    tensors = [(mf, info) for mf in files for info in mf.header.tensors]
+    piece_bytes = max(4, opts.chunk_bytes // parallel.MAX_THREADS)
+    pieces: list[_Piece] = []
+    for index, (mf, info) in enumerate(tensors):
+        raw = mf._data[info.file_offset : info.file_offset + info.n_bytes]
+        try:  # checks everything now; nothing is dequantized until a piece is asked for
+            dequantize_chunks(raw, info.type, info.shape, max_bytes=piece_bytes)
+        except UnsupportedType as exc:
+            raise CheckFailed(Reason.UNSUPPORTED_TYPE, f"tensor {info.name!r}: {exc}") from None
+        except DequantError as exc:
+            raise CheckFailed(Reason.INVALID_HEADER, f"tensor {info.name!r}: {exc}") from None
+        row_len = info.shape[0]
+        n_rows = info.n_elements // row_len if row_len else 0
+        step = max(1, piece_bytes // (4 * row_len)) if row_len else 1
+        pieces += [_Piece(index, r, min(step, n_rows - r)) for r in range(0, n_rows, step)]
+
+    threads = dequantize_threads(opts.threads, len(pieces))
+    # One thread alone may still split a big piece (registry.quant's own default), unless
+    # one thread was asked for.
+    inner = None if threads == 1 and opts.threads == 0 else 1
+    largest = max((p.rows * tensors[p.tensor][1].shape[0] for p in pieces), default=1)
+    buffers = [np.empty(min(largest, piece_bytes // 4), dtype=np.float32) for _ in range(threads)]
+    parts: list[_Part | None] = [None] * len(pieces)
+    lock = threading.Lock()
+
+    def work(start: int, stop: int) -> None:
+        with lock:
+            buffer = buffers.pop()
+        try:
+            for k in range(start, stop):
+                piece = pieces[k]
+                mf, info = tensors[piece.tensor]
+                row_len = info.shape[0]
+                row_bytes = info.n_bytes // (info.n_elements // row_len)
+                raw = mf._data[info.file_offset + piece.first_row * row_bytes :][: piece.rows * row_bytes]
+                n = piece.rows * row_len
+                values = dequantize(
+                    raw,
+                    info.type,
+                    n,
+                    big_endian=mf.header.endianness == "big",
+                    threads=inner,
+                    out=buffer[:n] if n <= buffer.size else None,
+                )
+                parts[k] = _part(values)
+        finally:
+            with lock:
+                buffers.append(buffer)
+
+    parallel.run_tasks(work, [(k, k + 1) for k in range(len(pieces))], threads)
+    by_tensor: list[list[_Part]] = [[] for _ in tensors]
+    for piece, part in zip(pieces, parts, strict=True):
+        assert part is not None  # every task ran, or run_tasks raised
+        by_tensor[piece.tensor].append(part)
+    return [
+        _merged(TensorStats(info.name, info.type.name, info.n_elements), by_tensor[i])
+        for i, (_, info) in enumerate(tensors)
+    ]
 
 
 # -- the model --------------------------------------------------------------------------
@@ -333,36 +457,15 @@ def _runner_failure(exc: RunnerError) -> CheckFailed:
     return CheckFailed(Reason.INVALID_MODEL, f"{exc.code}: {exc}")
 
 
-def _piece_buffer(files: Sequence[ModelFile], chunk_bytes: int) -> np.ndarray:
-    """One float32 buffer for every chunk of the dequantize stage: the largest chunk any
-    tensor needs (at most `chunk_bytes`), so that its pages are faulted in once and not
-    again for every chunk of every tensor."""
-    largest = max((t.n_elements for mf in files for t in mf.header.tensors), default=1)
-    return np.empty(max(1, min(largest, chunk_bytes // 4)), dtype=np.float32)
-
-
 def _check(paths: Sequence[Path], opts: CheckOptions, report: CheckReport) -> None:
     files: list[ModelFile] = []
     with _stage(report, "header"):
         files = [_open(path, opts.limits) for path in paths]
         report.architecture = files[0].header.get("general.architecture")
     with _stage(report, "dequantize"):
-        buffer = _piece_buffer(files, opts.chunk_bytes)
-        for mf in files:
-            big = mf.header.endianness == "big"
-            for info in mf.header.tensors:
-                try:
-                    stats = tensor_stats(
-                        info, mf._data, big_endian=big, chunk_bytes=opts.chunk_bytes, buffer=buffer
-                    )
-                except UnsupportedType as exc:
-                    raise CheckFailed(Reason.UNSUPPORTED_TYPE, f"tensor {info.name!r}: {exc}") from None
-                except DequantError as exc:
-                    raise CheckFailed(Reason.INVALID_HEADER, f"tensor {info.name!r}: {exc}") from None
-                report.tensors.append(stats)
-                report.tensors_checked += 1
-                report.nonfinite_values += stats.nan + stats.inf
-        del buffer  # the forward pass below needs the memory
+        report.tensors = weight_stats(files, opts)  # its buffers are freed: the forward pass needs the memory
+        report.tensors_checked = len(report.tensors)
+        report.nonfinite_values = sum(t.nan + t.inf for t in report.tensors)
     if report.nonfinite_values:
         bad = [t.name for t in report.tensors if t.nan or t.inf]
         raise CheckFailed(
