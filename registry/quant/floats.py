@@ -13,6 +13,7 @@ from functools import cache
 import numpy as np
 
 from registry.gguf.types import GGMLType
+from registry.quant import parallel
 from registry.quant.base import KernelSpec
 
 # Bytes of one 64-bit word repeated: SWAR masks that pick one bit field of all eight
@@ -105,6 +106,9 @@ def _f32(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 # Values per step of _f16 and _bf16: long numpy calls (see legacy.py on threads), with
 # the step's words still in the L2 cache between passes.
 F16_STEP = 1 << 18
+# On a thread beside others (parallel.step): BF16 10% faster with two threads into a
+# buffer, F16 the same within noise (medians of 24 interleaved runs, 16 Mi values).
+F16_SHARED_STEP = 1 << 19
 # fp16 bits sign-extended to int32 and shifted left by 13 keep the sign in bit 31, and
 # copies of it in bits 30..28 above the exponent and mantissa (bits 27..13): this mask
 # keeps the sign and the value bits.
@@ -133,10 +137,11 @@ def _f16(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         np.take(_f16_table(), halves.view(np.uint16).astype(np.intp), out=res, mode="wrap")
         return res
     words = res.view(np.int32)
-    for start in range(0, halves.size, F16_STEP):
-        part = halves[start : start + F16_STEP]
-        w = words[start : start + F16_STEP]
-        f = res[start : start + F16_STEP]
+    step = parallel.step(F16_STEP, F16_SHARED_STEP)
+    for start in range(0, halves.size, step):
+        part = halves[start : start + step]
+        w = words[start : start + step]
+        f = res[start : start + step]
         np.copyto(w, part, casting="unsafe")  # sign-extends
         np.left_shift(w, 13, out=w)
         np.bitwise_and(w, _F16_MAGNITUDE, out=w)
@@ -154,9 +159,10 @@ def _bf16(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     res = output(out, blocks.shape[0])
     halves = blocks.reshape(-1).view(np.uint16)
     words = res.view(np.uint32)
-    for start in range(0, halves.size, F16_STEP):
-        part = words[start : start + F16_STEP]
-        np.copyto(part, halves[start : start + F16_STEP], casting="unsafe")
+    step = parallel.step(F16_STEP, F16_SHARED_STEP)
+    for start in range(0, halves.size, step):
+        part = words[start : start + step]
+        np.copyto(part, halves[start : start + step], casting="unsafe")
         np.left_shift(part, np.uint32(16), out=part)
     return res
 

@@ -13,9 +13,9 @@ and a single mask pull every field down at once. The codes come out as bytes in 
 order, are widened into the output in one cast, and scaled in place by `_affine` with
 each sub-block's scale broadcast over its values.
 
-Super-blocks go `STEP` at a time so that each numpy call is long, and nothing holds the
-GIL while it copies (np.take, not np.repeat): see legacy.py for why that is what lets
-two threads run at once. The scales are decoded once per kernel call (a call covers at
+Super-blocks go `STEP` at a time (`SHARED_STEP` on a thread beside others: parallel.step)
+so that each numpy call is long, and nothing holds the GIL while it copies (np.take, not
+np.repeat): see legacy.py for why that is what lets two threads run at once. The scales are decoded once per kernel call (a call covers at
 most a task of parallel.STEP_BYTES): per step, their dozen short numpy calls each cost a
 hand-over of the GIL for a few microseconds of work.
 """
@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from registry.gguf.types import GGMLType
+from registry.quant import parallel
 from registry.quant.base import KernelSpec
 from registry.quant.chunked import field
 from registry.quant.floats import (
@@ -40,6 +41,13 @@ from registry.quant.floats import (
 )
 
 STEP = 1024  # super-blocks per step: 256 Ki values, 1 MiB of output (measured best of 256..4096)
+# Super-blocks per step on a thread beside others (parallel.step). Measured as in legacy.py
+# (STEP, 2x, 4x): Q6_K 3.7 / 4.0 / 4.2 GB/s, Q3_K 3.8 / 4.0 / 4.1, Q5_K 3.5 / 3.7 / 3.8;
+# Q4_K the same within noise, Q2_K 4.2 / 4.0 / 3.8. In bench.dequant the gains were
+# smaller, and 4x lost 5% on Q4_K; three alternating runs each of STEP and 2x, new arrays
+# on two threads: Q6_K 3.27-3.34 -> 3.45-3.53 GB/s, Q3_K 3.33-3.64 -> 3.56-3.68, Q5_K
+# 3.23-3.32 -> 3.28-3.50, Q4_K 3.87-3.96 -> 3.72-4.01, Q2_K 3.57-3.65 -> 3.44-3.55.
+SHARED_STEP = 2 * STEP
 _U = np.uint64
 
 
@@ -53,7 +61,8 @@ class _Runs:
         # (len(picks) * 4,) pattern broadcast over super-blocks would make numpy run one
         # inner loop per super-block, which costs more than the shift.
         per_block = np.repeat(np.array(shifts, dtype=np.uint64), 4)
-        self.shift_words = np.tile(per_block, STEP).reshape(STEP, -1)
+        rows = max(STEP, SHARED_STEP)  # the longest step
+        self.shift_words = np.tile(per_block, rows).reshape(rows, -1)
 
 
 # Bits 2j..2j+1 of two 32-byte runs (Q2_K, Q3_K low bits; Q6_K high bits): run h, field j.
@@ -137,9 +146,10 @@ def _q2_k(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     dm = f16_columns(blocks, 80, 2)
     d = scale_products(dm[:, 0], sc & 0xF)
     m = scale_products(dm[:, 1], sc >> 4)
-    for s in range(0, n, STEP):
-        q = _fields(blocks[s : s + STEP], 16, 80, _CRUMBS, LOW_CRUMBS)
-        _affine(q.view(np.uint8), d[s : s + STEP], m[s : s + STEP], y[s : s + STEP])
+    step = parallel.step(STEP, SHARED_STEP)
+    for s in range(0, n, step):
+        q = _fields(blocks[s : s + step], 16, 80, _CRUMBS, LOW_CRUMBS)
+        _affine(q.view(np.uint8), d[s : s + step], m[s : s + step], y[s : s + step])
     return res
 
 
@@ -168,13 +178,14 @@ def _q3_k(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     res = output(out, n * 256)
     y = res.reshape(n, 16, 16)
     d = scale_products(f16_column(blocks, 108), _q3_scales(blocks[:, 96:108]))
-    for s in range(0, n, STEP):
-        b = blocks[s : s + STEP]
+    step = parallel.step(STEP, SHARED_STEP)
+    for s in range(0, n, step):
+        b = blocks[s : s + step]
         q = _fields(b, 32, 96, _CRUMBS, LOW_CRUMBS)
         _add_high(q, _fields(b, 0, 32, _BITS, LOW_BITS), 2)
         codes = q.view(np.int8)
         np.subtract(codes, np.int8(4), out=codes)
-        _affine(codes, d[s : s + STEP], None, y[s : s + STEP])
+        _affine(codes, d[s : s + step], None, y[s : s + step])
     return res
 
 
@@ -186,9 +197,10 @@ def _q4_k(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     res = output(out, n * 256)
     y = res.reshape(n, 8, 32)
     d, m = _scale_min(blocks)
-    for s in range(0, n, STEP):
-        q = _fields(blocks[s : s + STEP], 16, 144, _NIBBLES, LOW_NIBBLES)
-        _affine(q.view(np.uint8), d[s : s + STEP], m[s : s + STEP], y[s : s + STEP])
+    step = parallel.step(STEP, SHARED_STEP)
+    for s in range(0, n, step):
+        q = _fields(blocks[s : s + step], 16, 144, _NIBBLES, LOW_NIBBLES)
+        _affine(q.view(np.uint8), d[s : s + step], m[s : s + step], y[s : s + step])
     return res
 
 
@@ -200,11 +212,12 @@ def _q5_k(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     res = output(out, n * 256)
     y = res.reshape(n, 8, 32)
     d, m = _scale_min(blocks)
-    for s in range(0, n, STEP):
-        b = blocks[s : s + STEP]
+    step = parallel.step(STEP, SHARED_STEP)
+    for s in range(0, n, step):
+        b = blocks[s : s + step]
         q = _fields(b, 48, 176, _NIBBLES, LOW_NIBBLES)
         _add_high(q, _fields(b, 16, 48, _BITS, LOW_BITS), 4)
-        _affine(q.view(np.uint8), d[s : s + STEP], m[s : s + STEP], y[s : s + STEP])
+        _affine(q.view(np.uint8), d[s : s + step], m[s : s + step], y[s : s + step])
     return res
 
 
@@ -216,13 +229,14 @@ def _q6_k(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     res = output(out, n * 256)
     y = res.reshape(n, 16, 16)
     d = scale_products(f16_column(blocks, 208), blocks[:, 192:208].view(np.int8))
-    for s in range(0, n, STEP):
-        b = blocks[s : s + STEP]
+    step = parallel.step(STEP, SHARED_STEP)
+    for s in range(0, n, step):
+        b = blocks[s : s + step]
         q = _fields(b, 0, 128, _Q6_LOW, LOW_NIBBLES)
         _add_high(q, _fields(b, 128, 192, _CRUMBS, LOW_CRUMBS), 4)
         codes = q.view(np.int8)
         np.subtract(codes, np.int8(32), out=codes)
-        _affine(codes, d[s : s + STEP], None, y[s : s + STEP])
+        _affine(codes, d[s : s + step], None, y[s : s + step])
     return res
 
 
@@ -232,9 +246,10 @@ def _q8_k(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     n = blocks.shape[0]
     res = output(out, n * 256)
     y = res.reshape(n, 256)
-    for s in range(0, n, STEP):
-        b = blocks[s : s + STEP]
-        ys = y[s : s + STEP]
+    step = parallel.step(STEP, SHARED_STEP)
+    for s in range(0, n, step):
+        b = blocks[s : s + step]
+        ys = y[s : s + step]
         np.copyto(ys, b[:, 4:260].view(np.int8), casting="unsafe")
         np.multiply(ys, b[:, 0:4].view("<f4"), out=ys)
     return res

@@ -13,7 +13,8 @@ Blocks go `STEP` at a time, so that each numpy call is long. That matters for th
 numpy releases the GIL inside a call, but every call ends by taking it back, and on two
 CPUs each hand-over costs a wake-up of the other thread; with steps of 256 Ki values two
 threads ran Q8_0 and Q4_0 1.6-1.7x faster than one, with steps of 64 Ki no faster at all
-(measured). For the same reason nothing here uses np.repeat, which holds the GIL while
+(measured); on a thread beside others they are four times longer (SHARED_STEP,
+parallel.step). For the same reason nothing here uses np.repeat, which holds the GIL while
 it copies, and the per-block scale is broadcast instead of repeated per value.
 """
 
@@ -24,11 +25,19 @@ from functools import cache
 import numpy as np
 
 from registry.gguf.types import GGMLType
+from registry.quant import parallel
 from registry.quant.base import KernelSpec
 from registry.quant.chunked import field
 from registry.quant.floats import LOW_NIBBLES, U64, f16_column, f16_columns, output
 
 STEP = 8192  # blocks per step: 256 Ki values, 1 MiB of output (measured best of 2 Ki..32 Ki)
+# Blocks per step on a thread beside others (parallel.step). Measured with two threads
+# into a buffer, steps of STEP, 2x and 4x interleaved in one process (medians of 15-18
+# runs of 16 Mi values each, 2 CPUs): Q4_0 5.1 / 5.6 / 5.7 GB/s, Q5_0 3.5 / 4.0 / 4.5,
+# Q5_1 3.2 / 3.4 / 3.6; Q4_1 and Q8_0 the same within noise. In bench.dequant, three
+# alternating runs each of STEP and 4x: new arrays on two threads, Q4_0 4.1-4.5 -> 4.6-4.7
+# GB/s, Q5_0 3.3-3.4 -> 3.8-3.9.
+SHARED_STEP = 4 * STEP
 _TWICE = np.zeros(2, dtype=np.intp)  # each block's 16 quant bytes, gathered twice in a row
 
 
@@ -37,7 +46,8 @@ def _shift_pattern() -> np.ndarray:
     # Per 64-bit word of a block's quant bytes gathered twice: the low nibbles of words
     # 0-1, then the high nibbles of the same words (output order). Tiled over a whole step
     # so that the shift is one flat loop (a (4,) pattern would broadcast per block).
-    return np.tile(np.array([0, 0, 4, 4], dtype=np.uint64), STEP).reshape(STEP, 4)
+    rows = max(STEP, SHARED_STEP)  # the longest step
+    return np.tile(np.array([0, 0, 4, 4], dtype=np.uint64), rows).reshape(rows, 4)
 
 
 def _nibbles(blocks: np.ndarray, qs_at: int) -> np.ndarray:
@@ -78,11 +88,12 @@ def _q4_0(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     n = blocks.shape[0]
     res = output(out, n * 32)
     y = res.reshape(n, 32)
-    for s in range(0, n, STEP):
-        b = blocks[s : s + STEP]
+    step = parallel.step(STEP, SHARED_STEP)
+    for s in range(0, n, step):
+        b = blocks[s : s + step]
         q = _nibbles(b, 2).view(np.int8)
         np.subtract(q, np.int8(8), out=q)  # nibble - 8 fits int8, and widens exactly
-        _scale(y[s : s + STEP], q.reshape(-1, 32), f16_column(b, 0))
+        _scale(y[s : s + step], q.reshape(-1, 32), f16_column(b, 0))
     return res
 
 
@@ -91,10 +102,11 @@ def _q4_1(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     n = blocks.shape[0]
     res = output(out, n * 32)
     y = res.reshape(n, 32)
-    for s in range(0, n, STEP):
-        b = blocks[s : s + STEP]
+    step = parallel.step(STEP, SHARED_STEP)
+    for s in range(0, n, step):
+        b = blocks[s : s + step]
         dm = f16_columns(b, 0, 2)
-        _scale(y[s : s + STEP], _nibbles(b, 4).view(np.uint8).reshape(-1, 32), dm[:, 0], dm[:, 1])
+        _scale(y[s : s + step], _nibbles(b, 4).view(np.uint8).reshape(-1, 32), dm[:, 0], dm[:, 1])
     return res
 
 
@@ -104,17 +116,18 @@ def _q5(blocks: np.ndarray, out: np.ndarray | None, *, with_min: bool) -> np.nda
     res = output(out, n * 32)
     y = res.reshape(n, 32)
     qh_at = 4 if with_min else 2
-    for s in range(0, n, STEP):
-        b = blocks[s : s + STEP]
+    step = parallel.step(STEP, SHARED_STEP)
+    for s in range(0, n, step):
+        b = blocks[s : s + step]
         words = _nibbles(b, qh_at + 4)
         _fifth_bits(b, qh_at, words)
         if with_min:
             dm = f16_columns(b, 0, 2)
-            _scale(y[s : s + STEP], words.view(np.uint8).reshape(-1, 32), dm[:, 0], dm[:, 1])
+            _scale(y[s : s + step], words.view(np.uint8).reshape(-1, 32), dm[:, 0], dm[:, 1])
         else:
             q = words.view(np.int8)
             np.subtract(q, np.int8(16), out=q)
-            _scale(y[s : s + STEP], q.reshape(-1, 32), f16_column(b, 0))
+            _scale(y[s : s + step], q.reshape(-1, 32), f16_column(b, 0))
     return res
 
 
@@ -131,11 +144,12 @@ def _q8(blocks: np.ndarray, out: np.ndarray | None, qs_at: int) -> np.ndarray:
     n = blocks.shape[0]
     res = output(out, n * 32)
     y = res.reshape(n, 32)
-    for s in range(0, n, STEP):
-        b = blocks[s : s + STEP]
+    step = parallel.step(STEP, SHARED_STEP)
+    for s in range(0, n, step):
+        b = blocks[s : s + step]
         # widened straight from the blocks (a cast of each block's 32 bytes), then scaled
         # in place: cheaper than numpy's buffered mixed-type multiply, and exact
-        _scale(y[s : s + STEP], b[:, qs_at : qs_at + 32].view(np.int8), f16_column(b, 0))
+        _scale(y[s : s + step], b[:, qs_at : qs_at + 32].view(np.int8), f16_column(b, 0))
     return res
 
 

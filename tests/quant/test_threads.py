@@ -175,3 +175,35 @@ def test_concurrent_calls_from_several_threads(monkeypatch: pytest.MonkeyPatch) 
         assert len(got) == 5
         for values in got:
             assert_same_bits(values, want, t.name)
+
+
+def test_steps_are_the_shared_ones_only_on_threads_of_a_run_on_several() -> None:
+    seen: dict[tuple[int, int], int] = {}
+
+    def work(start: int, stop: int) -> None:
+        seen[(start, stop)] = parallel.step(10, 40)
+
+    assert parallel.step(10, 40) == 10
+    parallel.run_tasks(work, [(i, i + 1) for i in range(6)], 2)
+    assert seen == {(i, i + 1): 40 for i in range(6)}
+    assert parallel.step(10, 40) == 10  # this thread took tasks too, and is itself again
+    seen.clear()
+    parallel.run_tasks(work, [(i, i + 1) for i in range(3)], 1)
+    assert seen == {(i, i + 1): 10 for i in range(3)}  # one thread: nothing runs beside it
+
+
+@pytest.mark.parametrize(
+    "t", [GGMLType.Q4_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.Q3_K, GGMLType.Q6_K, GGMLType.F16, GGMLType.BF16]
+)
+def test_shared_steps_give_the_bits_of_steps_alone(t: GGMLType) -> None:
+    # More values than two of the longest steps and then some, so that every loop wraps.
+    n_blocks = (1 << 21) // TENSOR_TYPES[t].block_size * 2 + 5
+    blocks = _blocks(t, n_blocks)
+    n = _n(t, n_blocks)
+    alone = dequantize(blocks, t, n, threads=1)
+    shared: list[np.ndarray] = []
+    # Each task dequantizes the whole tensor on its own thread, with the shared steps.
+    parallel.run_tasks(lambda a, b: shared.append(dequantize(blocks, t, n, threads=1)), [(0, 1), (1, 2)], 2)
+    assert len(shared) == 2
+    for values in shared:
+        assert_same_bits(values, alone)
