@@ -26,12 +26,13 @@ target asks for more than compiled C does on one thread. mt is `threads=T` (defa
 the library's own choice per tensor, one thread per CPU for big tensors and one for
 small ones); ggml always runs on one thread, as the target is defined.
 
-fill: before the table, the rate at which this machine hands out a fresh float32 array of
-the synthetic size and writes every value of it with no decoding at all (np.empty, then
-each thread fills its part with zeros, numpy's fastest write), on one thread and on
-ours-mt's threads. A dequantizer that returns a new array does at least that work, so
-where 5x gguf-py asks for more than the fill rate of the same thread setting the row says
-"MISS above fill": the target asks for more than writing zeros reached in this run.
+fill-1t / fill-mt (synthetic rows): the rate at which this machine hands out a fresh
+float32 array of the same size and writes every value of it with no decoding at all
+(np.empty, then each thread fills its part with zeros, numpy's fastest write), on one
+thread and on ours-mt's threads, timed in the same interleaved rounds as the row's
+contenders. A dequantizer that returns a new array does at least that work, so where 5x
+gguf-py asks for more than the fill rate of the same thread setting the row says "MISS
+above fill": the target asks for more than writing zeros reached in the same rounds.
 
 The runs of all contenders are interleaved round by round, so that load from other
 processes hits them alike.
@@ -126,22 +127,16 @@ def model_cases(paths: list[Path]) -> list[Case]:
     return sorted(cases.values(), key=lambda c: (c.source, int(c.type)))
 
 
-def fresh_fill_rates(n_elements: int, threads: int, repeat: int) -> tuple[float, float]:
-    """GB/s of making a new float32 array of `n_elements` and filling it with zeros: on one
-    thread, and split between `threads` threads (each faults in and writes its own part).
-    Zeros, because numpy writes them fastest (measured against other constants and a copy)."""
+def fresh_fill(n_elements: int, threads: int) -> Callable[[], object]:
+    """A run that makes a new float32 array of `n_elements` and fills it with zeros, split
+    between `threads` threads (each faults in and writes its own part). Zeros, because
+    numpy writes them fastest (measured against other constants and a plain copy)."""
 
-    def fill(th: int) -> Callable[[], object]:
-        def run() -> None:
-            out = np.empty(n_elements, dtype=np.float32)
-            parallel.run_tasks(
-                lambda a, b: out[a:b].fill(0.0), parallel.block_ranges(n_elements, 4, th), th
-            )
+    def run() -> None:
+        out = np.empty(n_elements, dtype=np.float32)
+        parallel.run_tasks(lambda a, b: out[a:b].fill(0.0), parallel.block_ranges(n_elements, 4, threads), threads)
 
-        return run
-
-    best = _best_interleaved({"1t": fill(1), "mt": fill(threads)}, repeat)
-    return _gbps(n_elements, best["1t"]), _gbps(n_elements, best["mt"])
+    return run
 
 
 def _ggml_lib() -> tuple[object | None, str]:
@@ -195,12 +190,22 @@ def measure(
     lib: object | None,
     gguf_py: Callable[..., np.ndarray] | None,
     threads: int | None,
+    *,
+    fill: bool = False,
 ) -> dict[str, object]:
     info = TENSOR_TYPES[case.type]
     t = case.type
     n = case.n_elements
     counts = [raw.size // info.type_size * info.block_size for raw in case.tensors]
-    row: dict[str, object] = {"source": case.source, "type": t.name, "n": n, "gguf": "n/a", "ggml": "n/a"}
+    row: dict[str, object] = {
+        "source": case.source,
+        "type": t.name,
+        "n": n,
+        "gguf": "n/a",
+        "ggml": "n/a",
+        "fill": "-",
+        "fill_mt": "-",
+    }
     sizes = {"ours": n, "ours_mt": n, "into": n, "into_mt": n}
     bufs = [np.zeros(k, np.float32) for k in counts]  # faulted in before any timing
 
@@ -218,6 +223,11 @@ def measure(
         "into": into(1),
         "into_mt": into(threads),
     }
+
+    if fill:
+        sizes["fill"] = sizes["fill_mt"] = n
+        runs["fill"] = fresh_fill(n, 1)
+        runs["fill_mt"] = fresh_fill(n, threads or parallel.default_threads(n))
 
     if gguf_py is not None and t is GGMLType.F32:
         row["gguf"] = "view"
@@ -258,12 +268,12 @@ def _ratio(a: object, b: object) -> str:
 
 
 def _verdicts(
-    row: dict[str, object], fill: dict[str, float] | None, misses: dict[str, list[str]]
+    row: dict[str, object], synthetic: bool, misses: dict[str, list[str]]
 ) -> list[str]:
     """The row's target notes ("gguf-py 1t MISS mt ok", ...). For a synthetic row
-    (`fill` given: the fresh-array fill rates of "1t" and "mt"), misses are added to
-    `misses` under "1t" and "mt", and a gguf-py target above the fill rate of its thread
-    setting is marked "MISS above fill" and also listed under "fill"."""
+    misses are added to `misses` under "1t" and "mt"; a gguf-py target above the row's
+    fill rate of the same thread setting is marked "MISS above fill" and also listed
+    under "fill"."""
     notes = []
     checks: list[tuple[str, str, str, str, float]] = []
     if isinstance(row["gguf"], float):
@@ -282,12 +292,13 @@ def _verdicts(
             ratio = ours / row[theirs]  # type: ignore[operator]
             ok = ratio >= target
             needed = target * row[theirs]  # type: ignore[operator]
-            above = not ok and peer == "gguf-py" and fill is not None and needed > fill[config]
+            fill = row["fill" if config == "1t" else "fill_mt"]
+            above = not ok and peer == "gguf-py" and isinstance(fill, float) and needed > fill
             parts.append(f"{config} {'ok' if ok else 'MISS above fill' if above else 'MISS'}")
-            if not ok and fill is not None:
+            if not ok and synthetic:
                 misses[config].append(f"{row['type']} vs {peer} {ratio:.2f}x")
-            if above and fill is not None:
-                misses["fill"].append(f"{row['type']} {config} needs {needed:.1f} > {fill[config]:.1f}")
+            if above and synthetic:
+                misses["fill"].append(f"{row['type']} {config} needs {needed:.1f} > {fill:.1f}")
         if parts:
             notes.append(f"{peer} {' '.join(parts)}")
     return notes
@@ -343,31 +354,25 @@ def main(argv: list[str]) -> int:
     rng = np.random.default_rng(0)
     cases += [Case("synthetic", t, [synthetic(t, args.elements, rng)]) for t in types]
 
-    mt_threads = args.threads or parallel.default_threads(args.elements)
-    fill_1t, fill_mt = fresh_fill_rates(args.elements, mt_threads, args.repeat)
-    fill = {"1t": fill_1t, "mt": fill_mt}
-    print(
-        f"fill: a fresh float32 array of {args.elements} values made and filled with zeros at {fill_1t:.2f} GB/s"
-        f" on one thread, {fill_mt:.2f} GB/s on {mt_threads}\n"
-    )
-
-    head = f"{'':22s} {'':8s} {'':>10s} {'new arrays':^23s}  {'into a buffer':^23s}"
+    head = f"{'':22s} {'':8s} {'':>10s} {'new arrays':^39s}  {'into a buffer':^23s}"
     head += f"  {'ours/gguf-py':^15s} {'ours/ggml':^15s}"
     print(head)
     head = f"{'source':22s} {'type':8s} {'elements':>10s} {'ours-1t':>7s} {'ours-mt':>7s} {'gguf-py':>7s}"
+    head += f" {'fill-1t':>7s} {'fill-mt':>7s}"
     head += f"  {'ours-1t':>7s} {'ours-mt':>7s} {'ggml':>7s}  {'1t':>7s} {'mt':>7s} {'1t':>7s} {'mt':>7s}"
     head += f" {'ggml/py':>7s}  targets"
     print(head)
     print("-" * len(head))
     misses: dict[str, list[str]] = {"1t": [], "mt": [], "fill": []}
     for case in cases:
-        row = measure(case, args.repeat, lib, gguf_py, args.threads)
-        notes = _verdicts(row, fill if case.source == "synthetic" else None, misses)
+        made_up = case.source == "synthetic"
+        row = measure(case, args.repeat, lib, gguf_py, args.threads, fill=made_up)
+        notes = _verdicts(row, made_up, misses)
         py_1t = row.get("ours_sub", row["ours"])
         py_mt = row.get("ours_mt_sub", row["ours_mt"])
         print(
             f"{case.source:22s} {row['type']!s:8s} {row['n']:>10d} {_fmt(row['ours'])} {_fmt(row['ours_mt'])}"
-            f" {_fmt(row['gguf'])}  {_fmt(row['into'])} {_fmt(row['into_mt'])} {_fmt(row['ggml'])}"
+            f" {_fmt(row['gguf'])} {_fmt(row['fill'])} {_fmt(row['fill_mt'])}  {_fmt(row['into'])} {_fmt(row['into_mt'])} {_fmt(row['ggml'])}"
             f"  {_ratio(py_1t, row['gguf'])} {_ratio(py_mt, row['gguf'])}"
             f" {_ratio(row['into'], row['ggml'])} {_ratio(row['into_mt'], row['ggml'])}"
             f" {_ratio(row['ggml'], row['gguf'])}  {'; '.join(notes)}",
@@ -385,7 +390,7 @@ def main(argv: list[str]) -> int:
         "; ".join(misses["mt"]) or "none",
     )
     print(
-        "gguf-py targets above the fresh-array fill (5x gguf-py against the fill rate, GB/s):",
+        "gguf-py targets above the fresh-array fill (5x gguf-py against the row's fill rate, GB/s):",
         "; ".join(misses["fill"]) or "none",
     )
     if lib is None:
