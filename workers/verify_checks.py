@@ -17,7 +17,7 @@ import math
 import resource
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -249,7 +249,7 @@ def _part(x: np.ndarray) -> _Part:
     return part
 
 
-def _merged(stats: TensorStats, parts: Iterator[_Part] | Sequence[_Part]) -> TensorStats:
+def _merged(stats: TensorStats, parts: Iterable[_Part]) -> TensorStats:
     """`stats` filled from its pieces' statistics, merged in order with Chan's formula."""
     n, mean, m2 = 0, 0.0, 0.0
     lo, hi = math.inf, -math.inf

@@ -33,6 +33,8 @@ MAX_THREADS = 8
 # 2 Mi values (with a CPU free, 1.7-1.8x faster at 16 Mi); a thread per 1 Mi values keeps
 # small tensors, whose calls take a few ms at most, on one thread.
 MIN_ELEMENTS_PER_THREAD = 1 << 20
+
+# Per thread: `shared` is True while the thread is a worker of a run on several threads.
 _local = threading.local()
 
 
@@ -44,7 +46,7 @@ def step(alone: int, shared: int) -> int:
     the next. But every numpy call ends by taking the GIL back, and while another thread
     is running kernels too that often means waiting for it: two processes, each
     dequantizing half of a tensor on one thread, went 12-30% faster together than two
-    threads of one process (Q8_0, Q4_0, Q6_K on a 2-CPU VM). Longer steps mean fewer calls
+    threads of one process (Q8_0, Q4_0, Q4_K, Q6_K on a 2-CPU VM). Longer steps mean fewer calls
     and fewer waits, so the kernels take longer ones when they share the process.
     """
     return shared if getattr(_local, "shared", False) else alone
