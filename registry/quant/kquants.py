@@ -15,9 +15,10 @@ each sub-block's scale broadcast over its values.
 
 Super-blocks go `STEP` at a time (`SHARED_STEP` on a thread beside others: parallel.step)
 so that each numpy call is long, and nothing holds the GIL while it copies (np.take, not
-np.repeat): see legacy.py for why that is what lets two threads run at once. The scales are decoded once per kernel call (a call covers at
-most a task of parallel.STEP_BYTES): per step, their dozen short numpy calls each cost a
-hand-over of the GIL for a few microseconds of work.
+np.repeat): see legacy.py for why that is what lets two threads run at once. The scales
+are decoded once per kernel call (a call covers at most a task of parallel.STEP_BYTES):
+per step, their dozen short numpy calls each cost a hand-over of the GIL for a few
+microseconds of work.
 """
 
 from __future__ import annotations
