@@ -71,12 +71,10 @@ class _Shape:
         key, as SQLAlchemy's execution binds them: the key carries the statement's bound
         values, and (SQLAlchemy 2.1) the values given to its `.params()` and its parts'."""
         collected = getattr(key, "params", None)
-        if collected:
-            params = self.compiled.construct_params(
-                values, extracted_parameters=key.bindparams, escape_names=False, _collected_params=collected
-            )
-        else:
-            params = self.compiled.construct_params(values, extracted_parameters=key.bindparams, escape_names=False)
+        extra = {"_collected_params": collected} if collected else {}  # only 2.1 takes it
+        params = self.compiled.construct_params(
+            values, extracted_parameters=key.bindparams, escape_names=False, **extra
+        )
         sql, positions, binds = self.sql, self.positions, self.binds
         if self.expands:
             expanded = self.compiled._process_parameters_for_postcompile(params)
