@@ -30,7 +30,7 @@ from registry.gguf.limits import Limits
 from registry.gguf.model import GGUFHeader, TensorInfo
 from registry.gguf.reader import next_window, parse_header
 from registry.hub.local import shard_paths
-from registry.quant import dequantize, dequantize_chunks, parallel
+from registry.quant import TensorRows, parallel, tensor_rows
 from registry.quant.base import DequantError, UnsupportedType
 from registry.runner import (
     SMOKE_PROMPT,
@@ -269,29 +269,6 @@ def _merged(stats: TensorStats, parts: Iterable[_Part]) -> TensorStats:
     return stats
 
 
-def tensor_stats(
-    info: TensorInfo,
-    data: np.ndarray,
-    *,
-    big_endian: bool,
-    chunk_bytes: int,
-    buffer: np.ndarray | None = None,
-) -> TensorStats:
-    """Dequantize one tensor chunk by chunk; statistics merged with Chan's formula.
-
-    `buffer` (float32), when it holds a row of the tensor, receives every chunk instead of
-    a new array per chunk: one buffer for all tensors is faulted in once.
-    """
-    raw = data[info.file_offset : info.file_offset + info.n_bytes]
-    if buffer is not None and (not info.shape or buffer.size < info.shape[0]):
-        buffer = None
-    pieces = dequantize_chunks(
-        raw, info.type, info.shape, big_endian=big_endian, max_bytes=chunk_bytes, out=buffer
-    )
-    stats = TensorStats(info.name, info.type.name, info.n_elements)
-    return _merged(stats, (_part(rows.reshape(-1)) for _, rows in pieces))
-
-
 def dequantize_threads(requested: int, n_pieces: int) -> int:
     """Threads for the dequantize stage: `requested`, or one per available CPU if 0; at
     most parallel.MAX_THREADS and at most one per piece of work."""
@@ -327,25 +304,24 @@ def weight_stats(files: Sequence[ModelFile], opts: CheckOptions) -> list[TensorS
     """
     tensors = [(mf, info) for mf in files for info in mf.header.tensors]
     piece_bytes = max(4, opts.chunk_bytes // parallel.MAX_THREADS)
+    rows: list[TensorRows] = []
     pieces: list[_Piece] = []
     for index, (mf, info) in enumerate(tensors):
-        raw = mf._data[info.file_offset : info.file_offset + info.n_bytes]
-        try:  # checks everything now; nothing is dequantized until a piece is asked for
-            dequantize_chunks(raw, info.type, info.shape, max_bytes=piece_bytes)
+        try:  # every check now; nothing is dequantized yet
+            tr = tensor_rows(mf._data[info.file_offset : info.file_offset + info.n_bytes], info.type, info.shape)
         except UnsupportedType as exc:
             raise CheckFailed(Reason.UNSUPPORTED_TYPE, f"tensor {info.name!r}: {exc}") from None
         except DequantError as exc:
             raise CheckFailed(Reason.INVALID_HEADER, f"tensor {info.name!r}: {exc}") from None
-        row_len = info.shape[0]
-        n_rows = info.n_elements // row_len if row_len else 0
-        step = max(1, piece_bytes // (4 * row_len)) if row_len else 1
-        pieces += [_Piece(index, r, min(step, n_rows - r)) for r in range(0, n_rows, step)]
+        rows.append(tr)
+        starts = tr.pieces(piece_bytes)
+        pieces += [_Piece(index, r, min(starts.step, tr.n_rows - r)) for r in starts]
 
     threads = dequantize_threads(opts.threads, len(pieces))
     # One thread alone may still split a big piece (registry.quant's own default), unless
     # one thread was asked for.
     inner = None if threads == 1 and opts.threads == 0 else 1
-    largest = max((p.rows * tensors[p.tensor][1].shape[0] for p in pieces), default=1)
+    largest = max((p.rows * rows[p.tensor].row_len for p in pieces), default=1)
     buffers = [np.empty(min(largest, piece_bytes // 4), dtype=np.float32) for _ in range(threads)]
     parts: list[_Part | None] = [None] * len(pieces)
     lock = threading.Lock()
@@ -356,20 +332,16 @@ def weight_stats(files: Sequence[ModelFile], opts: CheckOptions) -> list[TensorS
         try:
             for k in range(start, stop):
                 piece = pieces[k]
-                mf, info = tensors[piece.tensor]
-                row_len = info.shape[0]
-                row_bytes = info.n_bytes // (info.n_elements // row_len)
-                raw = mf._data[info.file_offset + piece.first_row * row_bytes :][: piece.rows * row_bytes]
-                n = piece.rows * row_len
-                values = dequantize(
-                    raw,
-                    info.type,
-                    n,
-                    big_endian=mf.header.endianness == "big",
+                tr = rows[piece.tensor]
+                n = piece.rows * tr.row_len
+                values = tr.dequantize(
+                    piece.first_row,
+                    piece.rows,
+                    big_endian=tensors[piece.tensor][0].header.endianness == "big",
                     threads=inner,
                     out=buffer[:n] if n <= buffer.size else None,
                 )
-                parts[k] = _part(values)
+                parts[k] = _part(values.reshape(-1))
         finally:
             with lock:
                 buffers.append(buffer)

@@ -1,6 +1,14 @@
 """Dequantization of every ggml tensor type to float32, bit for bit as ggml does it."""
 
-from registry.quant.api import DEFAULT_MAX_BYTES, dequantize, dequantize_chunks, kernels, supported_types
+from registry.quant.api import (
+    DEFAULT_MAX_BYTES,
+    TensorRows,
+    dequantize,
+    dequantize_chunks,
+    kernels,
+    supported_types,
+    tensor_rows,
+)
 from registry.quant.base import BadTensorData, DequantError, KernelSpec, UnsupportedType
 
 __all__ = [
@@ -8,9 +16,11 @@ __all__ = [
     "BadTensorData",
     "DequantError",
     "KernelSpec",
+    "TensorRows",
     "UnsupportedType",
     "dequantize",
     "dequantize_chunks",
     "kernels",
     "supported_types",
+    "tensor_rows",
 ]

@@ -228,6 +228,72 @@ def dequantize(
     return result
 
 
+class TensorRows:
+    """A tensor's bytes, checked and seen as rows of `row_len` values (GGUF's ne0): what
+    `dequantize_chunks` streams, and what a caller that hands pieces of rows to threads of
+    its own (the verifier) dequantizes a piece at a time. Made by `tensor_rows`."""
+
+    __slots__ = ("info", "n_rows", "raw", "row_bytes", "row_len", "spec")
+
+    def __init__(self, raw: np.ndarray, info: TensorTypeInfo, spec: KernelSpec, row_len: int, n_rows: int) -> None:
+        self.raw, self.info, self.spec = raw, info, spec
+        self.row_len, self.n_rows = row_len, n_rows
+        self.row_bytes = row_len // info.block_size * info.type_size
+
+    def pieces(self, max_bytes: int) -> range:
+        """First rows of pieces of whole rows, each at most `max_bytes` of float32 but never
+        less than one row: piece i is rows [r[i], min(r[i] + r.step, n_rows))."""
+        if max_bytes <= 0:
+            raise ValueError(f"max_bytes must be positive, got {max_bytes}")
+        return range(0, self.n_rows, max(1, max_bytes // (self.row_len * 4)))
+
+    def dequantize(
+        self,
+        first: int,
+        count: int,
+        *,
+        big_endian: bool = False,
+        threads: int | None = None,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Rows [first, first + count) as float32 of shape (count, row_len), in `out` (a
+        writeable C-contiguous float32 array of exactly count * row_len values) if given.
+        `threads` as in `dequantize` (None: the default for the piece's size)."""
+        if not 0 <= first <= first + count <= self.n_rows or count <= 0:
+            raise ValueError(f"rows [{first}, {first + count}) are not inside the tensor's {self.n_rows}")
+        part = self.raw[first * self.row_bytes : (first + count) * self.row_bytes]
+        n = count * self.row_len
+        piece = np.empty(n, dtype=np.float32) if out is None else _check_out(out, n, self.raw, exact=True)
+        workers = parallel.thread_count(threads, n)
+        _run(self.spec, part.reshape(-1, self.info.type_size), piece, big_endian, workers)
+        return piece.reshape(count, self.row_len)
+
+
+def tensor_rows(data: Data, ggml_type: int | GGMLType, shape: Sequence[int]) -> TensorRows:
+    """`data` checked as a tensor of `ggml_type` and `shape` (GGUF order, ne0 first: the row
+    length), as rows. Raises UnsupportedType or BadTensorData, as `dequantize` does, and
+    also for a row length that is not a whole number of blocks."""
+    info, spec = _resolve(ggml_type)
+    t = int(info.type)
+    if not isinstance(shape, Sequence) or isinstance(shape, str | bytes):
+        raise BadTensorData(
+            f"shape must be a sequence of dimensions, not {type(shape).__name__}", ggml_type=t
+        )
+    dims = [_count(d, "dimension", t) for d in shape]
+    if not dims:
+        raise BadTensorData("a tensor needs at least one dimension", ggml_type=t)
+    row_len = dims[0]
+    n = math.prod(dims)
+    raw = _as_bytes(data, t)
+    _check(info, n, raw.size)
+    if row_len % info.block_size:
+        raise BadTensorData(
+            f"row length {row_len} is not a whole number of {info.name} blocks of {info.block_size}",
+            ggml_type=t,
+        )
+    return TensorRows(raw, info, spec, row_len, n // row_len)
+
+
 def dequantize_chunks(
     data: Data,
     ggml_type: int | GGMLType,
@@ -250,58 +316,32 @@ def dequantize_chunks(
     valid only until the next one is asked for, pieces are also bounded by its size, and
     no memory is allocated per piece.
     """
-    info, spec = _resolve(ggml_type)
-    t = int(info.type)
-    if not isinstance(shape, Sequence) or isinstance(shape, str | bytes):
-        raise BadTensorData(
-            f"shape must be a sequence of dimensions, not {type(shape).__name__}", ggml_type=t
-        )
-    dims = [_count(d, "dimension", t) for d in shape]
-    if not dims:
-        raise BadTensorData("a tensor needs at least one dimension", ggml_type=t)
-    row_len = dims[0]
-    n = math.prod(dims)
-    raw = _as_bytes(data, t)
-    _check(info, n, raw.size)
-    if row_len % info.block_size:
-        raise BadTensorData(
-            f"row length {row_len} is not a whole number of {info.name} blocks of {info.block_size}",
-            ggml_type=t,
-        )
-    if max_bytes <= 0:
-        raise ValueError(f"max_bytes must be positive, got {max_bytes}")
-    row_bytes = row_len // info.block_size * info.type_size
-    rows_per_piece = max(1, max_bytes // (row_len * 4))
+    rows = tensor_rows(data, ggml_type, shape)
+    starts = rows.pieces(max_bytes)
     buffer = None
     if out is not None:
-        buffer = _check_out(out, row_len, raw, exact=False)
-        rows_per_piece = min(rows_per_piece, buffer.size // row_len)
+        buffer = _check_out(out, rows.row_len, rows.raw, exact=False)
+        starts = range(0, rows.n_rows, min(starts.step, buffer.size // rows.row_len))
     if threads is not None:
-        threads = parallel.thread_count(threads, n)  # checked now, not at the first piece
-    return _pieces(
-        raw, info, spec, row_len, row_bytes, n // row_len, rows_per_piece, big_endian, threads, buffer
-    )
+        threads = parallel.thread_count(threads, rows.n_rows * rows.row_len)  # checked now, not at the first piece
+    return _pieces(rows, starts, big_endian, threads, buffer)
 
 
 def _pieces(
-    raw: np.ndarray,
-    info: TensorTypeInfo,
-    spec: KernelSpec,
-    row_len: int,
-    row_bytes: int,
-    n_rows: int,
-    rows_per_piece: int,
-    big_endian: bool,
-    threads: int | None,
-    buffer: np.ndarray | None,
+    rows: TensorRows, starts: range, big_endian: bool, threads: int | None, buffer: np.ndarray | None
 ) -> Iterator[tuple[int, np.ndarray]]:
-    for first in range(0, n_rows, rows_per_piece):
-        rows = min(rows_per_piece, n_rows - first)
-        part = raw[first * row_bytes : (first + rows) * row_bytes]
-        piece = np.empty(rows * row_len, dtype=np.float32) if buffer is None else buffer[: rows * row_len]
-        workers = parallel.thread_count(threads, piece.size)
-        _run(spec, part.reshape(-1, info.type_size), piece, big_endian, workers)
-        yield first, piece.reshape(rows, row_len)
+    for first in starts:
+        count = min(starts.step, rows.n_rows - first)
+        out = None if buffer is None else buffer[: count * rows.row_len]
+        yield first, rows.dequantize(first, count, big_endian=big_endian, threads=threads, out=out)
 
 
-__all__ = ["DEFAULT_MAX_BYTES", "dequantize", "dequantize_chunks", "kernels", "supported_types"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "TensorRows",
+    "dequantize",
+    "dequantize_chunks",
+    "kernels",
+    "supported_types",
+    "tensor_rows",
+]

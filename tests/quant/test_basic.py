@@ -15,6 +15,7 @@ from registry.quant import (
     dequantize_chunks,
     kernels,
     supported_types,
+    tensor_rows,
 )
 from tests.quant.helpers import assert_same_bits
 from tests.quant.refgen import random_blocks
@@ -283,6 +284,27 @@ def test_chunks_read_a_memmap_lazily(tmp_path: Path) -> None:
     assert first == 0 and piece.shape == (64, row_len) and not piece.any()
     first, piece = next(pieces)
     assert first == 64
+
+
+def test_tensor_rows_dequantize_any_run_of_rows() -> None:
+    t = GGMLType.Q6_K
+    row_len, n_rows = 512, 9
+    blocks = _blocks(t, row_len * n_rows // 256)
+    whole = dequantize(blocks, t, row_len * n_rows).reshape(n_rows, row_len)
+    rows = tensor_rows(blocks, t, (row_len, n_rows))
+    assert (rows.row_len, rows.n_rows) == (row_len, n_rows)
+    assert list(rows.pieces(row_len * 4 * 4)) == [0, 4, 8]
+    out = np.full(3 * row_len, np.nan, dtype=np.float32)
+    assert_same_bits(rows.dequantize(2, 3, out=out), whole[2:5])
+    assert_same_bits(out.reshape(3, row_len), whole[2:5])  # written into the caller's array
+    assert_same_bits(rows.dequantize(8, 1, threads=2), whole[8:9])
+    for first, count in [(-1, 1), (0, 0), (8, 2), (9, 1)]:
+        with pytest.raises(ValueError, match="rows"):
+            rows.dequantize(first, count)
+    with pytest.raises(ValueError, match="values"):
+        rows.dequantize(0, 2, out=out)  # 3 rows' room for 2 rows: not exactly their size
+    with pytest.raises(ValueError, match="max_bytes"):
+        rows.pieces(0)
 
 
 @pytest.mark.parametrize(
