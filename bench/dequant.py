@@ -28,7 +28,8 @@ small ones); ggml always runs on one thread, as the target is defined.
 
 fill-1t / fill-mt (synthetic rows): the rate at which this machine hands out a fresh
 float32 array of the same size and writes every value of it with no decoding at all
-(np.empty, then each thread fills its part with zeros, numpy's fastest write), on one
+(allocated as `dequantize` allocates its results, then each thread fills its part with
+zeros, numpy's fastest write), on one
 thread and on ours-mt's threads, timed in the same interleaved rounds as the row's
 contenders. A dequantizer that returns a new array does at least that work, so where 5x
 gguf-py asks for more than the fill rate of the same thread setting the row says "MISS
@@ -50,7 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from registry.gguf.types import TENSOR_TYPES, GGMLType
-from registry.quant import dequantize, parallel, supported_types
+from registry.quant import dequantize, floats, parallel, supported_types
 
 GGML_TARGETS = {"Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"}
 GGUF_PY_TARGET = 5.0
@@ -128,12 +129,13 @@ def model_cases(paths: list[Path]) -> list[Case]:
 
 
 def fresh_fill(n_elements: int, threads: int) -> Callable[[], object]:
-    """A run that makes a new float32 array of `n_elements` and fills it with zeros, split
-    between `threads` threads (each faults in and writes its own part). Zeros, because
-    numpy writes them fastest (measured against other constants and a plain copy)."""
+    """A run that makes a new float32 array of `n_elements` the way `dequantize` makes its
+    result (floats.new_values) and fills it with zeros, split between `threads` threads
+    (each faults in and writes its own part). Zeros, because numpy writes them fastest
+    (measured against other constants and a plain copy)."""
 
     def run() -> None:
-        out = np.empty(n_elements, dtype=np.float32)
+        out = floats.new_values(n_elements)
         parallel.run_tasks(lambda a, b: out[a:b].fill(0.0), parallel.block_ranges(n_elements, 4, threads), threads)
 
     return run

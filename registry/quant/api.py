@@ -221,7 +221,7 @@ def dequantize(
     n_blocks = _check(info, n, raw.size)
     workers = parallel.thread_count(threads, n)
     if out is None:
-        result = dest = np.empty(n, dtype=np.float32)
+        result = dest = floats.new_values(n)
     else:
         result, dest = out, _check_out(out, n, raw, exact=True)
     _run(spec, raw.reshape(n_blocks, info.type_size), dest, big_endian, workers)
@@ -263,7 +263,7 @@ class TensorRows:
             raise ValueError(f"rows [{first}, {first + count}) are not inside the tensor's {self.n_rows}")
         part = self.raw[first * self.row_bytes : (first + count) * self.row_bytes]
         n = count * self.row_len
-        piece = np.empty(n, dtype=np.float32) if out is None else _check_out(out, n, self.raw, exact=True)
+        piece = floats.new_values(n) if out is None else _check_out(out, n, self.raw, exact=True)
         workers = parallel.thread_count(threads, n)
         _run(self.spec, part.reshape(-1, self.info.type_size), piece, big_endian, workers)
         return piece.reshape(count, self.row_len)

@@ -7,7 +7,9 @@ F64 and the wide integers round to nearest float32, the only sensible float32 va
 
 from __future__ import annotations
 
+import contextlib
 import math
+import mmap
 from functools import cache
 
 import numpy as np
@@ -91,9 +93,48 @@ class Scratch:
         return dst
 
 
+# A result of at least this many bytes gets memory of its own, aligned to transparent huge
+# pages (new_values). glibc maps any allocation above 32 MiB afresh anyway, so nothing
+# that could have reused freed memory is mapped anew.
+ALIGNED_BYTES = 32 << 20
+HUGE_PAGE = 2 << 20
+_MADV_HUGEPAGE: int | None = getattr(mmap, "MADV_HUGEPAGE", None)
+_ANONYMOUS: int | None = getattr(mmap, "MAP_ANONYMOUS", None)
+
+
+def new_values(n: int) -> np.ndarray:
+    """A new, uninitialised float32 array of `n` values, for a result.
+
+    A big result is written page by page, and on Linux every first write of a page is a
+    fault in which the kernel hands out a zeroed page: with 4 KiB pages that costs more
+    than the dequantization of the page (about 1.3 us a page here, 3 GB/s). numpy asks
+    for transparent huge pages on arrays of 4 MiB and more, but glibc's mapping of the
+    array does not start on a 2 MiB boundary, so the part before the first boundary (up to
+    2 MiB, 512 faults) still takes small pages. Here a big result is mapped with 2 MiB to
+    spare and starts on a boundary, and only its whole 2 MiB spans are marked for huge
+    pages: no more memory is resident than with np.empty. Measured on 16 Mi values, new
+    arrays: Q4_0 +17% on one thread and +23% on two, Q6_K +10%, Q2_K +4-13%, F16 +0-5%.
+
+    The array is a view of an anonymous mapping that is unmapped with its last view.
+    Where there are no huge pages to ask for, or the mapping fails, it is np.empty's.
+    """
+    nbytes = 4 * n
+    if nbytes < ALIGNED_BYTES or _MADV_HUGEPAGE is None or _ANONYMOUS is None:
+        return np.empty(n, dtype=np.float32)
+    try:
+        region = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | _ANONYMOUS)
+    except (OSError, ValueError, OverflowError):
+        return np.empty(n, dtype=np.float32)
+    whole = np.frombuffer(region, dtype=np.uint8)
+    start = -whole.ctypes.data % HUGE_PAGE
+    with contextlib.suppress(OSError):  # huge pages switched off: small pages, as np.empty's
+        region.madvise(_MADV_HUGEPAGE, start, nbytes - nbytes % HUGE_PAGE)
+    return whole[start : start + nbytes].view(np.float32)
+
+
 def output(out: np.ndarray | None, n: int) -> np.ndarray:
     if out is None:
-        return np.empty(n, dtype=np.float32)
+        return new_values(n)
     return out
 
 

@@ -1,0 +1,59 @@
+"""Results of 32 MiB and more live in memory of their own, aligned to huge pages."""
+
+from __future__ import annotations
+
+import gc
+import sys
+
+import numpy as np
+import pytest
+
+from registry.gguf.types import GGMLType
+from registry.quant import dequantize, dequantize_chunks, floats
+from tests.quant.helpers import assert_same_bits
+from tests.quant.refgen import random_blocks
+
+HUGE_PAGES = floats._MADV_HUGEPAGE is not None and floats._ANONYMOUS is not None
+
+
+def test_small_results_are_numpy_arrays() -> None:
+    small = floats.new_values(floats.ALIGNED_BYTES // 4 - 1)
+    assert small.flags.owndata and small.dtype == np.float32
+
+
+@pytest.mark.skipif(not HUGE_PAGES, reason=f"no MADV_HUGEPAGE or MAP_ANONYMOUS on {sys.platform}")
+@pytest.mark.parametrize("n", [floats.ALIGNED_BYTES // 4, floats.ALIGNED_BYTES // 4 + 1234567])
+def test_big_results_start_on_a_huge_page(n: int) -> None:
+    values = floats.new_values(n)
+    assert values.shape == (n,) and values.dtype == np.float32
+    assert values.flags.c_contiguous and values.flags.writeable and not values.flags.owndata
+    assert values.ctypes.data % floats.HUGE_PAGE == 0
+    values[:] = np.arange(n, dtype=np.float32)
+    view = values[n // 2 :]
+    del values
+    gc.collect()  # the mapping lives on with its last view
+    assert view[0] == np.float32(n // 2) and view[-1] == np.float32(n - 1)
+
+
+@pytest.mark.parametrize("t", [GGMLType.Q4_0, GGMLType.Q6_K, GGMLType.IQ4_NL, GGMLType.F16], ids=lambda t: t.name)
+def test_results_in_aligned_memory_are_the_same(t: GGMLType, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(int(t))
+    blocks = random_blocks(t, 4096, rng)
+    n = blocks.shape[0] * (256 if t == GGMLType.Q6_K else 32 if t != GGMLType.F16 else 1)
+    plain = dequantize(blocks, t, n, threads=2)
+    monkeypatch.setattr(floats, "ALIGNED_BYTES", 0)  # every result through new_values' mapping
+    aligned = dequantize(blocks, t, n, threads=2)
+    assert_same_bits(aligned, plain)
+    assert plain.flags.owndata and (not aligned.flags.owndata or not HUGE_PAGES)
+    pieces = [piece.reshape(-1) for _, piece in dequantize_chunks(blocks, t, (n // 8, 8), max_bytes=n)]
+    assert len(pieces) == 4
+    assert_same_bits(np.concatenate(pieces), plain)
+
+
+def test_failed_mapping_falls_back_to_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> object:
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(floats.mmap, "mmap", refuse)
+    values = floats.new_values(floats.ALIGNED_BYTES // 4)
+    assert values.flags.owndata and values.size == floats.ALIGNED_BYTES // 4
