@@ -1,8 +1,9 @@
-"""Results of 32 MiB and more live in memory of their own, aligned to huge pages."""
+"""Big results that would get fresh memory get it aligned to huge pages instead."""
 
 from __future__ import annotations
 
 import gc
+import platform
 import sys
 
 import numpy as np
@@ -16,14 +17,30 @@ from tests.quant.refgen import random_blocks
 HUGE_PAGES = floats._MADV_HUGEPAGE is not None and floats._ANONYMOUS is not None
 
 
-def test_small_results_are_numpy_arrays() -> None:
+def test_small_results_are_numpy_arrays(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(floats, "_freshly_mapped", lambda values: True)
     small = floats.new_values(floats.ALIGNED_BYTES // 4 - 1)
     assert small.flags.owndata and small.dtype == np.float32
 
 
+def test_reused_memory_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(floats, "_freshly_mapped", lambda values: False)
+    big = floats.new_values(floats.ALIGNED_BYTES // 4)
+    assert big.flags.owndata and big.size == floats.ALIGNED_BYTES // 4
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="how glibc lays out its mappings")
+def test_a_fresh_big_numpy_array_is_seen_as_freshly_mapped() -> None:
+    # 256 MiB (never touched) is far above glibc's largest mmap threshold and bigger than
+    # any free memory it keeps: a mapping of its own
+    assert floats._freshly_mapped(np.empty(64 << 20, dtype=np.float32))
+    assert not floats._freshly_mapped(np.empty(16, dtype=np.float32)[1:])
+
+
 @pytest.mark.skipif(not HUGE_PAGES, reason=f"no MADV_HUGEPAGE or MAP_ANONYMOUS on {sys.platform}")
 @pytest.mark.parametrize("n", [floats.ALIGNED_BYTES // 4, floats.ALIGNED_BYTES // 4 + 1234567])
-def test_big_results_start_on_a_huge_page(n: int) -> None:
+def test_big_results_start_on_a_huge_page(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(floats, "_freshly_mapped", lambda values: True)
     values = floats.new_values(n)
     assert values.shape == (n,) and values.dtype == np.float32
     assert values.flags.c_contiguous and values.flags.writeable and not values.flags.owndata
@@ -42,6 +59,7 @@ def test_results_in_aligned_memory_are_the_same(t: GGMLType, monkeypatch: pytest
     n = blocks.shape[0] * (256 if t == GGMLType.Q6_K else 32 if t != GGMLType.F16 else 1)
     plain = dequantize(blocks, t, n, threads=2)
     monkeypatch.setattr(floats, "ALIGNED_BYTES", 0)  # every result through new_values' mapping
+    monkeypatch.setattr(floats, "_freshly_mapped", lambda values: True)
     aligned = dequantize(blocks, t, n, threads=2)
     assert_same_bits(aligned, plain)
     assert plain.flags.owndata and (not aligned.flags.owndata or not HUGE_PAGES)
@@ -55,5 +73,6 @@ def test_failed_mapping_falls_back_to_numpy(monkeypatch: pytest.MonkeyPatch) -> 
         raise OSError(12, "Cannot allocate memory")
 
     monkeypatch.setattr(floats.mmap, "mmap", refuse)
+    monkeypatch.setattr(floats, "_freshly_mapped", lambda values: True)
     values = floats.new_values(floats.ALIGNED_BYTES // 4)
     assert values.flags.owndata and values.size == floats.ALIGNED_BYTES // 4
