@@ -1,16 +1,18 @@
-"""Big results that would get fresh memory get it aligned to huge pages instead."""
+"""Memory: big results that would get fresh memory get it aligned to huge pages instead,
+and the chunked kernels keep their workspaces from one call to the next."""
 
 from __future__ import annotations
 
 import gc
 import platform
 import sys
+import threading
 
 import numpy as np
 import pytest
 
 from registry.gguf.types import GGMLType
-from registry.quant import dequantize, dequantize_chunks, floats
+from registry.quant import chunked, dequantize, dequantize_chunks, floats
 from tests.quant.helpers import assert_same_bits
 from tests.quant.refgen import random_blocks
 
@@ -52,7 +54,9 @@ def test_big_results_start_on_a_huge_page(n: int, monkeypatch: pytest.MonkeyPatc
     assert view[0] == np.float32(n // 2) and view[-1] == np.float32(n - 1)
 
 
-@pytest.mark.parametrize("t", [GGMLType.Q4_0, GGMLType.Q6_K, GGMLType.IQ4_NL, GGMLType.F16], ids=lambda t: t.name)
+@pytest.mark.parametrize(
+    "t", [GGMLType.Q4_0, GGMLType.Q6_K, GGMLType.IQ4_NL, GGMLType.F16], ids=lambda t: t.name
+)
 def test_results_in_aligned_memory_are_the_same(t: GGMLType, monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(int(t))
     blocks = random_blocks(t, 4096, rng)
@@ -76,3 +80,34 @@ def test_failed_mapping_falls_back_to_numpy(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(floats, "_freshly_mapped", lambda values: True)
     values = floats.new_values(floats.ALIGNED_BYTES // 4)
     assert values.flags.owndata and values.size == floats.ALIGNED_BYTES // 4
+
+
+def test_the_pool_lends_each_workspace_to_one_caller_and_keeps_a_few() -> None:
+    pool = chunked._WorkspacePool(keep=2)
+    with pool.lend() as a, pool.lend() as b, pool.lend() as c:
+        assert len({id(a), id(b), id(c)}) == 3
+    with pool.lend() as x, pool.lend() as y, pool.lend() as z:
+        assert {id(x), id(y)} <= {id(a), id(b), id(c)}  # two were kept
+        assert z not in (a, b, c)
+    with pytest.raises(RuntimeError), pool.lend() as w:
+        raise RuntimeError("a kernel failed")
+    with pool.lend() as again:
+        assert again is w  # returned even when the call failed
+
+
+def test_chunked_kernels_reuse_workspace_memory_across_calls_and_threads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pool = chunked._WorkspacePool(keep=1)
+    monkeypatch.setattr(chunked, "_POOL", pool)
+    t = GGMLType.IQ4_NL
+    blocks = random_blocks(t, 4096, np.random.default_rng(3))
+    first = dequantize(blocks, t, 4096 * 32, threads=1)
+    (ws,) = pool._free
+    rows = ws._buffers["rows"]
+    results: list[np.ndarray] = []
+    helper = threading.Thread(target=lambda: results.append(dequantize(blocks, t, 4096 * 32, threads=1)))
+    helper.start()
+    helper.join()
+    assert pool._free == [ws] and ws._buffers["rows"] is rows  # the same memory, on another thread
+    assert_same_bits(results[0], first)
