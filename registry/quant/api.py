@@ -11,7 +11,14 @@ ranges of blocks of the one result; the values do not depend on the thread count
 Both entry points can write into a caller's float32 array (`out=`) instead of a new one.
 A new array of many megabytes costs the kernel's page faults on its first write, which
 on a VM can take longer than the dequantization itself; a caller that goes through many
-tensors (the verifier) reuses one buffer and pays them once.
+tensors (the verifier) reuses one buffer and pays them once. A new result that would be
+fresh memory anyway starts on a huge-page boundary (floats.new_values), which makes
+those faults fewer.
+
+Memory kept between calls: the kernels of the i-quants, TQ, MXFP4/NVFP4 and Q1_0/Q2_0 work
+in chunks of a million values, and keep the scratch arrays of a chunk (at most 15 MiB)
+for the next call, one set per CPU at most (chunked._WorkspacePool), so that a
+call does not fault in fresh scratch memory every time.
 """
 
 from __future__ import annotations
@@ -235,7 +242,9 @@ class TensorRows:
 
     __slots__ = ("info", "n_rows", "raw", "row_bytes", "row_len", "spec")
 
-    def __init__(self, raw: np.ndarray, info: TensorTypeInfo, spec: KernelSpec, row_len: int, n_rows: int) -> None:
+    def __init__(
+        self, raw: np.ndarray, info: TensorTypeInfo, spec: KernelSpec, row_len: int, n_rows: int
+    ) -> None:
         self.raw, self.info, self.spec = raw, info, spec
         self.row_len, self.n_rows = row_len, n_rows
         self.row_bytes = row_len // info.block_size * info.type_size
@@ -323,7 +332,9 @@ def dequantize_chunks(
         buffer = _check_out(out, rows.row_len, rows.raw, exact=False)
         starts = range(0, rows.n_rows, min(starts.step, buffer.size // rows.row_len))
     if threads is not None:
-        threads = parallel.thread_count(threads, rows.n_rows * rows.row_len)  # checked now, not at the first piece
+        threads = parallel.thread_count(
+            threads, rows.n_rows * rows.row_len
+        )  # checked now, not at the first piece
     return _pieces(rows, starts, big_endian, threads, buffer)
 
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from registry.gguf.types import TENSOR_TYPES, GGMLType
 from registry.quant.base import Kernel
-from registry.quant.parallel import MAX_THREADS
+from registry.quant.parallel import MAX_THREADS, available_cpus
 
 CHUNK_ELEMENTS = 1 << 20  # 4 MiB of output; measured best between 2^17 and 2^22
 
@@ -62,7 +62,8 @@ class _WorkspacePool:
     multi-thread run: with two threads, every call faulted in its workspaces anew (3,700
     page faults per call of IQ4_NL on 16 Mi values, 14 MiB), and two threads were slower
     than one. Kept, a workspace holds at most the temporaries of one chunk of
-    CHUNK_ELEMENTS values (about 8 MiB for IQ4_NL).
+    CHUNK_ELEMENTS values: 10 MiB for IQ4_NL, IQ4_XS, MXFP4 and NVFP4, the largest, and
+    14.6 MiB once it has served every type (the types share buffers by name).
     """
 
     def __init__(self, keep: int) -> None:
@@ -82,7 +83,8 @@ class _WorkspacePool:
                     self._free.append(ws)
 
 
-_POOL = _WorkspacePool(keep=MAX_THREADS)
+# as many as kernels run at once by default: one per thread of a run
+_POOL = _WorkspacePool(keep=min(available_cpus(), MAX_THREADS))
 
 
 # impl(blocks, out, ws): dequantize (k, type_size) C-contiguous uint8 blocks into out, a
