@@ -242,9 +242,7 @@ class TensorRows:
 
     __slots__ = ("info", "n_rows", "raw", "row_bytes", "row_len", "spec")
 
-    def __init__(
-        self, raw: np.ndarray, info: TensorTypeInfo, spec: KernelSpec, row_len: int, n_rows: int
-    ) -> None:
+    def __init__(self, raw: np.ndarray, info: TensorTypeInfo, spec: KernelSpec, row_len: int, n_rows: int) -> None:
         self.raw, self.info, self.spec = raw, info, spec
         self.row_len, self.n_rows = row_len, n_rows
         self.row_bytes = row_len // info.block_size * info.type_size
@@ -332,9 +330,7 @@ def dequantize_chunks(
         buffer = _check_out(out, rows.row_len, rows.raw, exact=False)
         starts = range(0, rows.n_rows, min(starts.step, buffer.size // rows.row_len))
     if threads is not None:
-        threads = parallel.thread_count(
-            threads, rows.n_rows * rows.row_len
-        )  # checked now, not at the first piece
+        threads = parallel.thread_count(threads, rows.n_rows * rows.row_len)  # checked now, not at the first piece
     return _pieces(rows, starts, big_endian, threads, buffer)
 
 
