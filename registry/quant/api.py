@@ -15,10 +15,10 @@ tensors (the verifier) reuses one buffer and pays them once. A new result that w
 fresh memory anyway starts on a huge-page boundary (floats.new_values), which makes
 those faults fewer.
 
-Memory kept between calls: the kernels of the i-quants, TQ, MXFP4/NVFP4 and Q1_0/Q2_0 work
-in chunks of a million values, and keep the scratch arrays of a chunk (at most 15 MiB)
-for the next call, one set per CPU at most (chunked._WorkspacePool), so that a
-call does not fault in fresh scratch memory every time.
+Memory kept between calls: the kernels borrow their scratch arrays from a pool
+(workspace.py) and leave them there for the next call, so that a call does not fault in
+fresh scratch memory every time: one workspace per CPU at most (8 at most), each up to
+10 MiB for one type and 20 MiB if it served every type.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ tensor size, and small enough to be reused from the CPU caches between numpy pas
 numpy runs one inner loop per row of a 2-D operand: on a (k, 16) slice of 18-byte blocks
 that loop overhead costs more than the work. So fields are read through `column`, a 1-D
 view whose items are the field's bytes (one loop for all blocks), and everything after
-that works on contiguous arrays. The big temporaries come from a `Workspace` that lives
-for one kernel call, so that the chunks reuse the same memory.
+that works on contiguous arrays. The big temporaries come from a `Workspace` lent to the
+kernel call (workspace.py), so that the chunks, and the next call, reuse the same memory.
 
 Bit tricks that treat uint32/uint64 words as lanes of bytes (nibble_values, TQ2_0) read
 and write those words through little-endian views and assume a little-endian host, like
@@ -18,73 +18,16 @@ the rest of this package's numpy views.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from functools import cache
 
 import numpy as np
 
 from registry.gguf.types import TENSOR_TYPES, GGMLType
 from registry.quant.base import Kernel
-from registry.quant.parallel import MAX_THREADS, available_cpus
+from registry.quant.workspace import Workspace, lend_workspace
 
 CHUNK_ELEMENTS = 1 << 20  # 4 MiB of output; measured best between 2^17 and 2^22
-
-
-class Workspace:
-    """Scratch arrays reused from one chunk to the next of a kernel call, and from one
-    call to the next (see `_POOL`).
-
-    Allocating the same megabyte-sized temporaries afresh for every chunk makes glibc
-    hand the memory back to the OS and fault it in again each time, which costs more than
-    the arithmetic; reusing them keeps them mapped and warm in the cache.
-    """
-
-    def __init__(self) -> None:
-        self._buffers: dict[str, np.ndarray] = {}
-
-    def get(self, name: str, shape: tuple[int, ...], dtype: type | np.dtype) -> np.ndarray:
-        """An uninitialised array; the same memory as the last `get` under this name."""
-        dt = np.dtype(dtype)
-        nbytes = int(np.prod(shape)) * dt.itemsize
-        buf = self._buffers.get(name)
-        if buf is None or buf.nbytes < nbytes:
-            buf = np.empty(nbytes, dtype=np.uint8)
-            self._buffers[name] = buf
-        return buf[:nbytes].view(dt).reshape(shape)
-
-
-class _WorkspacePool:
-    """Workspaces kept between kernel calls, at most `keep` of them; each is lent to one
-    call at a time.
-
-    A workspace made for each call is fresh memory each time on the threads of a
-    multi-thread run: with two threads, every call faulted in its workspaces anew (3,700
-    page faults per call of IQ4_NL on 16 Mi values, 14 MiB), and two threads were slower
-    than one. Kept, a workspace holds at most the temporaries of one chunk of
-    CHUNK_ELEMENTS values: 10 MiB for IQ4_NL, IQ4_XS, MXFP4 and NVFP4, the largest, and
-    14.6 MiB once it has served every type (the types share buffers by name).
-    """
-
-    def __init__(self, keep: int) -> None:
-        self._keep = keep
-        self._free: list[Workspace] = []
-        self._lock = threading.Lock()
-
-    @contextmanager
-    def lend(self) -> Iterator[Workspace]:
-        with self._lock:
-            ws = self._free.pop() if self._free else Workspace()
-        try:
-            yield ws
-        finally:
-            with self._lock:
-                if len(self._free) < self._keep:
-                    self._free.append(ws)
-
-
-# as many as kernels run at once by default: one per thread of a run
-_POOL = _WorkspacePool(keep=min(available_cpus(), MAX_THREADS))
 
 
 # impl(blocks, out, ws): dequantize (k, type_size) C-contiguous uint8 blocks into out, a
@@ -111,7 +54,7 @@ def chunked(impl: BlockImpl, ggml_type: GGMLType) -> Kernel:
         values = out.reshape(n_blocks, block_size)
         step = max(1, CHUNK_ELEMENTS // block_size)
         # Inf and NaN scales are data, not errors: ggml computes through them silently
-        with _POOL.lend() as ws, np.errstate(all="ignore"):
+        with lend_workspace() as ws, np.errstate(all="ignore"):
             for start in range(0, n_blocks, step):
                 stop = min(start + step, n_blocks)
                 impl(blocks[start:stop], values[start:stop], ws)
@@ -122,11 +65,16 @@ def chunked(impl: BlockImpl, ggml_type: GGMLType) -> Kernel:
     return kernel
 
 
+@cache
+def _field_dtype(offset: int, nbytes: int, itemsize: int) -> np.dtype:
+    # made once: building a structured dtype costs about a microsecond, per call otherwise
+    return np.dtype({"names": ["v"], "formats": [f"V{nbytes}"], "offsets": [offset], "itemsize": itemsize})
+
+
 def column(rows: np.ndarray, offset: int, nbytes: int) -> np.ndarray:
     """Bytes [offset, offset + nbytes) of every row of a C-contiguous (k, n) uint8 array,
     as a 1-D view of k void items: it can be read or assigned in a single numpy loop."""
-    dt = np.dtype({"names": ["v"], "formats": [f"V{nbytes}"], "offsets": [offset], "itemsize": rows.shape[1]})
-    return rows.reshape(-1).view(dt)["v"]
+    return rows.reshape(-1).view(_field_dtype(offset, nbytes, rows.shape[1]))["v"]
 
 
 def field(rows: np.ndarray, offset: int, nbytes: int, ws: Workspace | None = None) -> np.ndarray:
@@ -136,7 +84,7 @@ def field(rows: np.ndarray, offset: int, nbytes: int, ws: Workspace | None = Non
     if ws is None:
         return np.ascontiguousarray(src).view(np.uint8).reshape(-1, nbytes)
     dst = ws.get(f"field@{offset}", (rows.shape[0], nbytes), np.uint8)
-    column(dst, 0, nbytes)[...] = src
+    np.copyto(dst.view(f"V{nbytes}")[:, 0], src)  # void items copied whole, one loop
     return dst
 
 

@@ -8,7 +8,6 @@ F64 and the wide integers round to nearest float32, the only sensible float32 va
 from __future__ import annotations
 
 import contextlib
-import math
 import mmap
 from functools import cache
 
@@ -17,6 +16,7 @@ import numpy as np
 from registry.gguf.types import GGMLType
 from registry.quant import parallel
 from registry.quant.base import KernelSpec
+from registry.quant.workspace import Workspace
 
 # Bytes of one 64-bit word repeated: SWAR masks that pick one bit field of all eight
 # bytes of a word at once, so nibbles and 2-bit fields unpack 8 at a time.
@@ -39,20 +39,27 @@ def _f16_table() -> np.ndarray:
     return table
 
 
-def f16_column(blocks: np.ndarray, offset: int) -> np.ndarray:
+def f16_column(blocks: np.ndarray, offset: int, ws: Workspace | None = None) -> np.ndarray:
     """The fp16 field at byte `offset` of every block, as float32 of shape (n_blocks,)."""
-    return f16_columns(blocks, offset, 1)[:, 0]
+    return f16_columns(blocks, offset, 1, ws)[:, 0]
 
 
-def f16_columns(blocks: np.ndarray, offset: int, count: int) -> np.ndarray:
-    """`count` consecutive fp16 fields from byte `offset`, as float32 (n_blocks, count)."""
+def f16_columns(blocks: np.ndarray, offset: int, count: int, ws: Workspace | None = None) -> np.ndarray:
+    """`count` consecutive fp16 fields from byte `offset`, as float32 (n_blocks, count)
+    (in workspace memory, named after the offset, when a workspace is given)."""
     # The indices go to intp first: np.take's own conversion of uint16 indices costs
     # several times the gather.
-    bits = blocks[:, offset : offset + 2 * count].view(U16).astype(np.intp)
-    return np.take(_f16_table(), bits, mode="wrap")
+    halves = blocks[:, offset : offset + 2 * count].view(U16)
+    if ws is None:
+        return np.take(_f16_table(), halves.astype(np.intp), mode="wrap")
+    bits = ws.get(f"f16@{offset}:bits", halves.shape, np.intp)
+    np.copyto(bits, halves, casting="unsafe")
+    values = ws.get(f"f16@{offset}", halves.shape, np.float32)
+    np.take(_f16_table(), bits, out=values, mode="wrap")
+    return values
 
 
-def scale_products(d: np.ndarray, ints: np.ndarray) -> np.ndarray:
+def scale_products(d: np.ndarray, ints: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """float32 (n, k) of d[i] * ints[i, j]: ggml's per-sub-block `d * sc`, one rounding.
 
     The ints are widened by one cast straight from their (possibly strided) view into the
@@ -60,37 +67,10 @@ def scale_products(d: np.ndarray, ints: np.ndarray) -> np.ndarray:
     repeating d k times and widening a contiguous copy of the ints (measured on Q6_K's
     16 scales per super-block), and no np.repeat holding the GIL.
     """
-    res = np.empty(ints.shape, dtype=np.float32)
+    res = np.empty(ints.shape, dtype=np.float32) if out is None else out
     np.copyto(res, ints, casting="unsafe")
     np.multiply(res, d[:, None], out=res)
     return res
-
-
-class Scratch:
-    """Temporaries a kernel reuses from one chunk of blocks to the next.
-
-    A temporary of a few hundred KiB is above glibc's mmap threshold: allocating it anew
-    for every chunk means fresh pages, and faulting them in cost 20x the arithmetic
-    (measured: two 3 us ufuncs became 57 us). One buffer per name, sliced to the chunk at
-    hand, avoids that; the first chunk is the largest, so buffers never grow.
-    """
-
-    def __init__(self) -> None:
-        self._buffers: dict[str, np.ndarray] = {}
-
-    def get(self, name: str, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
-        size = math.prod(shape)
-        buf = self._buffers.get(name)
-        if buf is None or buf.size < size or buf.dtype != np.dtype(dtype):
-            buf = np.empty(size, dtype=dtype)
-            self._buffers[name] = buf
-        return buf[:size].reshape(shape)
-
-    def copy(self, name: str, src: np.ndarray) -> np.ndarray:
-        """`src` copied into a contiguous buffer (e.g. a byte field, to view as words)."""
-        dst = self.get(name, src.shape, src.dtype)
-        np.copyto(dst, src)
-        return dst
 
 
 # Results of at least this many bytes may be moved to memory aligned to transparent huge

@@ -14,7 +14,8 @@ import numpy as np
 from registry.gguf.types import GGMLType
 from registry.quant import tables
 from registry.quant.base import KernelSpec
-from registry.quant.chunked import Workspace, chunked, field, nibble_values, take_rows
+from registry.quant.chunked import chunked, field, nibble_values, take_rows
+from registry.quant.workspace import Workspace
 
 
 @cache

@@ -24,7 +24,6 @@ from registry.gguf.types import GGMLType
 from registry.quant import tables
 from registry.quant.base import KernelSpec
 from registry.quant.chunked import (
-    Workspace,
     bit_fields,
     chunked,
     f16_field,
@@ -36,6 +35,7 @@ from registry.quant.chunked import (
     u16_field,
     u32_field,
 )
+from registry.quant.workspace import Workspace
 
 _F32 = np.float32
 _HALF = np.float32(0.5)

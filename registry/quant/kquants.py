@@ -16,12 +16,15 @@ each sub-block's scale broadcast over its values.
 Super-blocks go `STEP` at a time (`SHARED_STEP` on a thread beside others: parallel.step)
 so that each numpy call is long, and nothing holds the GIL while it copies (np.take, not
 np.repeat): see legacy.py for why that is what lets two threads run at once. The scales
-are decoded once per kernel call (a call covers at most a task of parallel.STEP_BYTES):
-per step, their dozen short numpy calls each cost a hand-over of the GIL for a few
-microseconds of work.
+are decoded `GROUP` super-blocks at a time: per step, their dozen short numpy calls would
+each cost a hand-over of the GIL for a few microseconds of work. Every temporary lives in
+a workspace lent to the kernel call (workspace.py): fresh arrays for the scales of a
+whole call faulted in 1,088 pages per call of 16 Mi Q4_K values, 17% of its time.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -40,6 +43,7 @@ from registry.quant.floats import (
     output,
     scale_products,
 )
+from registry.quant.workspace import Workspace, lend_workspace
 
 STEP = 1024  # super-blocks per step: 256 Ki values, 1 MiB of output (measured best of 256..4096)
 # Super-blocks per step on a thread beside others (parallel.step). Measured as in legacy.py
@@ -49,6 +53,9 @@ STEP = 1024  # super-blocks per step: 256 Ki values, 1 MiB of output (measured b
 # on two threads: Q6_K 3.27-3.34 -> 3.45-3.53 GB/s, Q3_K 3.33-3.64 -> 3.56-3.68, Q5_K
 # 3.23-3.32 -> 3.28-3.50, Q4_K 3.87-3.96 -> 3.72-4.01, Q2_K 3.57-3.65 -> 3.44-3.55.
 SHARED_STEP = 2 * STEP
+# Super-blocks whose scales are decoded at once: a whole number of steps of either size,
+# and a few MiB of scales at most (Q2_K: 2 MiB for d and dmin * m together).
+GROUP = 16 * STEP
 _U = np.uint64
 
 
@@ -76,11 +83,15 @@ _NIBBLES = _Runs([0, 0, 1, 1, 2, 2, 3, 3], [0, 4] * 4)
 _Q6_LOW = _Runs([0, 1, 0, 1, 2, 3, 2, 3], [0, 0, 4, 4] * 2)
 
 
-def _fields(b: np.ndarray, start: int, stop: int, runs: _Runs, mask: np.uint64) -> np.ndarray:
-    """(k, 4 * len(runs.picks)) uint64: the 32-byte runs of bytes [start, stop) of each
-    block, in `runs.picks` order, each word shifted right by its shift and masked."""
+def _fields(b: np.ndarray, start: int, stop: int, runs: _Runs, mask: np.uint64, ws: Workspace, name: str) -> np.ndarray:
+    """(k, 4 * len(runs.picks)) uint64 (workspace memory under `name`): the 32-byte runs of
+    bytes [start, stop) of each block, in `runs.picks` order, each word shifted right by
+    its shift and masked."""
     items = b[:, start:stop].view("V32")  # (k, runs); void items are copied whole
-    words = np.take(items, runs.picks, axis=1).view(U64)
+    gathered = ws.get(name, (b.shape[0], len(runs.picks)), np.dtype("V32"))
+    # mode="wrap" lets take write straight into `gathered`; the picks are in range
+    np.take(items, runs.picks, axis=1, out=gathered, mode="wrap")
+    words = gathered.view(U64)
     np.right_shift(words, runs.shift_words[: b.shape[0]], out=words)
     np.bitwise_and(words, mask, out=words)
     return words
@@ -92,34 +103,42 @@ def _add_high(words: np.ndarray, high: np.ndarray, shift: int) -> None:
     np.bitwise_or(words, high, out=words)
 
 
-def _scale_min_k4(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _scale_min_k4(scales: np.ndarray, ws: Workspace) -> tuple[np.ndarray, np.ndarray]:
     """The eight 6-bit (scale, min) pairs packed in 12 bytes (Q4_K, Q5_K), as uint8 (n, 8).
 
     j < 4: scale j is the low 6 bits of byte j and min j of byte j + 4; j >= 4: the low
     (scale) or high (min) nibble of byte j + 4, topped by the 2 high bits of byte j - 4
     (scale) or byte j (min). Done four bytes at a time on 32-bit words.
     """
+    n = scales.shape[0]
     a = scales.view(U32)  # (n, 3)
     a0, a1, a2 = a[:, 0], a[:, 1], a[:, 2]
     six, nib, two = np.uint32(0x3F3F3F3F), np.uint32(0x0F0F0F0F), np.uint32(0x03030303)
     # scales then mins, each (n, 2) words = (n, 8) contiguous bytes
-    res = np.empty((2, scales.shape[0], 2), dtype=U32)
+    res = ws.get("k4", (2, n, 2), U32)
+    top, low = ws.get("k4:top", (n,), U32), ws.get("k4:low", (n,), U32)
     np.bitwise_and(a0, six, out=res[0, :, 0])
     np.bitwise_and(a1, six, out=res[1, :, 0])
-    top = (a0 >> np.uint32(6)) & two
-    np.bitwise_or(top << np.uint32(4), a2 & nib, out=res[0, :, 1])
-    top = (a1 >> np.uint32(6)) & two
-    np.bitwise_or(top << np.uint32(4), (a2 >> np.uint32(4)) & nib, out=res[1, :, 1])
+    for which, word, nibbles in ((0, a0, a2), (1, a1, None)):
+        np.right_shift(word, np.uint32(6), out=top)  # the 2 high bits of byte j - 4 or j
+        np.bitwise_and(top, two, out=top)
+        np.left_shift(top, np.uint32(4), out=top)
+        if nibbles is None:  # the mins take the high nibbles of bytes 8..11
+            nibbles = np.right_shift(a2, np.uint32(4), out=low)
+        np.bitwise_and(nibbles, nib, out=low)
+        np.bitwise_or(top, low, out=res[which, :, 1])
     packed = res.view(np.uint8).reshape(2, -1, 8)
     return packed[0], packed[1]
 
 
-def _scale_min(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _scale_min(blocks: np.ndarray, ws: Workspace) -> tuple[np.ndarray, np.ndarray]:
     """(d * sc, dmin * m) of the 8 sub-blocks of a Q4_K / Q5_K block, float32 (n, 8)."""
-    head = field(blocks, 0, 16)  # one contiguous copy: the ops below then read it in cache
-    sc, mn = _scale_min_k4(head[:, 4:16])
-    dm = f16_columns(head, 0, 2)
-    return scale_products(dm[:, 0], sc), scale_products(dm[:, 1], mn)
+    head = field(blocks, 0, 16, ws)  # one contiguous copy: the ops below then read it in cache
+    sc, mn = _scale_min_k4(head[:, 4:16], ws)
+    dm = f16_columns(head, 0, 2, ws)
+    n = blocks.shape[0]
+    d = scale_products(dm[:, 0], sc, ws.get("d", (n, 8), np.float32))
+    return d, scale_products(dm[:, 1], mn, ws.get("m", (n, 8), np.float32))
 
 
 def _affine(q: np.ndarray, d: np.ndarray, m: np.ndarray | None, y: np.ndarray) -> None:
@@ -136,113 +155,140 @@ def _affine(q: np.ndarray, d: np.ndarray, m: np.ndarray | None, y: np.ndarray) -
         np.subtract(y, m[:, :, None], out=y)
 
 
-def _q2_k(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    # scales[16] | qs[64] | d | dmin. Output 128*h + 32*j + 16*g + l holds bits 2j..2j+1 of
-    # qs[32*h + 16*g + l] and uses scales[8*h + 2*j + g] (= output // 16).
+# scales(group, ws) -> (d, m or None), each (k, sub-blocks) float32
+Scales = Callable[[np.ndarray, Workspace], tuple[np.ndarray, np.ndarray | None]]
+# codes(blocks, ws) -> (k, 256) bytes (int8 or uint8) in output order
+Codes = Callable[[np.ndarray, Workspace], np.ndarray]
+
+
+def _kernel(blocks: np.ndarray, out: np.ndarray | None, sub_size: int, scales: Scales, codes: Codes) -> np.ndarray:
+    """The loop every k-quant with sub-block scales runs: scales decoded GROUP super-blocks
+    at a time, codes and values a step at a time, all temporaries in one workspace."""
     blocks = np.ascontiguousarray(blocks)
     n = blocks.shape[0]
     res = output(out, n * 256)
-    y = res.reshape(n, 16, 16)
-    sc = field(blocks, 0, 16)
-    dm = f16_columns(blocks, 80, 2)
-    d = scale_products(dm[:, 0], sc & 0xF)
-    m = scale_products(dm[:, 1], sc >> 4)
+    y = res.reshape(n, 256 // sub_size, sub_size)
     step = parallel.step(STEP, SHARED_STEP)
-    for s in range(0, n, step):
-        q = _fields(blocks[s : s + step], 16, 80, _CRUMBS, LOW_CRUMBS)
-        _affine(q.view(np.uint8), d[s : s + step], m[s : s + step], y[s : s + step])
+    with lend_workspace() as ws:
+        for g in range(0, n, GROUP):
+            group = blocks[g : g + GROUP]
+            d, m = scales(group, ws)
+            for s in range(0, group.shape[0], step):
+                q = codes(group[s : s + step], ws)
+                k = q.shape[0]
+                _affine(q, d[s : s + k], None if m is None else m[s : s + k], y[g + s : g + s + k])
     return res
 
 
-def _q3_scales(raw: np.ndarray) -> np.ndarray:
-    """The sixteen 6-bit scales packed in 12 bytes, minus 32, as int8 (n, 16)."""
-    a = np.ascontiguousarray(raw).view(U32)  # (n, 3)
+def _q2_scales(group: np.ndarray, ws: Workspace) -> tuple[np.ndarray, np.ndarray | None]:
+    # scales[16]: low nibble the scale, high nibble the min, of sub-block i; d, dmin at 80.
+    n = group.shape[0]
+    sc = field(group, 0, 16, ws)
+    low, high = ws.get("q2:sc", (n, 16), np.uint8), ws.get("q2:mn", (n, 16), np.uint8)
+    np.bitwise_and(sc, np.uint8(0xF), out=low)
+    np.right_shift(sc, np.uint8(4), out=high)
+    dm = f16_columns(group, 80, 2, ws)
+    d = scale_products(dm[:, 0], low, ws.get("d", (n, 16), np.float32))
+    return d, scale_products(dm[:, 1], high, ws.get("m", (n, 16), np.float32))
+
+
+def _q2_codes(b: np.ndarray, ws: Workspace) -> np.ndarray:
+    # qs[64] at 16. Output 128*h + 32*j + 16*g + l holds bits 2j..2j+1 of qs[32*h + 16*g + l]
+    # and uses scales[8*h + 2*j + g] (= output // 16).
+    return _fields(b, 16, 80, _CRUMBS, LOW_CRUMBS, ws, "codes").view(np.uint8)
+
+
+def _q2_k(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    # scales[16] | qs[64] | d | dmin
+    return _kernel(blocks, out, 16, _q2_scales, _q2_codes)
+
+
+def _q3_scales(group: np.ndarray, ws: Workspace) -> tuple[np.ndarray, np.ndarray | None]:
+    """d * (the sixteen 6-bit scales packed in bytes 96..107, minus 32), float32 (n, 16).
+
+    Low 4 bits from bytes 0..7 of the field (low nibbles, then high nibbles), high 2 bits
+    from bytes 8..11, four scales at a time on 32-bit words."""
+    n = group.shape[0]
+    a = field(group, 96, 12, ws).view(U32)  # (n, 3)
     a0, a1, tmp = a[:, 0], a[:, 1], a[:, 2]
     k1, k2 = np.uint32(0x03030303), np.uint32(0x0F0F0F0F)
-    res = np.empty((raw.shape[0], 4), dtype=U32)
-    # Low 4 bits from bytes 0..7 (low nibbles, then high nibbles), high 2 bits from 8..11.
-    res[:, 0] = (a0 & k2) | ((tmp & k1) << 4)
-    res[:, 1] = (a1 & k2) | (((tmp >> 2) & k1) << 4)
-    res[:, 2] = ((a0 >> 4) & k2) | (((tmp >> 4) & k1) << 4)
-    res[:, 3] = ((a1 >> 4) & k2) | (((tmp >> 6) & k1) << 4)
+    res = ws.get("q3:sc", (n, 4), U32)
+    low, high = ws.get("q3:low", (n,), U32), ws.get("q3:high", (n,), U32)
+    for col, word, low_at, high_at in ((0, a0, 0, 0), (1, a1, 0, 2), (2, a0, 4, 4), (3, a1, 4, 6)):
+        np.right_shift(word, np.uint32(low_at), out=low)
+        np.bitwise_and(low, k2, out=low)
+        np.right_shift(tmp, np.uint32(high_at), out=high)
+        np.bitwise_and(high, k1, out=high)
+        np.left_shift(high, np.uint32(4), out=high)
+        np.bitwise_or(low, high, out=res[:, col])
     sc = res.view(np.int8)
     np.subtract(sc, np.int8(32), out=sc)
-    return sc
+    return scale_products(f16_column(group, 108, ws), sc, ws.get("d", (n, 16), np.float32)), None
+
+
+def _q3_codes(b: np.ndarray, ws: Workspace) -> np.ndarray:
+    # Same 2-bit order as Q2_K (qs[64] at 32); the third bit of output 128*h + 32*j + 16*g
+    # + l is bit 4*h + j of hmask[16*g + l], and a clear bit subtracts 4.
+    q = _fields(b, 32, 96, _CRUMBS, LOW_CRUMBS, ws, "codes")
+    _add_high(q, _fields(b, 0, 32, _BITS, LOW_BITS, ws, "high"), 2)
+    codes = q.view(np.int8)
+    np.subtract(codes, np.int8(4), out=codes)
+    return codes
 
 
 def _q3_k(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    # hmask[32] | qs[64] | scales[12] | d. Same 2-bit order as Q2_K; the third bit of
-    # output 128*h + 32*j + 16*g + l is bit 4*h + j of hmask[16*g + l], and a clear bit
-    # subtracts 4.
-    blocks = np.ascontiguousarray(blocks)
-    n = blocks.shape[0]
-    res = output(out, n * 256)
-    y = res.reshape(n, 16, 16)
-    d = scale_products(f16_column(blocks, 108), _q3_scales(blocks[:, 96:108]))
-    step = parallel.step(STEP, SHARED_STEP)
-    for s in range(0, n, step):
-        b = blocks[s : s + step]
-        q = _fields(b, 32, 96, _CRUMBS, LOW_CRUMBS)
-        _add_high(q, _fields(b, 0, 32, _BITS, LOW_BITS), 2)
-        codes = q.view(np.int8)
-        np.subtract(codes, np.int8(4), out=codes)
-        _affine(codes, d[s : s + step], None, y[s : s + step])
-    return res
+    # hmask[32] | qs[64] | scales[12] | d
+    return _kernel(blocks, out, 16, _q3_scales, _q3_codes)
+
+
+def _q4_codes(b: np.ndarray, ws: Workspace) -> np.ndarray:
+    # qs[128] at 16. Sub-block 2*i takes the low nibbles of qs[32*i .. 32*i+31], sub-block
+    # 2*i+1 their high nibbles.
+    return _fields(b, 16, 144, _NIBBLES, LOW_NIBBLES, ws, "codes").view(np.uint8)
 
 
 def _q4_k(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    # d | dmin | scales[12] | qs[128]. Sub-block 2*i takes the low nibbles of
-    # qs[32*i .. 32*i+31], sub-block 2*i+1 their high nibbles.
-    blocks = np.ascontiguousarray(blocks)
-    n = blocks.shape[0]
-    res = output(out, n * 256)
-    y = res.reshape(n, 8, 32)
-    d, m = _scale_min(blocks)
-    step = parallel.step(STEP, SHARED_STEP)
-    for s in range(0, n, step):
-        q = _fields(blocks[s : s + step], 16, 144, _NIBBLES, LOW_NIBBLES)
-        _affine(q.view(np.uint8), d[s : s + step], m[s : s + step], y[s : s + step])
-    return res
+    # d | dmin | scales[12] | qs[128]
+    return _kernel(blocks, out, 32, _scale_min, _q4_codes)
+
+
+def _q5_codes(b: np.ndarray, ws: Workspace) -> np.ndarray:
+    # As Q4_K (qs[128] at 48), plus 16 when bit i of qh[l] is set for value l of sub-block i.
+    q = _fields(b, 48, 176, _NIBBLES, LOW_NIBBLES, ws, "codes")
+    _add_high(q, _fields(b, 16, 48, _BITS, LOW_BITS, ws, "high"), 4)
+    return q.view(np.uint8)
 
 
 def _q5_k(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    # d | dmin | scales[12] | qh[32] | qs[128]. As Q4_K, plus 16 when bit i of qh[l] is set
-    # for value l of sub-block i.
-    blocks = np.ascontiguousarray(blocks)
-    n = blocks.shape[0]
-    res = output(out, n * 256)
-    y = res.reshape(n, 8, 32)
-    d, m = _scale_min(blocks)
-    step = parallel.step(STEP, SHARED_STEP)
-    for s in range(0, n, step):
-        b = blocks[s : s + step]
-        q = _fields(b, 48, 176, _NIBBLES, LOW_NIBBLES)
-        _add_high(q, _fields(b, 16, 48, _BITS, LOW_BITS), 4)
-        _affine(q.view(np.uint8), d[s : s + step], m[s : s + step], y[s : s + step])
-    return res
+    # d | dmin | scales[12] | qh[32] | qs[128]
+    return _kernel(blocks, out, 32, _scale_min, _q5_codes)
+
+
+def _q6_scales(group: np.ndarray, ws: Workspace) -> tuple[np.ndarray, np.ndarray | None]:
+    # scales[16] (int8) at 192, d at 208
+    n = group.shape[0]
+    sc = group[:, 192:208].view(np.int8)
+    return scale_products(f16_column(group, 208, ws), sc, ws.get("d", (n, 16), np.float32)), None
+
+
+def _q6_codes(b: np.ndarray, ws: Workspace) -> np.ndarray:
+    # In half h, output 128*h + 32*k + l takes nibble k // 2 of ql[64*h + 32*(k % 2) + l]
+    # and bits 2k..2k+1 of qh[32*h + l], minus 32.
+    q = _fields(b, 0, 128, _Q6_LOW, LOW_NIBBLES, ws, "codes")
+    _add_high(q, _fields(b, 128, 192, _CRUMBS, LOW_CRUMBS, ws, "high"), 4)
+    codes = q.view(np.int8)
+    np.subtract(codes, np.int8(32), out=codes)
+    return codes
 
 
 def _q6_k(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    # ql[128] | qh[64] | scales[16] (int8) | d. In half h, output 128*h + 32*k + l takes
-    # nibble k // 2 of ql[64*h + 32*(k % 2) + l] and bits 2k..2k+1 of qh[32*h + l], minus 32.
-    blocks = np.ascontiguousarray(blocks)
-    n = blocks.shape[0]
-    res = output(out, n * 256)
-    y = res.reshape(n, 16, 16)
-    d = scale_products(f16_column(blocks, 208), blocks[:, 192:208].view(np.int8))
-    step = parallel.step(STEP, SHARED_STEP)
-    for s in range(0, n, step):
-        b = blocks[s : s + step]
-        q = _fields(b, 0, 128, _Q6_LOW, LOW_NIBBLES)
-        _add_high(q, _fields(b, 128, 192, _CRUMBS, LOW_CRUMBS), 4)
-        codes = q.view(np.int8)
-        np.subtract(codes, np.int8(32), out=codes)
-        _affine(codes, d[s : s + step], None, y[s : s + step])
-    return res
+    # ql[128] | qh[64] | scales[16] (int8) | d
+    return _kernel(blocks, out, 16, _q6_scales, _q6_codes)
 
 
 def _q8_k(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    # d (float32) | qs[256] (int8) | bsums[16] (int16, only for dot products).
+    # d (float32) | qs[256] (int8) | bsums[16] (int16, only for dot products). No
+    # temporaries: the codes are widened straight from the blocks.
     blocks = np.ascontiguousarray(blocks)
     n = blocks.shape[0]
     res = output(out, n * 256)

@@ -14,7 +14,8 @@ import numpy as np
 
 from registry.gguf.types import GGMLType
 from registry.quant.base import KernelSpec
-from registry.quant.chunked import Workspace, chunked, f16_field, field
+from registry.quant.chunked import chunked, f16_field, field
+from registry.quant.workspace import Workspace
 
 
 @cache

@@ -16,7 +16,8 @@ import numpy as np
 
 from registry.gguf.types import GGMLType
 from registry.quant.base import KernelSpec
-from registry.quant.chunked import Workspace, chunked, f16_field
+from registry.quant.chunked import chunked, f16_field
+from registry.quant.workspace import Workspace
 
 # TQ1_0 as 13 items of 4 bytes: items 0-7 are qs[0:32], 8-11 qs[32:48], 12 is qh. Digit n
 # of qs[m] (m < 32) is output 32 n + m, of qs[32 + m] output 160 + 16 n + m, of qh[m] output

@@ -1,5 +1,5 @@
 """Memory: big results that would get fresh memory get it aligned to huge pages instead,
-and the chunked kernels keep their workspaces from one call to the next."""
+and the kernels keep their workspaces from one call to the next."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from registry.gguf.types import GGMLType
-from registry.quant import chunked, dequantize, dequantize_chunks, floats
+from registry.quant import dequantize, dequantize_chunks, floats, workspace
 from tests.quant.helpers import assert_same_bits
 from tests.quant.refgen import random_blocks
 
@@ -83,7 +83,7 @@ def test_failed_mapping_falls_back_to_numpy(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_the_pool_lends_each_workspace_to_one_caller_and_keeps_a_few() -> None:
-    pool = chunked._WorkspacePool(keep=2)
+    pool = workspace._WorkspacePool(keep=2, max_bytes=1 << 20)
     with pool.lend() as a, pool.lend() as b, pool.lend() as c:
         assert len({id(a), id(b), id(c)}) == 3
     with pool.lend() as x, pool.lend() as y, pool.lend() as z:
@@ -93,21 +93,37 @@ def test_the_pool_lends_each_workspace_to_one_caller_and_keeps_a_few() -> None:
         raise RuntimeError("a kernel failed")
     with pool.lend() as again:
         assert again is w  # returned even when the call failed
+        again.get("big", (1 << 20,), np.uint8)
+        again.get("more", (1,), np.uint8)
+    with pool.lend() as fresh:
+        assert fresh is not again and fresh.nbytes == 0  # grown past max_bytes: not kept
 
 
-def test_chunked_kernels_reuse_workspace_memory_across_calls_and_threads(
-    monkeypatch: pytest.MonkeyPatch,
+def test_workspace_buffers_are_reused_by_name_and_grow() -> None:
+    ws = workspace.Workspace()
+    a = ws.get("x", (4, 8), np.float32)
+    b = ws.get("x", (2, 8), np.int32)
+    assert b.ctypes.data == a.ctypes.data and b.shape == (2, 8) and b.dtype == np.int32
+    c = ws.get("x", (16, 8), np.float32)
+    assert c.shape == (16, 8) and ws.nbytes == 16 * 8 * 4
+    assert ws.get("y", (3,), np.uint8).ctypes.data != c.ctypes.data
+
+
+@pytest.mark.parametrize(("t", "name"), [(GGMLType.IQ4_NL, "rows"), (GGMLType.Q4_K, "d"), (GGMLType.Q6_K, "codes")])
+def test_kernels_reuse_workspace_memory_across_calls_and_threads(
+    t: GGMLType, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pool = chunked._WorkspacePool(keep=1)
-    monkeypatch.setattr(chunked, "_POOL", pool)
-    t = GGMLType.IQ4_NL
-    blocks = random_blocks(t, 4096, np.random.default_rng(3))
-    first = dequantize(blocks, t, 4096 * 32, threads=1)
+    pool = workspace._WorkspacePool(keep=1, max_bytes=workspace.MAX_KEPT_BYTES)
+    monkeypatch.setattr(workspace, "_POOL", pool)
+    n_blocks = 4096
+    blocks = random_blocks(t, n_blocks, np.random.default_rng(3))
+    n = n_blocks * (32 if t == GGMLType.IQ4_NL else 256)
+    first = dequantize(blocks, t, n, threads=1)
     (ws,) = pool._free
-    rows = ws._buffers["rows"]
+    buffer = ws._buffers[name]
     results: list[np.ndarray] = []
-    helper = threading.Thread(target=lambda: results.append(dequantize(blocks, t, 4096 * 32, threads=1)))
+    helper = threading.Thread(target=lambda: results.append(dequantize(blocks, t, n, threads=1)))
     helper.start()
     helper.join()
-    assert pool._free == [ws] and ws._buffers["rows"] is rows  # the same memory, on another thread
+    assert pool._free == [ws] and ws._buffers[name] is buffer  # the same memory, on another thread
     assert_same_bits(results[0], first)
