@@ -18,7 +18,8 @@ those faults fewer.
 Memory kept between calls: the kernels borrow their scratch arrays from a pool
 (workspace.py) and leave them there for the next call, so that a call does not fault in
 fresh scratch memory every time: one workspace per CPU at most (8 at most), each up to
-10 MiB for one type and 20 MiB if it served every type.
+10 MiB for one type and 20 MiB if it served every type. The first call also settles
+glibc's allocator so that smaller temporaries are reused too (settle_allocator).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from types import MappingProxyType
 import numpy as np
 
 from registry.gguf.types import TENSOR_TYPES, GGMLType, TensorTypeInfo
-from registry.quant import floats, fp4, iquants, kquants, legacy, parallel, q1, q2, ternary
+from registry.quant import floats, fp4, iquants, kquants, legacy, parallel, q1, q2, ternary, workspace
 from registry.quant.base import BadTensorData, Kernel, KernelSpec, UnsupportedType
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
@@ -168,6 +169,7 @@ def _run(spec: KernelSpec, blocks: np.ndarray, out: np.ndarray, big_endian: bool
     separate kernel call: kernels slice further to stay in cache) on `threads` threads."""
     per_block = out.size // blocks.shape[0]
     into = _writes_into(spec.fn)
+    workspace.settle_allocator()
 
     def work(start: int, stop: int) -> None:
         part = blocks[start:stop]
