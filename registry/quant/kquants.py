@@ -226,14 +226,29 @@ def _q3_scales(group: np.ndarray, ws: Workspace) -> tuple[np.ndarray, np.ndarray
     return scale_products(f16_column(group, 108, ws), sc, ws.get("d", (n, 16), np.float32)), None
 
 
+# (start, stop, runs, mask) of a bit field: the arguments of _fields
+Field = tuple[int, int, _Runs, np.uint64]
+
+
+def _joined(b: np.ndarray, ws: Workspace, low: Field, high: Field, shift: int) -> np.ndarray:
+    """(k, 256) uint8 codes: the `low` bits of each quant, or'ed with its `high` bits
+    shifted left by `shift`."""
+    q = _fields(b, *low, ws, "codes")
+    _add_high(q, _fields(b, *high, ws, "high"), shift)
+    return q.view(np.uint8)
+
+
+def _minus(codes: np.ndarray, offset: int) -> np.ndarray:
+    """uint8 codes minus `offset`, in place, as int8."""
+    signed = codes.view(np.int8)
+    np.subtract(signed, np.int8(offset), out=signed)
+    return signed
+
+
 def _q3_codes(b: np.ndarray, ws: Workspace) -> np.ndarray:
     # Same 2-bit order as Q2_K (qs[64] at 32); the third bit of output 128*h + 32*j + 16*g
     # + l is bit 4*h + j of hmask[16*g + l], and a clear bit subtracts 4.
-    q = _fields(b, 32, 96, _CRUMBS, LOW_CRUMBS, ws, "codes")
-    _add_high(q, _fields(b, 0, 32, _BITS, LOW_BITS, ws, "high"), 2)
-    codes = q.view(np.int8)
-    np.subtract(codes, np.int8(4), out=codes)
-    return codes
+    return _minus(_joined(b, ws, (32, 96, _CRUMBS, LOW_CRUMBS), (0, 32, _BITS, LOW_BITS), 2), 4)
 
 
 def _q3_k(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -254,9 +269,7 @@ def _q4_k(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 def _q5_codes(b: np.ndarray, ws: Workspace) -> np.ndarray:
     # As Q4_K (qs[128] at 48), plus 16 when bit i of qh[l] is set for value l of sub-block i.
-    q = _fields(b, 48, 176, _NIBBLES, LOW_NIBBLES, ws, "codes")
-    _add_high(q, _fields(b, 16, 48, _BITS, LOW_BITS, ws, "high"), 4)
-    return q.view(np.uint8)
+    return _joined(b, ws, (48, 176, _NIBBLES, LOW_NIBBLES), (16, 48, _BITS, LOW_BITS), 4)
 
 
 def _q5_k(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -274,11 +287,7 @@ def _q6_scales(group: np.ndarray, ws: Workspace) -> tuple[np.ndarray, np.ndarray
 def _q6_codes(b: np.ndarray, ws: Workspace) -> np.ndarray:
     # In half h, output 128*h + 32*k + l takes nibble k // 2 of ql[64*h + 32*(k % 2) + l]
     # and bits 2k..2k+1 of qh[32*h + l], minus 32.
-    q = _fields(b, 0, 128, _Q6_LOW, LOW_NIBBLES, ws, "codes")
-    _add_high(q, _fields(b, 128, 192, _CRUMBS, LOW_CRUMBS, ws, "high"), 4)
-    codes = q.view(np.int8)
-    np.subtract(codes, np.int8(32), out=codes)
-    return codes
+    return _minus(_joined(b, ws, (0, 128, _Q6_LOW, LOW_NIBBLES), (128, 192, _CRUMBS, LOW_CRUMBS), 4), 32)
 
 
 def _q6_k(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
