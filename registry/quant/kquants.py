@@ -19,7 +19,8 @@ np.repeat): see legacy.py for why that is what lets two threads run at once. The
 are decoded `GROUP` super-blocks at a time: per step, their dozen short numpy calls would
 each cost a hand-over of the GIL for a few microseconds of work. Every temporary lives in
 a workspace lent to the kernel call (workspace.py): fresh arrays for the scales of a
-whole call faulted in 1,088 pages per call of 16 Mi Q4_K values, 17% of its time.
+whole call faulted in 1,088 pages per call of 16 Mi Q4_K values in a new process, which
+then ran at 5.1-5.2 GB/s on one thread against 6.0-6.2 with a workspace.
 """
 
 from __future__ import annotations
