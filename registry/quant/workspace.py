@@ -85,24 +85,26 @@ def lend_workspace() -> contextlib.AbstractContextManager[Workspace]:
 
 # glibc maps an allocation of at least its mmap threshold (128 KiB at first) on its own:
 # fresh pages on every first write, unmapped again on free. When such a mapping of at most
-# 32 MiB is freed, glibc raises the threshold to its size (and keeps up to twice that of
-# freed memory for reuse): mallopt(3), "dynamic mmap threshold".
-_GLIBC_MMAP_THRESHOLD_MAX = 32 << 20
+# 32 MiB is freed, glibc raises the threshold to its size, and keeps up to twice that of
+# freed memory for reuse (mallopt(3), "dynamic mmap threshold").
+SETTLED_THRESHOLD = 4 << 20
 
 
 @functools.cache
 def settle_allocator() -> None:
-    """Once per process, before the first kernel runs: under glibc, map and free 31 MiB
-    (never touched), so that the kernels' temporaries of up to that size come from memory
-    the allocator keeps and reuses rather than fresh mappings.
+    """Once per process, before the first kernel runs: under glibc, map and free 4 MiB
+    (never touched), so that the kernels' temporaries below that size come from memory
+    the allocator keeps and reuses rather than from fresh mappings.
 
     Without it, a new process paid page faults on every call for the temporaries that
-    kernels do not keep in a workspace: 16 Mi values on two threads, IQ3_S 1,793 faults
-    per call (5.5 GB/s; 6.7 GB/s after this), IQ1_M 1,281 (6.4 GB/s; 8.5). A process that
-    has already freed a big array is in this state anyway. The cost: glibc then keeps up
-    to 62 MiB of freed memory mapped instead of handing it back at once.
+    kernels do not keep in a workspace (the i-quants' index arrays, up to 2 MiB a chunk):
+    16 Mi values on two threads, IQ3_S 1,793 faults per call at 5.5 GB/s and 7.6 after
+    this, IQ1_M 1,281 at 6.4 and 10.1 after. A process that has freed a big array is in
+    this state, or a later one, anyway. Settling at 31 MiB instead gained the same but
+    made glibc keep up to 62 MiB of freed memory: the verifier's peak RSS on gemma3 grew
+    from 1,647 to 1,701 MB; at 4 MiB it stayed at 1,648.
     """
     if platform.libc_ver()[0] != "glibc":
         return
-    probe = np.empty(_GLIBC_MMAP_THRESHOLD_MAX - (1 << 20), dtype=np.uint8)
+    probe = np.empty(SETTLED_THRESHOLD, dtype=np.uint8)
     del probe
