@@ -5,7 +5,7 @@ Allocating megabyte-sized temporaries afresh makes glibc map fresh memory, or ha
 memory back to the OS, and the kernel then faults every page in again: that costs more
 than the arithmetic on those pages. Measured in a new process, 16 Mi values on one
 thread: Q4_K made 1,088 page faults per call in its scale decoding alone and ran at
-5.1 GB/s, 6.2 with its scratch in a workspace; and with two threads every call of the
+5.1-5.2 GB/s, 6.0-6.2 with its scratch in a workspace; and with two threads every call of the
 chunked IQ4_NL faulted in 14 MiB anew (3,700 faults), which made two threads slower than
 one. A kernel call borrows a `Workspace` from a pool instead, and its buffers stay mapped
 and warm for the next call.
