@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from registry.gguf.types import TENSOR_TYPES, GGMLType
-from registry.quant import dequantize, floats, parallel, supported_types
+from registry.quant import dequantize, parallel, supported_types, workspace
 
 GGML_TARGETS = {"Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"}
 GGUF_PY_TARGET = 5.0
@@ -130,12 +130,12 @@ def model_cases(paths: list[Path]) -> list[Case]:
 
 def fresh_fill(n_elements: int, threads: int) -> Callable[[], object]:
     """A run that makes a new float32 array of `n_elements` the way `dequantize` makes its
-    result (floats.new_values) and fills it with zeros, split between `threads` threads
+    result (workspace.new_values) and fills it with zeros, split between `threads` threads
     (each faults in and writes its own part). Zeros, because numpy writes them fastest
     (measured against other constants and a plain copy)."""
 
     def run() -> None:
-        out = floats.new_values(n_elements)
+        out = workspace.new_values(n_elements)
         parallel.run_tasks(lambda a, b: out[a:b].fill(0.0), parallel.block_ranges(n_elements, 4, threads), threads)
 
     return run

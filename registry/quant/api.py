@@ -12,7 +12,7 @@ Both entry points can write into a caller's float32 array (`out=`) instead of a 
 A new array of many megabytes costs the kernel's page faults on its first write, which
 on a VM can take longer than the dequantization itself; a caller that goes through many
 tensors (the verifier) reuses one buffer and pays them once. A new result that would be
-fresh memory anyway starts on a huge-page boundary (floats.new_values), which makes
+fresh memory anyway starts on a huge-page boundary (workspace.new_values), which makes
 those faults fewer.
 
 Memory kept between calls: the kernels borrow their scratch arrays from a pool
@@ -230,7 +230,7 @@ def dequantize(
     n_blocks = _check(info, n, raw.size)
     workers = parallel.thread_count(threads, n)
     if out is None:
-        result = dest = floats.new_values(n)
+        result = dest = workspace.new_values(n)
     else:
         result, dest = out, _check_out(out, n, raw, exact=True)
     _run(spec, raw.reshape(n_blocks, info.type_size), dest, big_endian, workers)
@@ -272,7 +272,7 @@ class TensorRows:
             raise ValueError(f"rows [{first}, {first + count}) are not inside the tensor's {self.n_rows}")
         part = self.raw[first * self.row_bytes : (first + count) * self.row_bytes]
         n = count * self.row_len
-        piece = floats.new_values(n) if out is None else _check_out(out, n, self.raw, exact=True)
+        piece = workspace.new_values(n) if out is None else _check_out(out, n, self.raw, exact=True)
         workers = parallel.thread_count(threads, n)
         _run(self.spec, part.reshape(-1, self.info.type_size), piece, big_endian, workers)
         return piece.reshape(count, self.row_len)

@@ -13,41 +13,41 @@ import numpy as np
 import pytest
 
 from registry.gguf.types import GGMLType
-from registry.quant import dequantize, dequantize_chunks, floats, workspace
+from registry.quant import dequantize, dequantize_chunks, workspace
 from tests.quant.helpers import assert_same_bits
 from tests.quant.refgen import random_blocks
 
-HUGE_PAGES = floats._MADV_HUGEPAGE is not None and floats._ANONYMOUS is not None
+HUGE_PAGES = workspace._MADV_HUGEPAGE is not None and workspace._ANONYMOUS is not None
 
 
 def test_small_results_are_numpy_arrays(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(floats, "_freshly_mapped", lambda values: True)
-    small = floats.new_values(floats.ALIGNED_BYTES // 4 - 1)
+    monkeypatch.setattr(workspace, "_freshly_mapped", lambda values: True)
+    small = workspace.new_values(workspace.ALIGNED_BYTES // 4 - 1)
     assert small.flags.owndata and small.dtype == np.float32
 
 
 def test_reused_memory_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(floats, "_freshly_mapped", lambda values: False)
-    big = floats.new_values(floats.ALIGNED_BYTES // 4)
-    assert big.flags.owndata and big.size == floats.ALIGNED_BYTES // 4
+    monkeypatch.setattr(workspace, "_freshly_mapped", lambda values: False)
+    big = workspace.new_values(workspace.ALIGNED_BYTES // 4)
+    assert big.flags.owndata and big.size == workspace.ALIGNED_BYTES // 4
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="how glibc lays out its mappings")
 def test_a_fresh_big_numpy_array_is_seen_as_freshly_mapped() -> None:
     # 256 MiB (never touched) is far above glibc's largest mmap threshold and bigger than
     # any free memory it keeps: a mapping of its own
-    assert floats._freshly_mapped(np.empty(64 << 20, dtype=np.float32))
-    assert not floats._freshly_mapped(np.empty(16, dtype=np.float32)[1:])
+    assert workspace._freshly_mapped(np.empty(64 << 20, dtype=np.float32))
+    assert not workspace._freshly_mapped(np.empty(16, dtype=np.float32)[1:])
 
 
 @pytest.mark.skipif(not HUGE_PAGES, reason=f"no MADV_HUGEPAGE or MAP_ANONYMOUS on {sys.platform}")
-@pytest.mark.parametrize("n", [floats.ALIGNED_BYTES // 4, floats.ALIGNED_BYTES // 4 + 1234567])
+@pytest.mark.parametrize("n", [workspace.ALIGNED_BYTES // 4, workspace.ALIGNED_BYTES // 4 + 1234567])
 def test_big_results_start_on_a_huge_page(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(floats, "_freshly_mapped", lambda values: True)
-    values = floats.new_values(n)
+    monkeypatch.setattr(workspace, "_freshly_mapped", lambda values: True)
+    values = workspace.new_values(n)
     assert values.shape == (n,) and values.dtype == np.float32
     assert values.flags.c_contiguous and values.flags.writeable and not values.flags.owndata
-    assert values.ctypes.data % floats.HUGE_PAGE == 0
+    assert values.ctypes.data % workspace.HUGE_PAGE == 0
     values[:] = np.arange(n, dtype=np.float32)
     view = values[n // 2 :]
     del values
@@ -63,8 +63,8 @@ def test_results_in_aligned_memory_are_the_same(t: GGMLType, monkeypatch: pytest
     blocks = random_blocks(t, 4096, rng)
     n = blocks.shape[0] * (256 if t == GGMLType.Q6_K else 32 if t != GGMLType.F16 else 1)
     plain = dequantize(blocks, t, n, threads=2)
-    monkeypatch.setattr(floats, "ALIGNED_BYTES", 0)  # every result through new_values' mapping
-    monkeypatch.setattr(floats, "_freshly_mapped", lambda values: True)
+    monkeypatch.setattr(workspace, "ALIGNED_BYTES", 0)  # every result through new_values' mapping
+    monkeypatch.setattr(workspace, "_freshly_mapped", lambda values: True)
     aligned = dequantize(blocks, t, n, threads=2)
     assert_same_bits(aligned, plain)
     assert plain.flags.owndata and (not aligned.flags.owndata or not HUGE_PAGES)
@@ -77,10 +77,10 @@ def test_failed_mapping_falls_back_to_numpy(monkeypatch: pytest.MonkeyPatch) -> 
     def refuse(*args: object, **kwargs: object) -> object:
         raise OSError(12, "Cannot allocate memory")
 
-    monkeypatch.setattr(floats.mmap, "mmap", refuse)
-    monkeypatch.setattr(floats, "_freshly_mapped", lambda values: True)
-    values = floats.new_values(floats.ALIGNED_BYTES // 4)
-    assert values.flags.owndata and values.size == floats.ALIGNED_BYTES // 4
+    monkeypatch.setattr(workspace.mmap, "mmap", refuse)
+    monkeypatch.setattr(workspace, "_freshly_mapped", lambda values: True)
+    values = workspace.new_values(workspace.ALIGNED_BYTES // 4)
+    assert values.flags.owndata and values.size == workspace.ALIGNED_BYTES // 4
 
 
 def test_the_pool_lends_each_workspace_to_one_caller_and_keeps_a_few() -> None:
