@@ -349,7 +349,8 @@ def _order_shards(headers: Sequence[GGUFHeader]) -> tuple[list[GGUFHeader], list
     if any(s.tensors_count != first.tensors_count for s in splits):
         raise InconsistentShards("shards disagree on split.tensors.count", field="split.tensors.count")
     nos = sorted(s.no for s in splits)
-    if nos != list(range(first.count)):
+    # The length test first: split.count comes from the file and may be 2**64 - 1.
+    if len(nos) != first.count or nos != list(range(first.count)):
         raise InconsistentShards(
             f"split.no of the shards are {nos}, expected 0..{first.count - 1} each once", field="split.no"
         )

@@ -23,7 +23,9 @@ from registry.gguf.facts import (
 )
 from registry.gguf.facts_model import BaseModel, QuantMixEntry, SplitInfo
 from registry.gguf.model import GGUFHeader, TensorInfo
-from registry.gguf.types import TENSOR_TYPES, GGMLType
+from registry.gguf.reader import parse_header
+from registry.gguf.types import TENSOR_TYPES, GGMLType, ValueType
+from tests.gguf.builders import HeaderBuilder
 from tests.gguf.gguf_py import Q, gguf_reader, parse_file, quant, write_gguf
 
 # -- the two real models, against gguf.GGUFReader ------------------------------------------
@@ -426,6 +428,25 @@ def test_split_model_inconsistent(tmp_path: Path) -> None:
     assert exc.value.code == "inconsistent_shards" and exc.value.field == "split.tensors.count"
     with pytest.raises(InconsistentShards, match=r"disagree on split\.count"):
         derive_facts([_with_split_value(headers[0], "split.count", 4), headers[1], headers[2]])
+
+
+def _shard_header(no: int, count: int) -> GGUFHeader:
+    b = HeaderBuilder()
+    b.kv("general.architecture", ValueType.STRING, "llama")
+    b.kv("split.no", ValueType.UINT16, no)
+    b.kv("split.count", ValueType.UINT64, count)
+    b.kv("split.tensors.count", ValueType.INT32, 0)
+    data = b.build()
+    return parse_header(data, file_size=len(data))
+
+
+def test_split_count_beyond_the_shards_given_is_inconsistent_not_a_huge_list() -> None:
+    # Two shards agreeing on a hostile split.count: the check of their split.no values
+    # must not build a list of split.count numbers.
+    headers = [_shard_header(0, 2**64 - 1), _shard_header(1, 2**64 - 1)]
+    with pytest.raises(InconsistentShards, match=r"split\.no of the shards are") as exc:
+        derive_facts(headers)
+    assert exc.value.field == "split.no"
 
 
 def _single(tmp_path: Path) -> Path:
