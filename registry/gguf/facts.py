@@ -30,8 +30,10 @@ SMALL_NUMERIC_ARRAY = 256
 # millions, which a catalog row must not carry.
 MAX_LIST_ITEMS = 256
 
-_BASE_MODEL_KEY = re.compile(r"general\.base_model\.(\d+)\.(\w+)")
-_DATASET_KEY = re.compile(r"general\.dataset\.(\d+)\.(\w+)")
+# Group indices of at most 18 digits: int() refuses strings of more than 4,300 digits, and
+# no writer numbers groups past a handful, so longer ones are not groups at all.
+_BASE_MODEL_KEY = re.compile(r"general\.base_model\.(\d{1,18})\.(\w+)")
+_DATASET_KEY = re.compile(r"general\.dataset\.(\d{1,18})\.(\w+)")
 _REPO_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _EXPERT_TENSOR = "_exps."
 

@@ -296,6 +296,26 @@ def test_written_base_models_and_provenance(tmp_path: Path) -> None:
     assert facts.description == "a tiny model"
 
 
+def test_group_index_too_long_for_int_is_not_a_group() -> None:
+    # int() refuses more than 4,300 digits; a key with such an index is ignored, and the
+    # groups beside it (numbered with a gap) are still read.
+    long_index = "9" * 5000
+    b = HeaderBuilder()
+    b.kv("general.architecture", ValueType.STRING, "llama")
+    b.kv("general.base_model.0.name", ValueType.STRING, "First")
+    b.kv(f"general.base_model.{long_index}.name", ValueType.STRING, "hostile")
+    b.kv("general.base_model.7.repo_url", ValueType.STRING, "https://huggingface.co/org/seventh")
+    b.kv(f"general.dataset.{long_index}.name", ValueType.STRING, "hostile")
+    b.kv("general.dataset.2.name", ValueType.STRING, "Second Set")
+    data = b.build()
+    facts = derive_facts([parse_header(data, file_size=len(data))])
+    assert facts.base_models == (
+        BaseModel(name="First"),
+        BaseModel(repo_url="https://huggingface.co/org/seventh", repo_id="org/seventh"),
+    )
+    assert facts.datasets == ("Second Set",)
+
+
 @pytest.mark.parametrize(
     ("url", "repo_id"),
     [
