@@ -40,6 +40,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from registry.gguf.array import GGUFArray
+from registry.gguf.types import ValueType
 from registry.safety.ast_scan import keyword_scan, scan_source
 from registry.safety.findings import (
     SEVERITIES,
@@ -101,11 +103,13 @@ def chat_templates(header: Any) -> dict[str, str]:
 def special_tokens(header: Any) -> tuple[str, str]:
     """(bos_token, eos_token) text from the vocabulary, "" when absent."""
     tokens = header.get("tokenizer.ggml.tokens")
+    # The file may give the key any type; only an array of strings is a vocabulary.
+    vocab = tokens if isinstance(tokens, GGUFArray) and tokens.element_type is ValueType.STRING else None
     result = []
     for key in ("tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"):
         tid = header.get(key)
-        ok = tokens is not None and isinstance(tid, int) and 0 <= tid < len(tokens)
-        result.append(str(tokens[tid]) if ok else "")
+        ok = isinstance(tid, int) and not isinstance(tid, bool)
+        result.append(str(vocab[tid]) if vocab is not None and ok and 0 <= tid < len(vocab) else "")
     return result[0], result[1]
 
 
