@@ -22,6 +22,7 @@ Rules this module keeps, each proved by a test against the fake hub:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import functools
 import random
@@ -164,8 +165,9 @@ def retry_hint(headers: Any) -> float | None:
         try:
             hints.append(max(0.0, float(value)))
         except ValueError:
-            when = email.utils.parsedate_to_datetime(value) if value else None
-            if when is not None:
+            # A malformed value is the server's bug, not a reason to fail: back off as usual.
+            with contextlib.suppress(ValueError, TypeError, OverflowError):
+                when = email.utils.parsedate_to_datetime(value)
                 hints.append(max(0.0, when.timestamp() - time.time()))
     m = _RATELIMIT_T.search(headers.get("RateLimit", "") or "")
     if m and int(m.group(1)) == 0:  # r=0: nothing left in this window, reset in t seconds

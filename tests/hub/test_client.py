@@ -8,7 +8,7 @@ import pytest
 
 from registry.config import HubSettings
 from registry.hub.client import HubClient, RepoInfo
-from registry.hub.errors import RepoNotFound, RevisionNotFound, ServerError
+from registry.hub.errors import RateLimited, RepoNotFound, RevisionNotFound, ServerError
 from registry.hub.http import HttpOptions, HubHttp
 from tests.fakehub import Corpus, FakeHub, Fault, ModelSpec, gguf_repo, sample_corpus
 from tests.fakehub.testing import FAST_RETRY, TOKEN, Sleeps
@@ -126,6 +126,16 @@ async def test_repo_info_retries_5xx(hub: FakeHub) -> None:
     hub.faults.add(Fault("status", route="api", status=500, times=None))
     with pytest.raises(ServerError):
         await client.repo_info("synth/tiny-llama-GGUF")
+
+
+async def test_malformed_retry_after_is_a_typed_rate_limit(hub: FakeHub) -> None:
+    sleeps = Sleeps()
+    client = HubClient(hub.endpoint, retry=FAST_RETRY, sleep=sleeps)
+    hub.faults.add(Fault("status", route="api", status=429, retry_after="soon", times=None))
+    with pytest.raises(RateLimited) as info:
+        await client.repo_info("synth/tiny-llama-GGUF")
+    assert info.value.retry_after is None
+    assert len(sleeps) == FAST_RETRY.max_attempts - 1
 
 
 async def test_token_sent_only_when_configured(hub: FakeHub) -> None:

@@ -147,6 +147,19 @@ async def test_retry_after_beyond_the_wait_budget_fails_fast(hub: FakeHub, sleep
     assert info.value.request_id and info.value.request_id.startswith("fake-")
 
 
+async def test_malformed_retry_after_is_backoff_not_a_crash(
+    hub: FakeHub, http: HubHttp, sleeps: Sleeps
+) -> None:
+    hub.faults.add(Fault("status", route="cdn", status=429, retry_after="soon", times=1))
+    remote = await http.fetch_header(hub.resolve_url(*TINY))
+    assert remote.retries == 1
+    assert len(sleeps) == 1 and 0 < sleeps[0] <= FAST_RETRY.max_delay  # our own backoff
+    hub.faults.add(Fault("status", route="cdn", status=429, retry_after="soon", times=None))
+    with pytest.raises(RateLimited) as info:
+        await http.fetch_header(hub.resolve_url(*TINY))
+    assert info.value.retry_after is None
+
+
 @pytest.mark.parametrize("status", [500, 503])
 async def test_5xx_then_success(hub: FakeHub, http: HubHttp, sleeps: Sleeps, status: int) -> None:
     hub.faults.add(Fault("status", route="*", status=status, times=1))
@@ -269,6 +282,10 @@ def test_retry_hint_parses_both_headers() -> None:
     assert retry_hint({"RateLimit": '"api";r=10;t=55'}) is None  # quota left: not the reason
     assert retry_hint({"Retry-After": "2", "RateLimit": '"api";r=0;t=9'}) == 9.0
     assert retry_hint({}) is None
+    assert retry_hint({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0  # a date in the past
+    for garbage in ("soon", "1 minute", "-"):
+        assert retry_hint({"Retry-After": garbage}) is None
+    assert retry_hint({"Retry-After": "soon", "RateLimit": '"api";r=0;t=9'}) == 9.0
 
 
 async def test_synthetic_many_architectures_parse(hub: FakeHub, http: HubHttp) -> None:
