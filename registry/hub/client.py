@@ -1,8 +1,10 @@
 """A thin typed wrapper over huggingface_hub's HfApi: list GGUF repos, read repo info.
 
-HfApi is blocking, so every call runs in a worker thread (`asyncio.to_thread`); a listing
-is pulled a batch at a time, so pagination (`Link: rel="next"`) stays incremental and a
-caller that stops early never fetches the remaining pages. Results are frozen
+HfApi is blocking, so every call runs in a worker thread (`asyncio.to_thread`). The
+listing is paged here rather than by HfApi, whose pager has no timeout, follows a `next`
+link back to a page it read forever and sends the token wherever that link points: pages
+(`Link: rel="next"`) are fetched one at a time as the caller iterates, each with the read
+timeout, a size cap and the retry policy, and a loop is an error. Results are frozen
 dataclasses that tolerate missing and unknown server fields, and huggingface_hub's
 exceptions become our `HubError` types.
 
@@ -15,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+import json
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from urllib.parse import urlencode, urljoin
 
 import httpx2
 from huggingface_hub import HfApi, hf_hub_url
@@ -29,22 +33,22 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.hf_api import ExpandModelProperty_T
+from huggingface_hub.utils import build_hf_headers, get_session, parse_datetime
 
 from registry.hub import errors as e
-from registry.hub.http import RetryPolicy, Sleep, retry_hint
+from registry.hub.http import RetryPolicy, Sleep, origin, retry_hint
 
 if TYPE_CHECKING:
     from registry.config import HubSettings
 
 T = TypeVar("T")
 Sort = Literal["created_at", "downloads", "last_modified", "likes", "trending_score"]
-_BATCH = 100  # items pulled per thread hop: about one page, so one request at most
 # Only what a crawl needs to tell changed repos from unchanged ones: `full` would also
 # send every repo's file list, many times the bytes.
-_LIST_FIELDS: tuple[ExpandModelProperty_T, ...] = (
-    "sha", "lastModified", "downloads", "likes", "tags", "gated", "private",
-)  # fmt: skip
+_LIST_FIELDS = ("sha", "lastModified", "downloads", "likes", "tags", "gated", "private")
+_SORT_PARAM = {"created_at": "createdAt", "last_modified": "lastModified", "trending_score": "trendingScore"}
+# A page of the hub's maximum 1000 repos with the fields above is a few hundred KiB.
+MAX_PAGE_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -121,17 +125,31 @@ def _gated(value: Any) -> tuple[bool, str | None]:
     return bool(value), None
 
 
-def summary_from(info: Any) -> RepoSummary:
-    gated, _ = _gated(getattr(info, "gated", None))
+def _datetime(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_datetime(value)
+    except ValueError:
+        return None
+
+
+def summary_from(item: Any, url: str | None = None) -> RepoSummary:
+    """One entry of a listing page as the hub sends it (JSON)."""
+    repo_id = item.get("id") if isinstance(item, Mapping) else None
+    if not isinstance(repo_id, str) or not repo_id:
+        raise e.InvalidResponse(f"a listing entry without a repo id: {str(item)[:200]!r}", url=url)
+    gated, _ = _gated(item.get("gated"))
+    sha = item.get("sha")
     return RepoSummary(
-        repo_id=info.id,
-        sha=getattr(info, "sha", None),
-        last_modified=getattr(info, "last_modified", None),
-        downloads=_int(getattr(info, "downloads", None)),
-        likes=_int(getattr(info, "likes", None)),
-        tags=_str_list(getattr(info, "tags", None)),
+        repo_id=repo_id,
+        sha=sha if isinstance(sha, str) else None,
+        last_modified=_datetime(item.get("lastModified")),
+        downloads=_int(item.get("downloads")),
+        likes=_int(item.get("likes")),
+        tags=_str_list(item.get("tags")),
         gated=gated,
-        private=bool(getattr(info, "private", False)),
+        private=item.get("private") is True,
     )
 
 
@@ -189,6 +207,8 @@ def map_error(exc: BaseException, url: str | None = None) -> e.HubError:
             request_id=exc.request_id,
             retry_after=retry_hint(resp.headers) if resp is not None else None,
         )
+    if isinstance(exc, httpx2.TooManyRedirects | httpx2.DecodingError):
+        return e.InvalidResponse(f"{type(exc).__name__}: {exc}", url=url)
     if isinstance(exc, httpx2.TimeoutException):
         return e.HubTimeout(f"timed out: {exc}", url=url)
     if isinstance(exc, httpx2.TransportError | ConnectionError | OSError):
@@ -196,13 +216,16 @@ def map_error(exc: BaseException, url: str | None = None) -> e.HubError:
     raise exc
 
 
-def _take(it: Iterator[T], n: int) -> list[T]:
-    out = []
-    for item in it:
-        out.append(item)
-        if len(out) >= n:
-            break
-    return out
+def _status_error(resp: httpx2.Response) -> e.HubError:
+    h = resp.headers
+    return e.error_for_status(
+        resp.status_code,
+        url=str(resp.url),
+        message=h.get("X-Error-Message") or resp.reason_phrase or f"HTTP {resp.status_code}",
+        request_id=h.get("X-Request-Id"),
+        error_code=h.get("X-Error-Code"),
+        retry_after=retry_hint(h),
+    )
 
 
 class HubClient:
@@ -220,6 +243,7 @@ class HubClient:
         self.endpoint = endpoint.rstrip("/")
         # token=False: never read HF_TOKEN or ~/.cache/huggingface/token behind our back.
         self.api = HfApi(endpoint=self.endpoint, token=token or False)
+        self._token = token or None
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
         self._timeout = timeout
@@ -244,42 +268,79 @@ class HubClient:
         """Repos tagged gguf; pages are fetched only as the caller iterates.
 
         `sort` is descending (`downloads`, `likes`, `last_modified`, `created_at`,
-        `trending_score`). huggingface_hub sends `limit` both as the page size and as a cap
-        on the total, so a limited listing is one request up to the hub's page maximum.
+        `trending_score`). `limit` is sent both as the page size and kept as a cap on the
+        total, so a limited listing is one request up to the hub's page maximum.
         """
+        params: list[tuple[str, str]] = [("filter", "gguf")]
+        if author:
+            params.append(("author", author))
+        if search:
+            params.append(("search", search))
+        if sort is not None:
+            params.append(("sort", _SORT_PARAM.get(sort, sort)))
+        if limit is not None:
+            params.append(("limit", str(limit)))
+        params += [("expand", f) for f in _LIST_FIELDS]
+        url: str | None = f"{self.endpoint}/api/models?{urlencode(params)}"
+        seen: set[str] = set()
+        left = limit
+        while url is not None and (left is None or left > 0):
+            if url in seen:
+                raise e.InvalidResponse("the listing's next page is a page it already gave", url=url)
+            seen.add(url)
+            items, nxt = await self._retrying(functools.partial(self._page, url))
+            for item in items if left is None else items[:left]:
+                yield summary_from(item, url)
+            if left is not None:
+                left -= len(items)
+            url = nxt
 
-        def start() -> Iterator[Any]:
-            return iter(
-                self.api.list_models(
-                    filter="gguf",
-                    search=search,
-                    author=author,
-                    sort=sort,
-                    limit=limit,
-                    expand=list(_LIST_FIELDS),
-                )
+    def _page(self, url: str) -> tuple[list[Any], str | None]:
+        """One listing page (blocking): its items and the next page's URL, if any."""
+        # The token goes to the configured hub only, wherever a next link points.
+        token = self._token if origin(url) == origin(self.endpoint) else None
+        headers = build_hf_headers(token=token or False)
+        with get_session().stream("GET", url, headers=headers, timeout=self._timeout) as resp:
+            if not 200 <= resp.status_code < 300:
+                raise _status_error(resp)
+            body = bytearray()
+            for chunk in resp.iter_bytes():
+                body += chunk
+                if len(body) > MAX_PAGE_BYTES:
+                    raise e.InvalidResponse(
+                        f"a listing page over {MAX_PAGE_BYTES} bytes",
+                        url=url,
+                        status=resp.status_code,
+                        request_id=resp.headers.get("X-Request-Id"),
+                    )
+            nxt = resp.links.get("next", {}).get("url")
+            where = str(resp.url)
+        try:
+            items = json.loads(body)
+        except ValueError as exc:  # not JSON, or not UTF-8
+            raise e.InvalidResponse(f"the listing page is not JSON: {exc}", url=where) from exc
+        if not isinstance(items, list):
+            raise e.InvalidResponse(
+                f"the listing page is a JSON {type(items).__name__}, not a list", url=where
             )
-
-        it = await self._call(start)
-        while True:
-            batch = await self._call(functools.partial(_take, it, _BATCH))
-            for item in batch:
-                yield summary_from(item)
-            if len(batch) < _BATCH:
-                return
+        return items, urljoin(where, nxt) if nxt else None
 
     async def repo_info(self, repo_id: str, revision: str | None = None) -> RepoInfo:
         """Repo metadata and every file with its size and LFS sha256, retried when transient."""
+        info = await self._retrying(
+            lambda: self.api.model_info(
+                repo_id, revision=revision, files_metadata=True, timeout=self._timeout
+            )
+        )
+        return info_from(info)
+
+    async def _retrying(self, fn: Callable[[], T]) -> T:
+        """`fn` in a worker thread, again while it fails transiently, within the retry policy."""
         policy, waited, attempt = self.retry, 0.0, 0
         while True:
             attempt += 1
             try:
-                info = await self._call(
-                    lambda: self.api.model_info(
-                        repo_id, revision=revision, files_metadata=True, timeout=self._timeout
-                    )
-                )
-                return info_from(info)
+                return await self._call(fn)
             except e.HubError as exc:
                 if not exc.retryable or attempt >= policy.max_attempts:
                     raise

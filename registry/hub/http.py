@@ -151,7 +151,7 @@ class _File:
             self.release = None
 
 
-def _origin(url: str) -> tuple[str, str, int | None]:
+def origin(url: str) -> tuple[str, str, int | None]:
     parts = urlsplit(url)
     port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
     return parts.scheme, (parts.hostname or "").lower(), port
@@ -215,7 +215,7 @@ class HubHttp:
         self._sleep = sleep
         self._jitter = jitter
         self._parser = parser
-        self._endpoint = _origin(self.options.endpoint)
+        self._endpoint = origin(self.options.endpoint)
         self._slots: dict[tuple[str, str, int | None], asyncio.Semaphore] = {}
         self._timeout = client_timeout(self.options)
 
@@ -475,14 +475,14 @@ class HubHttp:
 
     # -- HTTP: redirects by hand, token only to the hub ------------------------------
     def _slot(self, url: str) -> asyncio.Semaphore:
-        key = _origin(url)
+        key = origin(url)
         sem = self._slots.get(key)
         if sem is None:
             sem = self._slots[key] = asyncio.Semaphore(self.options.per_host_concurrency)
         return sem
 
     def _auth(self, url: str) -> dict[str, str]:
-        if self.options.token and _origin(url) == self._endpoint:
+        if self.options.token and origin(url) == self._endpoint:
             return {"Authorization": f"Bearer {self.options.token}"}
         return {}
 

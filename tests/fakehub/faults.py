@@ -10,7 +10,9 @@ import fnmatch
 from dataclasses import dataclass, field
 from typing import Literal
 
-FaultKind = Literal["latency", "status", "reset", "ignore_range", "truncate", "short_range", "change"]
+FaultKind = Literal[
+    "latency", "status", "reset", "ignore_range", "truncate", "short_range", "change", "next_link", "body"
+]
 
 
 @dataclass
@@ -27,6 +29,8 @@ class Fault:
     ratelimit: str | None = None  # RateLimit header value, e.g. '"api";r=0;t=55'
     delay: float = 0.0  # seconds, for "latency"
     after_bytes: int = 1024  # body bytes sent before a "reset" or "truncate"; the "short_range" cap
+    body: bytes = b""  # for "body": the API answers 200 with exactly these bytes as JSON
+    link: str = ""  # for "next_link": the listing's next page URL; empty: the page itself (a loop)
     seen: int = field(default=0, init=False)
     hits: int = field(default=0, init=False)
 

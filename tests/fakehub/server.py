@@ -5,7 +5,8 @@ origins exactly as in production: `/resolve/` on the hub answers 302 to the CDN,
 serves bytes with Range support. Every request is recorded (headers, whether an
 Authorization header arrived, the range asked, the bytes actually written) for tests to
 assert on, and `Faults` inject latency, errors, resets, ignored ranges, truncated
-bodies and files changing between reads.
+bodies, files changing between reads, listing links that loop or lead elsewhere and API
+answers with a given body.
 
     async with FakeHub(sample_corpus(), tokens={"hf_test"}) as hub:
         HfApi(endpoint=hub.endpoint, token="hf_test").model_info(...)
@@ -188,6 +189,11 @@ class FakeHub:
         if delay:
             await asyncio.sleep(delay)
         for f in hit:
+            if f.kind == "body":
+                rec.status = 200
+                return web.Response(
+                    body=f.body, content_type="application/json", headers=self._headers()
+                ), hit
             if f.kind == "status":
                 extra = {}
                 if f.retry_after is not None:
@@ -261,7 +267,7 @@ class FakeHub:
 
     async def _list_models(self, request: web.Request) -> web.StreamResponse:
         rec = self._begin(request, "hub", "api")
-        early, _ = await self._apply(rec)
+        early, hit = await self._apply(rec)
         if early is not None:
             return early
         authed = self._authed(request)
@@ -297,7 +303,10 @@ class FakeHub:
         expand = q.getall("expand", [])
         body = [self._summary(r, full=q.get("full", "").lower() == "true", expand=expand) for r in page]
         headers = self._headers()
-        if start + size < len(repos):
+        link = next((f for f in hit if f.kind == "next_link"), None)
+        if link is not None:  # a broken cursor (the page itself) or a link to another server
+            headers["Link"] = f'<{link.link or self.endpoint + request.path_qs}>; rel="next"'
+        elif start + size < len(repos):
             nxt = [(k, v) for k, v in q.items() if k != "cursor"]
             nxt.append(("cursor", base64.urlsafe_b64encode(str(start + size).encode()).decode()))
             headers["Link"] = f'<{self.endpoint}/api/models?{urlencode(nxt)}>; rel="next"'

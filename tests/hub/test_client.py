@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 
 import pytest
 
 from registry.config import HubSettings
-from registry.hub.client import HubClient, RepoInfo
-from registry.hub.errors import RateLimited, RepoNotFound, RevisionNotFound, ServerError
+from registry.hub import client as client_module
+from registry.hub.client import HubClient, RepoInfo, RepoSummary
+from registry.hub.errors import (
+    HubTimeout,
+    InvalidResponse,
+    RateLimited,
+    RepoNotFound,
+    RevisionNotFound,
+    ServerError,
+)
 from registry.hub.http import HttpOptions, HubHttp
 from tests.fakehub import Corpus, FakeHub, Fault, ModelSpec, gguf_repo, sample_corpus
 from tests.fakehub.testing import FAST_RETRY, TOKEN, Sleeps
@@ -73,6 +82,80 @@ async def test_listing_filters_and_sort() -> None:
         assert [r.downloads for r in top] == [249, 248, 247]
         assert top[0].sha and top[0].last_modified is not None and "gguf" in top[0].tags
         assert hub.requests_to("api")[-1].query["filter"] == "gguf"
+
+
+async def test_listing_link_back_to_a_read_page_is_an_error_not_a_loop() -> None:
+    async with FakeHub(_many(30), page_size=10) as hub:
+        hub.faults.add(Fault("next_link", route="api", skip=1, times=None))  # page 2 links to itself
+        client = HubClient(hub.endpoint)
+        ids: list[str] = []
+        with pytest.raises(InvalidResponse) as info:
+            async for summary in client.list_gguf_repos():
+                ids.append(summary.repo_id)
+                if len(ids) > 30:
+                    break
+        assert "already" in info.value.message
+        assert len(ids) == 20 == len(set(ids))  # pages 1 and 2, each once
+        assert len(hub.requests_to("api")) == 2
+
+
+async def test_listing_next_link_to_another_host_gets_no_token() -> None:
+    async with FakeHub(_many(5)) as other, FakeHub(_many(3), tokens={TOKEN}) as hub:
+        hub.faults.add(Fault("next_link", route="api", link=f"{other.endpoint}/api/models?filter=gguf"))
+        ids = await _ids(HubClient(hub.endpoint, TOKEN))
+        assert len(ids) == 8
+        [mine] = hub.requests_to("api")
+        [theirs] = other.requests_to("api")
+        assert mine.authorization
+        assert not theirs.authorization
+
+
+async def test_stalled_listing_times_out() -> None:
+    async with FakeHub(_many(3)) as hub:
+        hub.faults.add(Fault("latency", route="api", delay=2.0, times=None))
+        sleeps = Sleeps()
+        client = HubClient(hub.endpoint, retry=FAST_RETRY, sleep=sleeps, timeout=0.1)
+        with pytest.raises(HubTimeout):
+            await _ids(client)
+        assert len(sleeps) == FAST_RETRY.max_attempts - 1
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"<html>busy</html>",
+        b'{"error": "not a list"}',
+        b"[5]",
+        b'[{"modelId": "a/b"}]',
+        b'[{"id": null}]',
+        b'[{"id": ["a/b"]}]',
+        b"\xff\xfe[]",
+    ],
+)
+async def test_malformed_listing_page_is_invalid_response(body: bytes) -> None:
+    async with FakeHub(_many(3)) as hub:
+        hub.faults.add(Fault("body", route="api", body=body))
+        with pytest.raises(InvalidResponse) as info:
+            await _ids(HubClient(hub.endpoint))
+        assert info.value.url and info.value.url.startswith(hub.endpoint)
+
+
+async def test_listing_tolerates_odd_field_types() -> None:
+    entry = {"id": "a/b-GGUF", "sha": 5, "lastModified": "yesterday", "downloads": "12", "likes": None,
+             "tags": "gguf", "gated": "manual", "private": "no"}  # fmt: skip
+    async with FakeHub(_many(3)) as hub:
+        hub.faults.add(Fault("body", route="api", body=json.dumps([entry]).encode()))
+        [summary] = [s async for s in HubClient(hub.endpoint).list_gguf_repos()]
+    assert summary == RepoSummary("a/b-GGUF", sha=None, tags=("gguf",), gated=True)
+
+
+async def test_oversized_listing_page_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(client_module, "MAX_PAGE_BYTES", 4096)
+    async with FakeHub(_many(3)) as hub:
+        hub.faults.add(Fault("body", route="api", body=b"[" + b" " * 10_000 + b"]"))
+        with pytest.raises(InvalidResponse) as info:
+            await _ids(HubClient(hub.endpoint))
+        assert "4096" in info.value.message
 
 
 async def test_repo_info_round_trip(hub: FakeHub) -> None:

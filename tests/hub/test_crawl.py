@@ -92,6 +92,20 @@ async def test_transient_failure_writes_nothing_and_is_retried_next_crawl(db: Da
     assert again.failed == 0 and again.indexed == 1 and again.unchanged == again.listed - 1
 
 
+async def test_malformed_listing_page_ends_the_crawl_failed(db: Database) -> None:
+    async with FakeHub(sample_corpus(), tokens={TOKEN}, page_size=2) as hub:
+        hub.faults.add(Fault("body", route="api", body=b'[{"id": 42}]', skip=1))  # the second page
+        client, http = _clients(hub)
+        async with http:
+            report = await crawl_hub(db, client, http, CrawlParams())
+    assert report.status == "failed"
+    assert report.listed == 2
+    assert [e["error"].split(":")[0] for e in report.errors] == ["invalid_response"]
+    async with db.sessions() as session:
+        crawl = (await session.scalars(select(Crawl))).one()
+    assert crawl.status == "failed" and crawl.errors == report.errors
+
+
 async def test_bad_files_become_error_rows(db: Database, hub: FakeHub) -> None:
     client, http = _clients(hub, token=None)  # no token: the gated repo's files cannot be read
     async with http:
