@@ -297,22 +297,23 @@ async def crawl_hub(
     running: set[asyncio.Task[None]] = set()
     try:
         pending: list[RepoSummary] = []
-        async for summary in candidates(client, params):
-            report.listed += 1
-            pending.append(summary)
-            if len(pending) >= batch:
-                running |= await _start_batch(db, pending, params, report, one)
-                pending = []
-                # Keep the listing at most one batch ahead of the workers: bounded tasks.
-                while len(running) > batch:
-                    _, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                await _heartbeat(db, crawl_id, report)
+        try:
+            async for summary in candidates(client, params):
+                report.listed += 1
+                pending.append(summary)
+                if len(pending) >= batch:
+                    running |= await _start_batch(db, pending, params, report, one)
+                    pending = []
+                    # Keep the listing at most one batch ahead of the workers: bounded tasks.
+                    while len(running) > batch:
+                        _, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                    await _heartbeat(db, crawl_id, report)
+        except HubError as exc:  # the listing itself failed: say why, and index what it gave
+            status = "failed"
+            report.error("", exc)
         running |= await _start_batch(db, pending, params, report, one)
         if running:
             await asyncio.gather(*running)
-    except HubError as exc:  # the listing itself failed: keep what was indexed, say why
-        status = "failed"
-        report.error("", exc)
     except BaseException:
         status = "failed"
         raise

@@ -92,18 +92,30 @@ async def test_transient_failure_writes_nothing_and_is_retried_next_crawl(db: Da
     assert again.failed == 0 and again.indexed == 1 and again.unchanged == again.listed - 1
 
 
-async def test_malformed_listing_page_ends_the_crawl_failed(db: Database) -> None:
+async def test_malformed_listing_page_ends_the_crawl_failed_with_what_it_listed_indexed(db: Database) -> None:
     async with FakeHub(sample_corpus(), tokens={TOKEN}, page_size=2) as hub:
-        hub.faults.add(Fault("body", route="api", body=b'[{"id": 42}]', skip=1))  # the second page
+        hub.faults.add(Fault("body", route="api", repo="", body=b'[{"id": 42}]', skip=1))  # the second page
         client, http = _clients(hub)
         async with http:
             report = await crawl_hub(db, client, http, CrawlParams())
     assert report.status == "failed"
-    assert report.listed == 2
+    assert report.listed == report.indexed == 2
     assert [e["error"].split(":")[0] for e in report.errors] == ["invalid_response"]
     async with db.sessions() as session:
         crawl = (await session.scalars(select(Crawl))).one()
+        indexed = (await session.scalars(select(Repo.repo_id).where(Repo.indexed_at.is_not(None)))).all()
     assert crawl.status == "failed" and crawl.errors == report.errors
+    assert crawl.counters["indexed"] == 2 and len(indexed) == 2
+
+
+async def test_listing_failing_mid_crawl_lets_started_repos_finish(db: Database) -> None:
+    async with FakeHub(sample_corpus(), tokens={TOKEN}, page_size=2) as hub:
+        hub.faults.add(Fault("status", route="api", repo="", status=400, skip=1))  # the second page
+        client, http = _clients(hub)
+        async with http:
+            report = await crawl_hub(db, client, http, CrawlParams(), batch=1)
+    assert report.status == "failed"
+    assert report.listed == report.indexed == 2 and report.failed == 0
 
 
 async def test_bad_files_become_error_rows(db: Database, hub: FakeHub) -> None:
