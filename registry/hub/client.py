@@ -29,6 +29,7 @@ from huggingface_hub import HfApi, hf_hub_url
 from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
+    HFValidationError,
     RemoteEntryNotFoundError,
     RepositoryNotFoundError,
     RevisionNotFoundError,
@@ -153,20 +154,32 @@ def summary_from(item: Any, url: str | None = None) -> RepoSummary:
     )
 
 
-def info_from(info: Any) -> RepoInfo:
+def info_from(info: Any, url: str | None = None) -> RepoInfo:
+    repo_id = getattr(info, "id", None)
+    if not isinstance(repo_id, str) or not repo_id:
+        raise e.InvalidResponse(f"repo info without a repo id: {repo_id!r}", url=url)
     card = _card(info)
     gated, mode = _gated(getattr(info, "gated", None))
     files = []
     for s in getattr(info, "siblings", None) or ():
+        path = getattr(s, "rfilename", None)
+        if not isinstance(path, str) or not path:
+            raise e.InvalidResponse(f"a file of {repo_id} without a name: {path!r}", url=url)
         lfs = getattr(s, "lfs", None)
         sha = lfs.get("sha256") if isinstance(lfs, Mapping) else getattr(lfs, "sha256", None)
-        files.append(RepoFile(path=s.rfilename, size=_int(getattr(s, "size", None)), sha256=sha))
+        files.append(
+            RepoFile(
+                path=path, size=_int(getattr(s, "size", None)), sha256=sha if isinstance(sha, str) else None
+            )
+        )
     lic = card.get("license")
     relation = card.get("base_model_relation")
+    sha = getattr(info, "sha", None)
+    modified = getattr(info, "last_modified", None)
     return RepoInfo(
-        repo_id=info.id,
-        sha=getattr(info, "sha", None),
-        last_modified=getattr(info, "last_modified", None),
+        repo_id=repo_id,
+        sha=sha if isinstance(sha, str) else None,
+        last_modified=modified if isinstance(modified, datetime) else None,
         downloads=_int(getattr(info, "downloads", None)),
         likes=_int(getattr(info, "likes", None)),
         tags=_str_list(getattr(info, "tags", None)),
@@ -327,12 +340,20 @@ class HubClient:
 
     async def repo_info(self, repo_id: str, revision: str | None = None) -> RepoInfo:
         """Repo metadata and every file with its size and LFS sha256, retried when transient."""
-        info = await self._retrying(
-            lambda: self.api.model_info(
-                repo_id, revision=revision, files_metadata=True, timeout=self._timeout
-            )
-        )
-        return info_from(info)
+        info = await self._retrying(functools.partial(self._model_info, repo_id, revision))
+        return info_from(info, f"{self.endpoint}/api/models/{repo_id}")
+
+    def _model_info(self, repo_id: str, revision: str | None) -> Any:
+        try:
+            return self.api.model_info(repo_id, revision=revision, files_metadata=True, timeout=self._timeout)
+        except (HfHubHTTPError, httpx2.HTTPError, OSError, HFValidationError):
+            raise  # errors of the request (or of the repo id asked for): mapped by _call
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            # HfApi builds its ModelInfo straight from the body: a malformed one fails in there.
+            raise e.InvalidResponse(
+                f"malformed repo info: {type(exc).__name__}: {exc}",
+                url=f"{self.endpoint}/api/models/{repo_id}",
+            ) from exc
 
     async def _retrying(self, fn: Callable[[], T]) -> T:
         """`fn` in a worker thread, again while it fails transiently, within the retry policy."""

@@ -9,7 +9,7 @@ import pytest
 
 from registry.config import HubSettings
 from registry.hub import client as client_module
-from registry.hub.client import HubClient, RepoInfo, RepoSummary
+from registry.hub.client import HubClient, RepoFile, RepoInfo, RepoSummary
 from registry.hub.errors import (
     HubTimeout,
     InvalidResponse,
@@ -178,6 +178,36 @@ async def test_repo_info_round_trip(hub: FakeHub) -> None:
     pinned = await client.repo_info("synth/tiny-llama-GGUF", revision=repo.sha)
     assert pinned == info
     assert hub.requests_to("api")[-1].path.endswith(f"/revision/{repo.sha}")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b"[1]",
+        b'{"sha": "ab"}',
+        b'{"id": 5, "sha": "ab"}',
+        b'{"id": "a/b", "sha": "ab", "lastModified": "yesterday"}',
+        b'{"id": "a/b", "sha": "ab", "siblings": [5]}',
+        b'{"id": "a/b", "sha": "ab", "siblings": {"a": 1}}',
+        b'{"id": "a/b", "sha": "ab", "siblings": [{"rfilename": null}]}',
+        b'{"id": "a/b", "sha": "ab", "siblings": [{"rfilename": "x.gguf", "lfs": {"sha256": "c"}}]}',
+    ],
+)
+async def test_malformed_repo_info_is_invalid_response(hub: FakeHub, body: bytes) -> None:
+    hub.faults.add(Fault("body", route="api", body=body, times=None))
+    with pytest.raises(InvalidResponse) as info:
+        await HubClient(hub.endpoint, retry=FAST_RETRY, sleep=Sleeps()).repo_info("synth/tiny-llama-GGUF")
+    assert info.value.url == f"{hub.endpoint}/api/models/synth/tiny-llama-GGUF"
+    assert len(hub.requests_to("api")) == 1  # a malformed answer is not retried
+
+
+async def test_repo_info_tolerates_odd_field_types(hub: FakeHub) -> None:
+    body = {"id": "a/b-GGUF", "sha": 5, "downloads": "12", "tags": "gguf", "cardData": [1],
+            "siblings": [{"rfilename": "m.gguf", "size": "12", "lfs": {"sha256": 5, "size": 9, "pointerSize": 1}}]}  # fmt: skip
+    hub.faults.add(Fault("body", route="api", body=json.dumps(body).encode()))
+    info = await HubClient(hub.endpoint).repo_info("a/b-GGUF")
+    assert info == RepoInfo("a/b-GGUF", sha=None, tags=("gguf",), files=(RepoFile("m.gguf"),))
 
 
 async def test_gated_and_list_base_model(hub: FakeHub) -> None:
