@@ -132,6 +132,13 @@ class InvalidResponse(HubError):
     code = "invalid_response"
 
 
+class EncodedBody(InvalidResponse):
+    """A body sent compressed although identity was asked for: its bytes are not the file's."""
+
+    code = "encoded_body"
+    retryable = True  # a CDN edge's doing, not the file's: another request may get the bytes
+
+
 class FileChanged(HubError):
     """The file changed between two reads of the same header (its ETag moved)."""
 

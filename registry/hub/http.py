@@ -39,6 +39,7 @@ from registry.gguf.errors import NeedMoreData, TruncatedFile
 from registry.gguf.filename import parse_shard
 from registry.gguf.reader import parse_header
 from registry.hub.errors import (
+    EncodedBody,
     FileChanged,
     HeaderTooLarge,
     HubConnectionError,
@@ -373,6 +374,15 @@ class HubHttp:
         try:
             f.requests += 1
             etag = resp.headers.get("ETag")
+            encoding = resp.headers.get("Content-Encoding", "").strip().lower()
+            if resp.status in (200, 206) and encoding not in ("", "identity"):
+                # Parsed as it comes, a compressed body would pass for a file that is not GGUF.
+                raise EncodedBody(
+                    f"body sent with Content-Encoding {encoding!r}",
+                    url=f.final,
+                    status=resp.status,
+                    request_id=resp.headers.get("X-Request-Id"),
+                )
             if resp.status == 206:
                 # A server may send less than asked (some CDNs cap a range): take what the
                 # Content-Range announces; the caller's loop asks for the rest.

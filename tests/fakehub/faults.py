@@ -11,7 +11,16 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 FaultKind = Literal[
-    "latency", "status", "reset", "ignore_range", "truncate", "short_range", "change", "next_link", "body"
+    "latency",
+    "status",
+    "reset",
+    "ignore_range",
+    "truncate",
+    "short_range",
+    "change",
+    "next_link",
+    "body",
+    "gzip",
 ]
 
 

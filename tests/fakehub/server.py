@@ -5,7 +5,7 @@ origins exactly as in production: `/resolve/` on the hub answers 302 to the CDN,
 serves bytes with Range support. Every request is recorded (headers, whether an
 Authorization header arrived, the range asked, the bytes actually written) for tests to
 assert on, and `Faults` inject latency, errors, resets, ignored ranges, truncated
-bodies, files changing between reads, listing links that loop or lead elsewhere and API
+or compressed bodies, files changing between reads, listing links that loop or lead elsewhere and API
 answers with a given body.
 
     async with FakeHub(sample_corpus(), tokens={"hf_test"}) as hub:
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
 import itertools
 import re
 from collections.abc import Iterable
@@ -416,6 +417,11 @@ class FakeHub:
                 end = min(end, start + cap)
             status = 206
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
+        if "gzip" in kinds:  # a CDN edge compressing although asked for identity
+            packed = gzip.compress(blob.read(start, min(end, start + CHUNK)))
+            headers.update({"Content-Encoding": "gzip", "Content-Length": str(len(packed))})
+            rec.status = status
+            return web.Response(status=status, body=packed, headers=headers)
         length = end - start
         cut = next((f.after_bytes for f in hit if f.kind in ("reset", "truncate")), None)
         send = length if cut is None else min(cut, length)

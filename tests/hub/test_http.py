@@ -12,6 +12,7 @@ import pytest
 from registry.config import HubSettings
 from registry.gguf.reader import parse_header
 from registry.hub.errors import (
+    EncodedBody,
     EntryNotFound,
     FileChanged,
     GatedRepo,
@@ -202,6 +203,20 @@ async def test_truncated_once_then_success(hub: FakeHub, http: HubHttp) -> None:
     hub.faults.add(Fault("truncate", route="cdn", after_bytes=1000))
     remote = await http.fetch_header(hub.resolve_url(*TINY))
     assert remote.retries == 1
+
+
+@pytest.mark.parametrize("ranged", [True, False])
+async def test_compressed_body_is_refused_and_read_again(hub: FakeHub, http: HubHttp, ranged: bool) -> None:
+    if not ranged:
+        hub.faults.add(Fault("ignore_range", route="cdn", times=None))
+    hub.faults.add(Fault("gzip", route="cdn", times=1))
+    remote = await http.fetch_header(hub.resolve_url(*TINY))
+    assert remote.header.get("general.name") == "Tiny Llama"
+    assert remote.retries == 1
+    hub.faults.add(Fault("gzip", route="cdn", times=None))
+    with pytest.raises(EncodedBody) as info:
+        await http.fetch_header(hub.resolve_url(*TINY))
+    assert info.value.status == (206 if ranged else 200)
 
 
 @pytest.mark.parametrize("which", ["real", "synthetic"])
