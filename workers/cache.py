@@ -10,6 +10,13 @@ Recency is the file's mtime, refreshed on every use; before a download, the leas
 recently used complete files are deleted until the new file fits under the cap. Tracking
 recency in the file system rather than in memory keeps it right across restarts.
 
+Two verifications may share the folder (jobs of one process, or worker processes of one
+machine), each with its own `DownloadCache`, so coordination is by `flock` on files under
+`<cache>/locks/`: `<key>.fetch` is held exclusively while a file is downloaded (one
+download per key, the others wait and then find it complete), and `<key>.use` is held
+shared by every verification still reading a file (`using`); eviction deletes only the
+files whose `.use` lock it can take exclusively.
+
 The HTTP side follows `registry.hub.http`'s rules: redirects by hand so the token goes
 only to the hub's origin, jittered exponential backoff on retryable failures, and a
 check that the file does not change under a resumed download (If-Range on the ETag).
@@ -19,12 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 import os
 import random
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +49,7 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 _UNSATISFIED = re.compile(r"^bytes \*/(\d+)$")
 _KEY = re.compile(r"^[0-9a-f]{64}$")
+_LOCK_POLL_S = 0.05  # a lock held by another job or process is tried again this often
 
 Sleep = Callable[[float], Awaitable[Any]]
 
@@ -265,7 +274,7 @@ class DownloadCache:
         self.max_bytes = max_bytes
         self.blobs = root / "blobs"
         self.partial = root / "partial"
-        self._locks: dict[str, asyncio.Lock] = {}
+        self.locks = root / "locks"
 
     def path_for(self, key: str) -> Path:
         return self.blobs / key
@@ -279,8 +288,18 @@ class DownloadCache:
     def usage(self) -> int:
         return sum(p.stat().st_size for d in (self.blobs, self.partial) if d.is_dir() for p in d.iterdir())
 
+    @contextlib.asynccontextmanager
+    async def using(self, keys: Iterable[str]) -> AsyncIterator[None]:
+        """Hold the files of `keys` in use: no eviction, in this process or another, deletes
+        them until the block ends."""
+        async with contextlib.AsyncExitStack() as stack:
+            for key in sorted(set(keys)):
+                await stack.enter_async_context(_flocked(self.locks / f"{key}.use", fcntl.LOCK_SH))
+            yield
+
     def evict(self, need: int, *, keep: frozenset[str] = frozenset()) -> list[str]:
-        """Delete least recently used complete files until `need` more bytes fit the cap."""
+        """Delete least recently used complete files until `need` more bytes fit the cap;
+        files in use (`using`) are never deleted."""
         if not self.blobs.is_dir():
             return []
         files = sorted(
@@ -290,11 +309,14 @@ class DownloadCache:
         for p in files:
             if used + need <= self.max_bytes:
                 break
-            size = p.stat().st_size
-            with contextlib.suppress(FileNotFoundError):
-                p.unlink()
-                used -= size
-                evicted.append(p.name)
+            with _flocked_now(self.locks / f"{p.name}.use") as free:
+                if not free:
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    size = p.stat().st_size
+                    p.unlink()
+                    used -= size
+                    evicted.append(p.name)
         return evicted
 
     async def fetch(
@@ -307,8 +329,7 @@ class DownloadCache:
         keep: frozenset[str] = frozenset(),
     ) -> CachedFile:
         """The cached file for `key`, downloading (or finishing) it from `url` if needed."""
-        lock = self._locks.setdefault(key, asyncio.Lock())
-        async with lock:
+        async with _flocked(self.locks / f"{key}.fetch", fcntl.LOCK_EX):
             final = self.path_for(key)
             if final.exists() and (size is None or final.stat().st_size == size):
                 os.utime(final)  # most recently used
@@ -322,3 +343,43 @@ class DownloadCache:
             part.replace(final)
             os.utime(final, (time.time(), time.time()))
             return CachedFile(final, received, False)
+
+
+def _lock_fd(path: Path) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+
+
+@contextlib.asynccontextmanager
+async def _flocked(path: Path, mode: int) -> AsyncIterator[None]:
+    """Hold an flock on `path`, waiting for it without blocking the event loop.
+
+    Each call opens the file anew, so two holders in one process exclude each other just
+    as two processes do; the lock ends when the descriptor is closed, also on a crash.
+    """
+    fd = _lock_fd(path)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                await asyncio.sleep(_LOCK_POLL_S)
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _flocked_now(path: Path) -> Iterator[bool]:
+    """An exclusive flock on `path` if no one holds any lock on it now: yields whether taken."""
+    fd = _lock_fd(path)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+        else:
+            yield True
+    finally:
+        os.close(fd)

@@ -183,10 +183,13 @@ def _timed(timings: dict[str, float], stage: str) -> Iterator[None]:
 
 
 async def _download(
-    shards: Sequence[ShardSource], settings: Settings, downloader: Downloader | None, result: VerifyResult
+    shards: Sequence[ShardSource],
+    settings: Settings,
+    cache: DownloadCache,
+    downloader: Downloader | None,
+    result: VerifyResult,
 ) -> list[Path]:
     """The local path of every shard, downloading the remote ones into the cache."""
-    cache = cache_for(settings)
     keys = frozenset(s.key for s in shards if s.key)
     dl = downloader or Downloader(HttpOptions.from_settings(settings.hub))
     paths: list[Path] = []
@@ -215,7 +218,7 @@ async def _download(
 
 
 async def _hash(
-    shards: Sequence[ShardSource], paths: Sequence[Path], settings: Settings, result: VerifyResult
+    shards: Sequence[ShardSource], paths: Sequence[Path], cache: DownloadCache, result: VerifyResult
 ) -> None:
     for s, path in zip(shards, paths, strict=True):
         try:
@@ -225,7 +228,7 @@ async def _hash(
         result.sha256.append(digest)
         if s.sha256 and digest != s.sha256.lower():
             if s.key:
-                cache_for(settings).discard(s.key)  # never serve these bytes again
+                cache.discard(s.key)  # never serve these bytes again
             raise _Verdict(
                 Reason.HASH_MISMATCH, f"{s.name}: sha256 {digest}, the hub's LFS oid is {s.sha256}"
             )
@@ -236,16 +239,19 @@ async def verify_shards(
 ) -> VerifyResult:
     """Download (when remote), hash and check one artifact's files."""
     result = VerifyResult("passed")
-    try:
-        with _timed(result.timings, "download"):
-            paths = await _download(shards, settings, downloader, result)
-        with _timed(result.timings, "hash"):
-            await _hash(shards, paths, settings, result)
-    except _Verdict as v:
-        result.status, result.reason, result.message = status_for(v.reason), str(v.reason), v.message
-        return result
-    with _timed(result.timings, "checks"):
-        report = await run_checks(paths, settings)
+    cache = cache_for(settings)
+    # The cached files stay in use until the checks are over: no other job evicts them.
+    async with cache.using(s.key for s in shards if s.key):
+        try:
+            with _timed(result.timings, "download"):
+                paths = await _download(shards, settings, cache, downloader, result)
+            with _timed(result.timings, "hash"):
+                await _hash(shards, paths, cache, result)
+        except _Verdict as v:
+            result.status, result.reason, result.message = status_for(v.reason), str(v.reason), v.message
+            return result
+        with _timed(result.timings, "checks"):
+            report = await run_checks(paths, settings)
     result.timings.update(report.timings)
     result.report = report
     result.status, result.reason, result.message = report.status, report.reason, report.message

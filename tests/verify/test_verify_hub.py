@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -163,3 +164,35 @@ def test_pick_artifact_finds_every_shard() -> None:
     broken = RepoInfo("org/m", "abc", files=files[1:])
     with pytest.raises(TargetError, match="1 of 2 shards missing"):
         pick_artifact(broken, None)
+
+
+async def test_two_verifications_of_one_file_at_once_share_one_download(hub: FakeHub, tmp_path: Path) -> None:
+    # Each verification opens a cache of its own over the same folder (as two jobs, or two
+    # worker processes on one machine, do): the download must still happen once, whole.
+    data = write_tiny(tmp_path / "tiny.gguf", rows=40_000).read_bytes()
+    blob = BytesBlob(data, lfs=True)
+    _add(hub, REPO, RepoFile("tiny.gguf", blob))
+    hub.faults.add(Fault("latency", route="cdn", delay=0.3, times=None))  # both start before either ends
+    settings = _settings(hub, tmp_path)
+    results = await asyncio.gather(*(verify_hub(REPO, None, settings) for _ in range(2)))
+    for r in results:
+        assert (r.status, r.reason) == ("skipped", "unsupported_architecture"), r.message
+        assert r.sha256 == [blob.sha256]
+    assert sorted(r.bytes_downloaded for r in results) == [0, len(data)]
+    assert (settings.cache_dir / "blobs" / blob.sha256).read_bytes() == data
+
+
+async def test_eviction_spares_a_file_in_use(hub: FakeHub, tmp_path: Path) -> None:
+    blobs = [BytesBlob(bytes([i]) * 1000, lfs=True) for i in range(2)]
+    _add(hub, REPO, *(RepoFile(f"f{i}.bin", b) for i, b in enumerate(blobs)))
+    root = tmp_path / "cache"
+    async with Downloader(HttpOptions(endpoint=hub.endpoint, token=TOKEN)) as dl:
+        first = DownloadCache(root, max_bytes=1500)
+        async with first.using([blobs[0].sha256]):  # a verification hashing or checking f0
+            await first.fetch(dl, hub.resolve_url(REPO, "f0.bin"), blobs[0].sha256, 1000)
+            other = DownloadCache(root, max_bytes=1500)  # another job's cache over the same folder
+            await other.fetch(dl, hub.resolve_url(REPO, "f1.bin"), blobs[1].sha256, 1000)
+            assert first.path_for(blobs[0].sha256).read_bytes() == bytes([0]) * 1000
+    # Out of use, f0 (the least recently used) is the first to go.
+    os.utime(first.path_for(blobs[0].sha256), (1, 1))
+    assert other.evict(0) == [blobs[0].sha256]
