@@ -28,6 +28,7 @@ Handler = Callable[[argparse.Namespace, Settings], int]
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+INT64_MAX = 2**63 - 1  # the largest number a catalog column or query parameter holds
 
 
 def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
@@ -219,6 +220,8 @@ def _cmd_db(args: argparse.Namespace, settings: Settings) -> int:
         print("registry: db downgrade: give a target revision (e.g. -1 or base)", file=sys.stderr)
         return EXIT_USAGE
 
+    from alembic.util import CommandError
+
     async def work() -> int:
         async with Database.from_settings(settings) as db:
             if args.action == "upgrade":
@@ -235,7 +238,11 @@ def _cmd_db(args: argparse.Namespace, settings: Settings) -> int:
             print(f"{current or 'base (empty)'}{' (head)' if current == head else f' (head is {head})'}")
             return EXIT_OK
 
-    return _catalog_call("db", work)
+    try:
+        return _catalog_call("db", work)
+    except CommandError as exc:  # alembic's word for a revision it cannot find or reach
+        print(f"registry: db: {exc}".splitlines()[0], file=sys.stderr)
+        return EXIT_USAGE
 
 
 def _add_index(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
@@ -322,7 +329,7 @@ def _add_search(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument("--min-params", type=_param_count, metavar="N", help="e.g. 7B, 1.5B, 500M, 7e9")
     p.add_argument("--max-params", type=_param_count, metavar="N")
     p.add_argument("--size-label", metavar="L", help="e.g. 7B, 8x7B")
-    p.add_argument("--min-context", type=int, metavar="N")
+    p.add_argument("--min-context", type=_int_in(0, INT64_MAX), metavar="N")
     p.add_argument("--descendant-of", metavar="REPO", help="only repos below REPO in the lineage graph")
     p.add_argument("--template-severity", metavar="S",
                    help="chat template has a safety finding at least this severe: info, low, medium, high "
@@ -522,7 +529,7 @@ def _add_crawl(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument("--endpoint", metavar="URL", help="hub to crawl for this run (default: hub.endpoint)")
     p.add_argument("--search", metavar="Q", help="only repos matching the hub's search term")
     p.add_argument("--author", metavar="A", help="only repos of this user or organization")
-    p.add_argument("--limit", type=int, metavar="N", help="look at most at N repos")
+    p.add_argument("--limit", type=_int_in(1, INT64_MAX), metavar="N", help="look at most at N repos")
     p.add_argument("--full", action="store_true", help="re-read repos whose revision did not change")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     return "crawl", _cmd_crawl
@@ -612,7 +619,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
         "[schedule] crawl runs them periodically. A SQLite database is created or migrated at start.",
     )
     p.add_argument("--host", help="address to listen on (default: api.host)")
-    p.add_argument("--port", type=int, help="TCP port (default: api.port; 0 picks a free one)")
+    p.add_argument("--port", type=_int_in(0, 65535), help="TCP port (default: api.port; 0 picks a free one)")
     p.add_argument("--workers", type=_positive_int, default=1, metavar="N",
                    help="processes answering on the one port (SO_REUSEPORT), e.g. the number of cores; "
                    "background jobs run in the first only (default: 1)")  # fmt: skip
@@ -637,6 +644,21 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
     return value
+
+
+def _int_in(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from lo to hi, refused with the range otherwise."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"expected a whole number from {lo} to {hi}, got {text!r}")
+        return value
+
+    return parse
 
 
 def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -710,7 +732,7 @@ def _cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 def _add_jobs(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p = sub.add_parser("jobs", help="list jobs: queued, running, failed and done (either mode)")
     p.add_argument("--status", choices=["queued", "running", "failed", "done"])
-    p.add_argument("--limit", type=int, default=50, metavar="N")
+    p.add_argument("--limit", type=_int_in(1, INT64_MAX), default=50, metavar="N")
     p.add_argument("--json", action="store_true", help="print one JSON object per job")
     return "jobs", _cmd_jobs
 
