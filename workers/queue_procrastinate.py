@@ -77,10 +77,15 @@ def build_app(settings: Settings, *, periodic_cron: str | None = None) -> procra
         connector=procrastinate.PsycopgConnector(conninfo=conninfo(settings.database_url))
     )
     s = settings.jobs
-    retry = procrastinate.RetryStrategy(
-        max_attempts=s.max_attempts,
-        exponential_wait=max(2, s.retry_wait),
-        retry_exceptions={TransientJobError},
+    # jobs.max_attempts counts the first run, as the embedded queue does; procrastinate's
+    # max_attempts counts the retries after it, and retries without end when it is 0.
+    retries = max(0, s.max_attempts - 1)
+    retry: procrastinate.RetryStrategy | bool = (
+        procrastinate.RetryStrategy(
+            max_attempts=retries, exponential_wait=max(2, s.retry_wait), retry_exceptions={TransientJobError}
+        )
+        if retries
+        else False
     )
 
     @app.task(name="registry.crawl", queue=QUEUE_OF["crawl"], pass_context=True, retry=retry)
@@ -94,8 +99,8 @@ def build_app(settings: Settings, *, periodic_cron: str | None = None) -> procra
         known_revision: str | None,
         crawl_id: int | None = None,
     ) -> None:
-        # procrastinate's `attempts` counts earlier runs; the retry strategy stops at max_attempts.
-        final = bool(s.max_attempts) and context.job.attempts >= s.max_attempts
+        # procrastinate's `attempts` counts earlier runs, so this run is number attempts + 1.
+        final = context.job.attempts + 1 >= s.max_attempts
         await index_repo_job(_ctx(context), repo_id, known_revision, crawl_id, final_attempt=final)
 
     @app.task(name="registry.verify", queue=QUEUE_OF["verify"], pass_context=True)
