@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -47,11 +48,19 @@ class Schedule(Protocol):
 
 @dataclass(frozen=True)
 class Every:
+    """Every N seconds, at whole multiples of N since the Unix epoch (`every 6h`: 00:00,
+    06:00, 12:00 and 18:00 UTC, as the distributed mode's cron `0 */6 * * *`).
+
+    Counting from the process start instead would put the next run a whole interval after
+    every restart: a server restarted more often than its interval would never crawl.
+    """
+
     text: str
     seconds: int
 
     def next_after(self, moment: datetime) -> datetime:
-        return moment + timedelta(seconds=self.seconds)
+        since_epoch = math.floor(moment.timestamp())
+        return datetime.fromtimestamp((since_epoch // self.seconds + 1) * self.seconds, UTC)
 
 
 @dataclass(frozen=True)

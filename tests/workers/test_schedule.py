@@ -84,3 +84,39 @@ async def test_run_schedule_runs_at_each_time_and_survives_a_failing_job() -> No
     await run_schedule(schedule, job, now=lambda: clock[0], sleep=sleep, runs=3)
     assert runs == [_t("2026-03-10T06:00"), _t("2026-03-10T12:00"), _t("2026-03-10T18:00")]
     assert slept[0] == 3600
+
+
+async def test_an_interval_still_fires_when_the_server_restarts_more_often() -> None:
+    # `every 6h` under a server restarted every 4 hours (deploys, a crash loop): each
+    # process lives less than the interval, and the crawls must still happen.
+    schedule = parse_schedule("every 6h")
+    assert schedule is not None
+    clock = [_t("2026-03-10T01:30")]
+    runs: list[datetime] = []
+
+    class Restart(Exception):
+        pass
+
+    async def job() -> None:
+        runs.append(clock[0])
+
+    for _ in range(6):  # 24 hours of 4-hour process lifetimes
+        stop = clock[0] + timedelta(hours=4)
+
+        async def sleep(seconds: float, stop: datetime = stop) -> None:
+            if clock[0] + timedelta(seconds=seconds) >= stop:
+                clock[0] = stop
+                raise Restart
+            clock[0] += timedelta(seconds=seconds)
+
+        with pytest.raises(Restart):
+            await run_schedule(schedule, job, now=lambda: clock[0], sleep=sleep)
+    assert runs == [_t(f"2026-03-10T{h:02}:00") for h in (6, 12, 18)] + [_t("2026-03-11T00:00")]
+
+
+def test_interval_times_do_not_depend_on_when_the_process_started() -> None:
+    schedule = parse_schedule("every 15m")
+    assert schedule is not None
+    for start in ("2026-03-10T10:00:01", "2026-03-10T10:07", "2026-03-10T10:14:59"):
+        assert schedule.next_after(_t(start)) == _t("2026-03-10T10:15")
+    assert schedule.next_after(_t("2026-03-10T10:15")) == _t("2026-03-10T10:30")  # strictly after
