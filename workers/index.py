@@ -284,14 +284,27 @@ async def index_paths(
                                 f"{a.error.code}: {a.error.message}" if a.error else None)
                 for a in snap.artifacts
             ]  # fmt: skip
+    except BaseException as exc:  # a database error, Ctrl-C: the row says so, never "running" for ever
+        try:
+            await _finish(db, crawl.id, report, len(repos), failure=exc)
+        except Exception:
+            log.exception("could not record the failure of local crawl %s", crawl.id)
+        raise
     finally:
         await scanner.aclose()
-    async with db.sessions() as session, session.begin():
-        crawl = await session.get_one(Crawl, crawl.id)
-        crawl.status = "finished"
-        crawl.finished_at = utcnow()
-        crawl.counters = {"repos": len(repos), "artifacts": len(report.artifacts), "errors": report.errors}
-        crawl.errors = [
-            {"repo": a.repo, "path": a.path, "error": a.error} for a in report.artifacts if a.error
-        ][:100]
+    await _finish(db, crawl.id, report, len(repos))
     return report
+
+
+async def _finish(
+    db: Database, crawl_id: int, report: IndexReport, repos: int, *, failure: BaseException | None = None
+) -> None:
+    errors = [{"repo": a.repo, "path": a.path, "error": a.error} for a in report.artifacts if a.error]
+    if failure is not None:
+        errors.insert(0, {"repo": "", "path": "", "error": f"{type(failure).__name__}: {failure}"})
+    async with db.sessions() as session, session.begin():
+        crawl = await session.get_one(Crawl, crawl_id)
+        crawl.status = "finished" if failure is None else "failed"
+        crawl.finished_at = utcnow()
+        crawl.counters = {"repos": repos, "artifacts": len(report.artifacts), "errors": report.errors}
+        crawl.errors = errors[:100]
