@@ -129,13 +129,19 @@ class EmbeddedQueue:
 
     async def _worker(self, ctx: JobContext) -> None:
         while True:
-            row = await self._next()
-            if row is None:
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), IDLE_POLL_S)
-                continue
-            await self._execute(ctx, row)
+            try:
+                row = await self._next()
+                if row is not None:
+                    await self._execute(ctx, row)
+                    continue
+            except Exception:
+                # The catalog failed the claim or the job's record (locked, disk full, a
+                # restarting server): the pool outlives it. A job whose end went unrecorded
+                # stays `running` and is queued again when the pool next starts.
+                log.exception("job pool: the jobs table could not be read or written; trying again")
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), IDLE_POLL_S)
 
     async def _next(self) -> Job | None:
         async with self._claim, self.db.sessions() as session, session.begin():
