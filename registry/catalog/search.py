@@ -20,7 +20,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -217,13 +217,16 @@ def decode_cursor(cursor: str, sort: str) -> tuple[Any, int]:
             raise ValueError("bad id")
         key = sort.partition(":")[0]
         if key == "last_modified":
+            # Bound in UTC: an offset that moves the time past year 1 or 9999 cannot be.
             value = datetime.fromisoformat(value)
+            value = value.astimezone(UTC) if value.tzinfo is not None else value.replace(tzinfo=UTC)
         elif key == "name":
             if not isinstance(value, str) or "\x00" in value:
                 raise ValueError("bad value")
+            value.encode("utf-8")  # a lone surrogate has no UTF-8 form to bind
         elif not _is_int64(value):
             raise ValueError("bad value")
-    except (ValueError, TypeError, KeyError, binascii.Error, UnicodeDecodeError) as exc:
+    except (ValueError, TypeError, KeyError, OverflowError, binascii.Error, UnicodeDecodeError) as exc:
         raise InvalidCursor("malformed pagination cursor", reason=str(exc)) from None
     return value, id_
 

@@ -332,6 +332,19 @@ async def test_out_of_range_cursor_is_rejected_before_the_database(catalog: Data
             await run(catalog, cursor=cursor)
 
 
+@pytest.mark.parametrize(
+    ("sort", "value"),
+    [
+        ("last_modified:desc", "0001-01-01T00:00:00+01:00"),  # before year 1 once in UTC
+        ("last_modified:asc", "9999-12-31T23:59:59-01:00"),  # after year 9999 once in UTC
+        ("name:asc", "\ud800"),  # a lone surrogate: no UTF-8 form to bind
+    ],
+)
+async def test_cursor_value_the_database_cannot_bind_is_invalid(catalog: Database, sort: str, value: str) -> None:
+    with pytest.raises(InvalidCursor):
+        await run(catalog, sort=sort, cursor=encode_cursor(sort, value, 1))
+
+
 async def test_nul_in_query_text_is_harmless(catalog: Database) -> None:
     assert paths(await run(catalog, text="mix\x00ture", architecture="llama\x00")) == [
         "mixtral-00001-of-00002.gguf"
