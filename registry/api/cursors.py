@@ -10,6 +10,7 @@ import binascii
 import json
 
 from registry.api.errors import InvalidParameter
+from registry.api.params import BIGINT_MAX
 
 
 def encode_id_cursor(last_id: int) -> str:
@@ -22,7 +23,8 @@ def decode_id_cursor(cursor: str, name: str = "cursor") -> int:
         padded = cursor + "=" * (-len(cursor) % 4)
         data = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
         value = data["id"]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        # Ids are database bigints: a larger one would fail the query instead of the cursor.
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= BIGINT_MAX:
             raise ValueError
     except (ValueError, KeyError, TypeError, UnicodeEncodeError, binascii.Error):
         raise InvalidParameter(name, f"{name} is not a cursor this server issued") from None

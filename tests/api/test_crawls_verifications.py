@@ -6,6 +6,7 @@ from collections.abc import Collection
 
 import pytest
 
+from registry.api.cursors import encode_id_cursor
 from registry.api.launchers import CrawlLauncher, CrawlSpec, RecordingLauncher, Verifier
 from registry.catalog.db import Database
 from tests.api.conftest import WRITE_TOKEN, ApiClient, MakeApi, RowVerifier
@@ -137,6 +138,13 @@ async def test_crawl_read_errors(api: ApiClient, path: str, status: int, paramet
     assert reply.status == status
     if parameter:
         assert reply.body["error"]["details"]["parameter"] == parameter
+
+
+@pytest.mark.parametrize("path", ["/v1/crawls", "/v1/jobs"])
+async def test_id_cursor_beyond_a_bigint_is_refused(api: ApiClient, path: str) -> None:
+    reply = await api.get(f"{path}?cursor={encode_id_cursor(2**63)}")
+    assert reply.status == 400, reply.body
+    assert reply.body["error"]["details"]["parameter"] == "cursor"
 
 
 async def test_verifications_answer_503_until_the_verifier_exists(api: ApiClient) -> None:
