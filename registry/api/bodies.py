@@ -35,6 +35,8 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
         body = json.loads(await request.read() or b"null")
     except (ValueError, UnicodeDecodeError):
         raise InvalidBody("the body is not valid JSON", details={"field": None}) from None
+    except RecursionError:  # a few kB of "[[[[..." outnest the parser's recursion limit
+        raise InvalidBody("the body nests too deeply", details={"field": None}) from None
     if not isinstance(body, dict):
         raise InvalidBody("the body must be a JSON object", details={"field": None})
     return body

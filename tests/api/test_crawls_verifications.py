@@ -82,7 +82,13 @@ async def test_crawl_bodies_name_only_configured_sources(make_api: MakeApi, body
 @SQLITE_ONLY
 @pytest.mark.parametrize(
     ("data", "content_type"),
-    [(b"{not json", "application/json"), (b"[1, 2]", "application/json"), (b"source=hub", "text/plain")],
+    [
+        (b"{not json", "application/json"),
+        (b"[1, 2]", "application/json"),
+        (b"source=hub", "text/plain"),
+        (b"[" * 50_000, "application/json"),  # nested deeper than the parser recurses
+        (b'{"a":' * 10_000 + b"1" + b"}" * 10_000, "application/json"),
+    ],
 )
 async def test_crawl_body_must_be_a_json_object(make_api: MakeApi, data: bytes, content_type: str) -> None:
     api = await make_api(launcher=RecordingLauncher())
