@@ -19,7 +19,8 @@ from registry.api.launchers import CrawlSpec
 from registry.api.params import BIGINT_MAX
 
 # Hub ids: "org/name", each part starting with an alphanumeric (the hub's own rule, which
-# also rules out "..", absolute paths and URLs).
+# also rules out "..", absolute paths and URLs). Matched with fullmatch: `$` alone also
+# matches before a final newline.
 REPO_PART = r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}"
 REPO_ID = re.compile(rf"^{REPO_PART}/{REPO_PART}$")
 AUTHOR = re.compile(rf"^{REPO_PART}$")
@@ -50,13 +51,27 @@ def _reject_unknown(body: Mapping[str, Any], allowed: Collection[str]) -> None:
             )
 
 
+def _storable(value: str) -> bool:
+    """Whether the catalog can store the text: PostgreSQL refuses NUL in text and jsonb, and
+    a lone surrogate (JSON's "\\ud800") has no UTF-8 form."""
+    if "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _optional_str(body: Mapping[str, Any], name: str, pattern: re.Pattern[str] | None, max_len: int) -> str | None:
     value = body.get(name)
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip() or len(value) > max_len:
         raise InvalidBody(f"{name} must be a non-empty string of at most {max_len} characters", details={"field": name})
-    if pattern is not None and not pattern.match(value):
+    if not _storable(value):
+        raise InvalidBody(f"{name} must not contain NUL or unpaired surrogate characters", details={"field": name})
+    if pattern is not None and not pattern.fullmatch(value):
         raise InvalidBody(f"{name} is not a valid hub name: {value!r}", details={"field": name})
     return value
 
@@ -83,7 +98,7 @@ def crawl_spec(body: Mapping[str, Any], sources: Collection[str]) -> CrawlSpec:
     if not isinstance(repos, list) or len(repos) > MAX_CRAWL_REPOS:
         raise InvalidBody(f"repos must be a list of at most {MAX_CRAWL_REPOS} repo ids", details={"field": "repos"})
     for repo in repos:
-        if not isinstance(repo, str) or not REPO_ID.match(repo):
+        if not isinstance(repo, str) or not REPO_ID.fullmatch(repo):
             raise InvalidBody(f"repos: not an org/name repo id: {repo!r}", details={"field": "repos"})
     full = body.get("full", False)
     if not isinstance(full, bool):

@@ -220,6 +220,11 @@ JOB = obj({
 })  # fmt: skip
 
 
+# NOT_BLANK with no NUL anywhere: the server refuses NUL, which the catalog cannot store.
+_NOT_BLANK_OR_NUL = NOT_BLANK.replace("[^", r"[^\x00", 1)
+SEARCH_TEXT = rf"^[^\x00]*{_NOT_BLANK_OR_NUL}[^\x00]*$"
+
+
 def crawl_request(sources: Collection[str]) -> Schema:
     """The crawl body; `source` is an enum of the sources this server's launcher has."""
     source: Schema = {**STR, "description": "Name of a configured source (e.g. `hub`); never a URL."}
@@ -234,7 +239,7 @@ def crawl_request(sources: Collection[str]) -> Schema:
             },
             # null means the same as leaving the field out
             "author": nullable({"type": "string", "pattern": f"^{REPO_PART}$"}),
-            "search": nullable({"type": "string", "minLength": 1, "maxLength": MAX_SEARCH, "pattern": NOT_BLANK}),
+            "search": nullable({"type": "string", "minLength": 1, "maxLength": MAX_SEARCH, "pattern": SEARCH_TEXT}),
             "limit": nullable({"type": "integer", "minimum": 1, "maximum": MAX_CRAWL_LIMIT}),
             "full": {**BOOL, "description": "Re-index repos whose revision did not change."},
         },

@@ -67,6 +67,8 @@ async def test_start_crawl_records_it_and_hands_it_to_the_launcher(make_api: Mak
         ({"source": "hub", "limit": True}, "limit"),
         ({"source": "hub", "full": "yes"}, "full"),
         ({"source": "hub", "search": ""}, "search"),
+        ({"source": "hub", "repos": ["org/name\n"]}, "repos"),  # `$` alone allows a final newline
+        ({"source": "hub", "author": "org\n"}, "author"),
     ],
 )
 async def test_crawl_bodies_name_only_configured_sources(make_api: MakeApi, body: dict[str, object], field: str) -> None:
@@ -76,6 +78,18 @@ async def test_crawl_bodies_name_only_configured_sources(make_api: MakeApi, body
     assert reply.status == 400, reply.body
     assert reply.body["error"]["code"] == "invalid_body"
     assert reply.body["error"]["details"]["field"] == field
+    assert launcher.launched == []
+
+
+@pytest.mark.parametrize("search", ["a\x00b", "\ud800"])
+async def test_crawl_search_the_database_cannot_store_is_refused(make_api: MakeApi, search: str) -> None:
+    # The parameters are stored as JSON: PostgreSQL's jsonb refuses NUL, and a lone
+    # surrogate has no UTF-8 form at all.
+    launcher = RecordingLauncher()
+    api = await make_api(launcher=launcher)
+    reply = await api.post("/v1/crawls", json={"source": "hub", "search": search}, headers=AUTH)
+    assert reply.status == 400, reply.body
+    assert reply.body["error"]["details"]["field"] == "search"
     assert launcher.launched == []
 
 
