@@ -49,6 +49,17 @@ async def test_overlong_repo_name_is_400(api: ApiClient) -> None:
     assert reply.body["error"]["details"]["parameter"] == "name"
 
 
+@pytest.mark.parametrize(
+    ("path", "parameter"),
+    [("/v1/repos/org%00/name", "org"), ("/v1/repos/org/na%00me/lineage", "name")],
+)
+async def test_nul_in_a_repo_path_is_400_on_every_database(api: ApiClient, path: str, parameter: str) -> None:
+    # PostgreSQL refuses NUL in a text parameter: it must not reach the query.
+    reply = await api.get(path)
+    assert reply.status == 400, reply.body
+    assert reply.body["error"]["details"]["parameter"] == parameter
+
+
 async def test_lineage_both_directions_and_depth(api: ApiClient) -> None:
     reply = await api.get("/v1/repos/bartowski/Llama-3-8B-GGUF/lineage")
     assert reply.status == 200

@@ -31,6 +31,8 @@ def repo_id_from_path(request: web.Request) -> str:
     for part, value in (("org", org), ("name", name)):
         if not value or len(value) > REPO_ID_LENGTH // 2:
             raise InvalidParameter(part, f"{part} must be 1 to {REPO_ID_LENGTH // 2} characters")
+        if "\x00" in value:  # no repo id holds one, and PostgreSQL refuses it in a query
+            raise InvalidParameter(part, f"{part} must not contain NUL")
     return f"{org}/{name}"
 
 
