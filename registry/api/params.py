@@ -67,8 +67,9 @@ def text(max_length: int = MAX_TEXT) -> Parser:
 def integer(minimum: int | None = None, maximum: int | None = None) -> Parser:
     def parse(name: str, raw: str) -> int:
         try:
-            # int() alone would accept "1_000" and " 12 "; the API promises plain digits.
-            if not raw.lstrip("-").isdigit() or len(raw) > 20:
+            # int() alone would accept "1_000", " 12 " and other scripts' digits ("\uff11");
+            # the API promises plain ASCII digits.
+            if not raw.isascii() or not raw.lstrip("-").isdigit() or len(raw) > 20:
                 raise ValueError
             value = int(raw)
         except ValueError:

@@ -128,7 +128,7 @@ async def test_artifact_quant_mix_is_largest_first_and_shards_listed(api: ApiCli
 async def test_artifact_errors(api: ApiClient) -> None:
     missing = await api.get("/v1/artifacts/987654")
     assert missing.status == 404 and missing.body["error"]["details"] == {"artifact_id": 987654}
-    for bad in ("abc", "0", "-3", "99999999999999999999999"):
+    for bad in ("abc", "0", "-3", "99999999999999999999999", "%EF%BC%91"):  # the last: a full-width 1
         reply = await api.get(f"/v1/artifacts/{bad}")
         assert reply.status == 400, bad
         assert reply.body["error"]["details"]["parameter"] == "id"

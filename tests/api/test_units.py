@@ -53,7 +53,9 @@ def test_worker_hooks() -> None:
     assert 'registry_queue_depth{queue="crawl"} 7' in out
 
 
-@pytest.mark.parametrize("raw", ["1_000", " 12", "1e3", "0x10", "", "-", "9" * 21])
+@pytest.mark.parametrize(
+    "raw", ["1_000", " 12", "1e3", "0x10", "", "-", "9" * 21, "\uff11", "\u0661", "-\uff11"]  # full-width, Arabic-Indic
+)
 def test_integer_accepts_plain_digits_only(raw: str) -> None:
     with pytest.raises(InvalidParameter) as info:
         integer(0)("n", raw)
