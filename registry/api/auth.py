@@ -54,7 +54,10 @@ class TokenAuth:
         return bool(self._hashes)
 
     def is_valid(self, token: str) -> bool:
-        presented = hash_token(token).encode("ascii")
+        try:
+            presented = hash_token(token).encode("ascii")
+        except UnicodeEncodeError:  # header bytes that are not UTF-8 (surrogate-escaped): never a token
+            return False
         matched = False
         for digest in self._hashes:
             matched |= hmac.compare_digest(presented, digest.encode("ascii"))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+
 import pytest
 
 from registry.api.auth import TokenAuth, hash_token, parse_token_hashes
@@ -79,3 +82,23 @@ async def test_unknown_routes_are_404_even_for_writes(make_api: MakeApi) -> None
     api = await make_api(settings=settings_with(tokens=""))
     reply = await api.post("/v1/nothing-here", json={})
     assert reply.status == 404
+
+
+@SQLITE_ONLY
+async def test_a_token_that_is_not_utf8_is_401_not_500(make_api: MakeApi) -> None:
+    # Raw bytes over the socket: an HTTP client library would not send them.
+    api = await make_api(launcher=RecordingLauncher())
+    server = api.client.server
+    reader, writer = await asyncio.open_connection(server.host, server.port)
+    body = b'{"source": "hub"}'
+    writer.write(
+        b"POST /v1/crawls HTTP/1.1\r\nHost: test\r\nConnection: close\r\n"
+        b"Authorization: Bearer \xff\xfe\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    await writer.drain()
+    answer = await reader.read()
+    writer.close()
+    status_line, _, rest = answer.partition(b"\r\n")
+    assert status_line == b"HTTP/1.1 401 Unauthorized", answer
+    assert json.loads(rest.partition(b"\r\n\r\n")[2])["error"]["code"] == "unauthorized"
