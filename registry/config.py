@@ -104,6 +104,13 @@ class ApiSettings:
     private_reads: bool = _setting(False, "Require a bearer token for reads too (health probes stay open).")
     max_limit: int = _setting(100, "Largest page size a client may ask for with `limit`.")
 
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"api.port must be from 0 to 65535, got {self.port}")
+        if self.max_limit < 1:
+            # No page could be served: every list would answer 400 or fail.
+            raise ConfigError(f"api.max_limit must be at least 1, got {self.max_limit}")
+
 
 @dataclass(frozen=True)
 class VerifySettings:

@@ -70,6 +70,11 @@ def test_default_file_in_working_directory(tmp_path: Path, monkeypatch: pytest.M
         ("[database]\nurl = ['a']\n", {}, "database.url"),
         ("", {"REGISTRY_DATABASE_ECHO": "maybe"}, "REGISTRY_DATABASE_ECHO"),
         ("", {"REGISTRY_HUB_MAX_HEADER_BYTES": "64MiB"}, "REGISTRY_HUB_MAX_HEADER_BYTES"),
+        # No page could be served: every list answered 400 or 500.
+        ("[api]\nmax_limit = 0\n", {}, "api.max_limit"),
+        ("", {"REGISTRY_API_MAX_LIMIT": "-5"}, "api.max_limit"),
+        ("", {"REGISTRY_API_PORT": "65536"}, "api.port"),
+        ("[api]\nport = -1\n", {}, "api.port"),
     ],
 )
 def test_bad_values(tmp_path: Path, text: str, env: dict[str, str], needle: str) -> None:
