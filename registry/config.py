@@ -244,8 +244,9 @@ def _coerce(info: SettingInfo, raw: Any, source: str) -> Any:
                 return False
             raise ValueError(f"not a boolean: {raw!r}")
         if target is int:
-            if isinstance(raw, bool):
-                raise ValueError("expected an integer")
+            # int() would truncate a TOML float (1.5 -> 1) and overflow on inf.
+            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                raise ValueError(f"expected an integer, got {raw!r}")
             return int(raw)
         if target is float:
             return float(raw)

@@ -75,6 +75,8 @@ def test_default_file_in_working_directory(tmp_path: Path, monkeypatch: pytest.M
         ("", {"REGISTRY_API_MAX_LIMIT": "-5"}, "api.max_limit"),
         ("", {"REGISTRY_API_PORT": "65536"}, "api.port"),
         ("[api]\nport = -1\n", {}, "api.port"),
+        ("[api]\nmax_limit = 1.5\n", {}, "api.max_limit"),  # not silently 1
+        ("[api]\nmax_limit = inf\n", {}, "api.max_limit"),
     ],
 )
 def test_bad_values(tmp_path: Path, text: str, env: dict[str, str], needle: str) -> None:
