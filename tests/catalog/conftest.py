@@ -22,10 +22,12 @@ from sqlalchemy.engine import URL
 
 from registry.catalog import migrate
 from registry.catalog.db import Database, create_engine
+from registry.catalog.models import Base
 
 T = TypeVar("T")
 DEFAULT_PG_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
-TABLES = ("verifications", "quant_mix", "facts", "shards", "lineage_edges", "artifacts", "repos", "crawls")
+# Every table of the models, children first; derived so that a new table cannot be missed.
+TABLES = tuple(t.name for t in reversed(Base.metadata.sorted_tables))
 
 
 def run_sync(factory: Callable[[], Awaitable[T]]) -> T:
