@@ -9,6 +9,7 @@ defaults, the config file, the environment. Nothing here runs at import time.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 import types
@@ -20,10 +21,29 @@ from typing import Any
 
 ENV_PREFIX = "REGISTRY_"
 DEFAULT_CONFIG_FILE = Path("config/registry.toml")
+JOB_MODES = ("embedded", "distributed")
 
 
 def _setting(default: Any, help: str) -> Any:
     return field(default=default, metadata={"help": help})
+
+
+def _at_least(section: str, values: object, minimum: int, *keys: str) -> None:
+    """Counts below `minimum` cannot work: a semaphore of 0 waits forever, of -1 raises."""
+    for key in keys:
+        value = getattr(values, key)
+        if value < minimum:
+            raise ConfigError(f"{section}.{key} must be at least {minimum}, got {value}")
+
+
+def _seconds(section: str, values: object, *keys: str, zero: bool = False) -> None:
+    """Durations must be finite: nan compares false with everything (a wait never ends, a cap
+    never applies) and inf overflows the event loop's and aiohttp's clocks."""
+    for key in keys:
+        value = getattr(values, key)
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+            allowed = "finite seconds, 0 or more" if zero else "finite seconds above 0"
+            raise ConfigError(f"{section}.{key} must be {allowed}, got {value}")
 
 
 @dataclass(frozen=True)
@@ -43,33 +63,63 @@ class DatabaseSettings:
         5.0,
         "SQLite: a read outside a transaction runs on the event loop's thread, without a trip to the "
         "connection's thread; one that takes longer than this many milliseconds is stopped and run again "
-        "on that thread. 0 runs every statement on the connection's thread.",
+        "on that thread. 0 runs every statement on the connection's thread. Finite, 0 or more.",
     )
+
+    def __post_init__(self) -> None:
+        ms = self.sqlite_inline_read_ms
+        if not math.isfinite(ms) or ms < 0:
+            # inf would never stop a long read that holds the event loop; nan and -1 acted as 0.
+            raise ConfigError(f"database.sqlite_inline_read_ms must be a finite number, 0 or more, got {ms}")
 
 
 @dataclass(frozen=True)
 class HubSettings:
     endpoint: str = _setting("https://huggingface.co", "Base URL of the hub API (any server speaking it).")
     token: str = _setting("", "Access token for the hub; sent only to the endpoint host, never to a CDN.")
-    first_window: int = _setting(2 * 1024 * 1024, "Bytes fetched by the first range request of a file header.")
+    first_window: int = _setting(
+        2 * 1024 * 1024,
+        "Bytes fetched by the first range request of a file header.",
+    )
     max_header_bytes: int = _setting(64 * 1024 * 1024, "Largest header fetched per file before giving up.")
     shard_window: int = _setting(
         256 * 1024,
         "Bytes fetched by the first range request of files without a vocabulary: shards 2..N of a split "
         "model, projectors (mmproj) and LoRA adapters, told by their file names.",
     )
-    per_host_concurrency: int = _setting(8, "Most requests in flight to one host (the hub, the CDN) at a time.")
-    connect_timeout: float = _setting(10.0, "Seconds to wait for a connection to a host.")
-    read_timeout: float = _setting(30.0, "Seconds to wait for the next bytes of a response.")
-    max_attempts: int = _setting(5, "Attempts per request (the first included) on 429, 5xx, resets and timeouts.")
-    backoff_base: float = _setting(0.5, "Seconds before the first retry; doubles each retry, with jitter.")
-    backoff_max: float = _setting(30.0, "Longest single backoff wait in seconds (a server's Retry-After may be longer).")
-    max_retry_wait: float = _setting(120.0, "Most seconds spent waiting between retries for one file before giving up.")
+    per_host_concurrency: int = _setting(
+        8,
+        "Most requests in flight to one host (the hub, the CDN) at a time. At least 1.",
+    )
+    connect_timeout: float = _setting(10.0, "Seconds to wait for a connection to a host. Finite, above 0.")
+    read_timeout: float = _setting(30.0, "Seconds to wait for the next bytes of a response. Finite, above 0.")
+    max_attempts: int = _setting(
+        5,
+        "Attempts per request (the first included) on 429, 5xx, resets and timeouts. At least 1.",
+    )
+    backoff_base: float = _setting(
+        0.5,
+        "Seconds before the first retry; doubles each retry, with jitter. Finite, 0 or more.",
+    )
+    backoff_max: float = _setting(
+        30.0,
+        "Longest single backoff wait in seconds (a server's Retry-After may be longer). Finite, 0 or "
+        "more.",
+    )
+    max_retry_wait: float = _setting(
+        120.0,
+        "Most seconds spent waiting between retries for one file before giving up. Finite, 0 or more.",
+    )
     crawl_concurrency: int = _setting(
         24,
         "Repos a crawl reads at once. Each holds at most one artifact's headers in memory (a 262k-token "
-        "vocabulary is ~9 MB); requests per host stay capped by per_host_concurrency.",
+        "vocabulary is ~9 MB); requests per host stay capped by per_host_concurrency. At least 1.",
     )
+
+    def __post_init__(self) -> None:
+        _at_least("hub", self, 1, "per_host_concurrency", "crawl_concurrency", "max_attempts")
+        _seconds("hub", self, "connect_timeout", "read_timeout")
+        _seconds("hub", self, "backoff_base", "backoff_max", "max_retry_wait", zero=True)
 
 
 @dataclass(frozen=True)
@@ -116,10 +166,13 @@ class ApiSettings:
 class VerifySettings:
     cache_dir: str = _setting("", "Folder of the download cache. Empty means `cache` in data_dir.")
     cache_max_bytes: int = _setting(
-        20 * 1024**3, "Most bytes the download cache keeps; least recently used files are evicted first."
+        20 * 1024**3,
+        "Most bytes the download cache keeps; least recently used files are evicted first. 0 or more.",
     )
     timeout_seconds: float = _setting(
-        900.0, "Wall-clock limit in seconds for the checks and smoke inference of one verification."
+        900.0,
+        "Wall-clock limit in seconds for the checks and smoke inference of one verification. Finite, "
+        "above 0.",
     )
     memory_cap_bytes: int = _setting(
         8 * 1024**3,
@@ -138,13 +191,21 @@ class VerifySettings:
     threads: int = _setting(
         0, "Threads dequantizing a model's tensors during a verification; 0 means one per CPU (at most 8)."
     )
-    concurrency: int = _setting(1, "Verifications run at once by `registry serve`; each needs a model's memory.")
+    concurrency: int = _setting(
+        1,
+        "Verifications run at once by `registry serve`; each needs a model's memory. At least 1.",
+    )
 
     def __post_init__(self) -> None:
         if self.threads < 0:
             raise ConfigError(f"verify.threads must be 0 (one per CPU) or positive, got {self.threads}")
         if self.chunk_bytes <= 0:
             raise ConfigError(f"verify.chunk_bytes must be positive, got {self.chunk_bytes}")
+        _at_least("verify", self, 1, "concurrency")
+        _at_least("verify", self, 0, "cache_max_bytes")
+        _seconds("verify", self, "timeout_seconds")
+        if math.isnan(self.perplexity_threshold):  # no perplexity is above nan: every model passed
+            raise ConfigError("verify.perplexity_threshold must be a number, got nan")
 
 
 @dataclass(frozen=True)
@@ -155,25 +216,45 @@ class JobsSettings:
         "table). `distributed`: jobs go to procrastinate's PostgreSQL queue and `registry worker` processes "
         "run them; needs a PostgreSQL database.url.",
     )
-    concurrency: int = _setting(4, "Jobs one process runs at once (`registry serve` embedded, or each `registry worker`).")
+    concurrency: int = _setting(
+        4,
+        "Jobs one process runs at once (`registry serve` embedded, or each `registry worker`). At least "
+        "1.",
+    )
     queues: str = _setting(
         "crawl,index,verify", "Comma-separated queues a `registry worker` takes jobs from (--queues overrides)."
     )
-    max_attempts: int = _setting(5, "Attempts of a job (the first included) that fails with a transient hub error.")
+    max_attempts: int = _setting(
+        5,
+        "Attempts of a job (the first included) that fails with a transient hub error. At least 1.",
+    )
     retry_wait: int = _setting(
-        2, "Seconds before a job's first retry after a transient error; each further wait is longer (exponential)."
+        2,
+        "Seconds before a job's first retry after a transient error; each further wait is longer "
+        "(exponential). 0 or more.",
     )
     stalled_seconds: float = _setting(
         30.0,
         "A distributed job whose worker sent no heartbeat for this long is retried by another worker "
-        "(a killed machine loses no job).",
+        "(a killed machine loses no job). Finite, above 0.",
     )
-    heartbeat_seconds: float = _setting(5.0, "Seconds between a `registry worker`'s heartbeats.")
+    heartbeat_seconds: float = _setting(
+        5.0,
+        "Seconds between a `registry worker`'s heartbeats. Finite, above 0.",
+    )
     sweep_seconds: float = _setting(
         60.0,
         "How often each runner releases the repos of running crawls whose job ended without reporting, and "
-        "queues again the listing of crawls that have none; only crawls quiet for this long are looked at.",
+        "queues again the listing of crawls that have none; only crawls quiet for this long are looked at. "
+        "Finite, above 0.",
     )
+
+    def __post_init__(self) -> None:
+        if self.mode not in JOB_MODES:
+            raise ConfigError(f"jobs.mode must be one of {', '.join(JOB_MODES)}, got {self.mode!r}")
+        _at_least("jobs", self, 1, "concurrency", "max_attempts")
+        _at_least("jobs", self, 0, "retry_wait")
+        _seconds("jobs", self, "stalled_seconds", "heartbeat_seconds", "sweep_seconds")
 
 
 @dataclass(frozen=True)

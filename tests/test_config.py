@@ -77,6 +77,33 @@ def test_default_file_in_working_directory(tmp_path: Path, monkeypatch: pytest.M
         ("[api]\nport = -1\n", {}, "api.port"),
         ("[api]\nmax_limit = 1.5\n", {}, "api.max_limit"),  # not silently 1
         ("[api]\nmax_limit = inf\n", {}, "api.max_limit"),
+        # A semaphore of 0 waits forever (the crawl, or a worker that never takes a job),
+        # one of -1 raises ValueError.
+        ("[hub]\ncrawl_concurrency = 0\n", {}, "hub.crawl_concurrency must be at least 1"),
+        ("[hub]\nper_host_concurrency = 0\n", {}, "hub.per_host_concurrency must be at least 1"),
+        ("", {"REGISTRY_JOBS_CONCURRENCY": "0"}, "jobs.concurrency must be at least 1"),
+        ("[verify]\nconcurrency = 0\n", {}, "verify.concurrency must be at least 1"),
+        ("[hub]\nmax_attempts = 0\n", {}, "hub.max_attempts must be at least 1"),
+        ("[jobs]\nmax_attempts = 0\n", {}, "jobs.max_attempts must be at least 1"),
+        ("[jobs]\nretry_wait = -1\n", {}, "jobs.retry_wait must be at least 0"),
+        ("[verify]\ncache_max_bytes = -1\n", {}, "verify.cache_max_bytes must be at least 0"),
+        # inf overflowed aiohttp's clock, nan never timed out or never waited, a negative
+        # read timeout raised out of the crawl.
+        ("[hub]\nconnect_timeout = nan\n", {}, "hub.connect_timeout must be finite seconds above 0"),
+        ("[hub]\nconnect_timeout = inf\n", {}, "hub.connect_timeout"),
+        ("", {"REGISTRY_HUB_READ_TIMEOUT": "-1"}, "hub.read_timeout"),
+        ("[hub]\nread_timeout = 0.0\n", {}, "hub.read_timeout"),
+        ("[hub]\nbackoff_max = nan\n", {}, "hub.backoff_max must be finite seconds, 0 or more"),
+        ("[hub]\nbackoff_base = -0.5\n", {}, "hub.backoff_base"),
+        ("[hub]\nmax_retry_wait = nan\n", {}, "hub.max_retry_wait"),
+        ("[verify]\ntimeout_seconds = nan\n", {}, "verify.timeout_seconds"),
+        ("[verify]\nperplexity_threshold = nan\n", {}, "verify.perplexity_threshold"),
+        ("[jobs]\nheartbeat_seconds = 0.0\n", {}, "jobs.heartbeat_seconds"),
+        ("[jobs]\nstalled_seconds = inf\n", {}, "jobs.stalled_seconds"),
+        ("", {"REGISTRY_JOBS_SWEEP_SECONDS": "nan"}, "jobs.sweep_seconds"),
+        ("[jobs]\nmode = 'sideways'\n", {}, "jobs.mode must be one of embedded, distributed"),
+        ("[database]\nsqlite_inline_read_ms = -1.0\n", {}, "database.sqlite_inline_read_ms"),
+        ("[database]\nsqlite_inline_read_ms = inf\n", {}, "database.sqlite_inline_read_ms"),
     ],
 )
 def test_bad_values(tmp_path: Path, text: str, env: dict[str, str], needle: str) -> None:
@@ -85,6 +112,22 @@ def test_bad_values(tmp_path: Path, text: str, env: dict[str, str], needle: str)
     with pytest.raises(ConfigError) as exc:
         load_settings(cfg, env=env)
     assert needle in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Edges of the allowed ranges: each works.
+        "[hub]\nbackoff_base = 0.0\nbackoff_max = 0.0\nmax_retry_wait = 0.0\nmax_attempts = 1\n",
+        "[jobs]\nretry_wait = 0\nconcurrency = 1\nmax_attempts = 1\nmode = 'distributed'\n",
+        "[database]\nsqlite_inline_read_ms = 0.0\n",
+        "[verify]\ncache_max_bytes = 0\nperplexity_threshold = inf\n",
+    ],
+)
+def test_values_at_the_edge_of_their_range_load(tmp_path: Path, text: str) -> None:
+    cfg = tmp_path / "r.toml"
+    cfg.write_text(text)
+    assert load_settings(cfg, env={}) != Settings()
 
 
 def test_explicit_missing_file(tmp_path: Path) -> None:

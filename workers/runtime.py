@@ -18,17 +18,15 @@ from registry.config import Settings
 from workers.jobs import create_scheduled_crawl, schedule_cron
 from workers.schedule import parse_schedule, run_schedule
 
-MODES = ("embedded", "distributed")
-
 
 class JobsConfigError(ValueError):
-    """The [jobs] settings cannot work (an unknown mode, distributed on SQLite)."""
+    """The [jobs] settings cannot work together with the others (distributed on SQLite).
+
+    A mode that is neither `embedded` nor `distributed` is refused when the settings load."""
 
 
 def check_mode(settings: Settings) -> str:
     mode = settings.jobs.mode
-    if mode not in MODES:
-        raise JobsConfigError(f"jobs.mode must be one of {', '.join(MODES)}, not {mode!r}")
     if mode == "distributed" and not settings.database_url.startswith("postgresql"):
         raise JobsConfigError("jobs.mode = distributed needs a PostgreSQL database.url")
     schedule = parse_schedule(settings.schedule.crawl)
