@@ -72,7 +72,7 @@ async def _pools(db: Database, rng: random.Random) -> Pools:
         ids = list((await session.scalars(select(Artifact.id))).all())
         repos = list((await session.scalars(select(Repo.repo_id))).all())
         parents = list((await session.scalars(select(LineageEdge.parent_repo_id).distinct())).all())
-        family = [e.child for e in await lineage.descendants(session, bench_search.POPULAR, 1)]
+        family = [e.child for e in (await lineage.descendants(session, bench_search.POPULAR, 1)).edges]
 
         async def values(column: Any) -> list[str]:
             rows = await session.execute(select(column).where(column.is_not(None)).group_by(column)

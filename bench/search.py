@@ -260,7 +260,7 @@ async def queries(db: Database) -> list[tuple[str, Callable[[], Awaitable[Any]]]
 
     async def lineage_walk() -> Any:
         async with db.sessions() as session:
-            edges = await lineage.descendants(session, POPULAR, 5)
+            edges = (await lineage.descendants(session, POPULAR, 5)).edges
             assert len(edges) > 100
             return edges
 

@@ -194,8 +194,15 @@ LINEAGE = obj(
         "in_catalog": BOOL,
         "ancestors": EDGES,
         "descendants": EDGES,
+        "truncated": {
+            **BOOL,
+            "description": "True when a side of the tree had more than `max_edges` edges within `depth`: "
+            "that side lists its first `max_edges`, shallowest first. Ask again from a deeper repo "
+            "or with a smaller depth to see the rest.",
+        },
+        "max_edges": {**INT, "description": "Most edges listed on each side."},
     },
-    required=["repo", "direction", "depth", "in_catalog"],
+    required=["repo", "direction", "depth", "in_catalog", "truncated", "max_edges"],
 )
 
 COUNTS: Schema = {"type": "object", "additionalProperties": INT}

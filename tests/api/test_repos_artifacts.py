@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import pytest
 
+from registry.catalog import lineage
+from registry.catalog.snapshot import LineageRecord
 from tests.api.conftest import ApiClient
 from tests.api.data import TEMPLATE
+from tests.catalog.factories import make_snapshot
 
 pytestmark = pytest.mark.usefixtures("catalog")
 
@@ -64,6 +69,7 @@ async def test_lineage_both_directions_and_depth(api: ApiClient) -> None:
     reply = await api.get("/v1/repos/bartowski/Llama-3-8B-GGUF/lineage")
     assert reply.status == 200
     assert reply.body["direction"] == "both" and reply.body["depth"] == 3 and reply.body["in_catalog"]
+    assert reply.body["truncated"] is False and reply.body["max_edges"] == lineage.MAX_EDGES
     assert {e["parent"] for e in reply.body["ancestors"]} == {"meta-llama/Llama-3-8B"}
     assert {e["child"] for e in reply.body["descendants"]} == {"someone/llama-3-8b-finetune-GGUF"}
 
@@ -79,6 +85,22 @@ async def test_lineage_both_directions_and_depth(api: ApiClient) -> None:
     up = await api.get("/v1/repos/someone/llama-3-8b-finetune-GGUF/lineage?direction=ancestors&depth=10")
     assert "descendants" not in up.body
     assert {e["parent"] for e in up.body["ancestors"]} == {"bartowski/Llama-3-8B-GGUF", "meta-llama/Llama-3-8B"}
+
+
+async def test_a_dense_family_answers_at_most_max_edges_a_side(
+    api: ApiClient, insert: Callable[..., Awaitable[None]]
+) -> None:
+    # 33 repos naming each other as base models: 1,056 edges, all within depth 2.
+    ids = [f"o/r{i:02d}" for i in range(33)]
+    await insert(*(make_snapshot(r, lineage=tuple(LineageRecord(p, "merge", "card") for p in ids if p != r))
+                   for r in ids))  # fmt: skip
+    cut = (await api.get("/v1/repos/o/r00/lineage?depth=10")).body
+    assert cut["truncated"] is True and cut["max_edges"] == lineage.MAX_EDGES
+    for side in ("ancestors", "descendants"):
+        assert len(cut[side]) == lineage.MAX_EDGES
+        assert [e["depth"] for e in cut[side][:32]] == [1] * 32  # the nearest edges are kept
+    whole = (await api.get("/v1/repos/o/r00/lineage?depth=1")).body
+    assert whole["truncated"] is False and len(whole["ancestors"]) == len(whole["descendants"]) == 32
 
 
 async def test_lineage_of_a_parent_outside_the_catalog(api: ApiClient) -> None:

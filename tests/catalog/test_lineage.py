@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from sqlalchemy import event
+
 from registry.catalog import lineage
 from registry.catalog.db import Database
 from registry.catalog.services import upsert_repo_snapshot
@@ -22,9 +26,9 @@ async def test_chain_both_directions(db: Database) -> None:
     await link(db, "c/c", "b/b", relation="quantized", source="tags")
     await link(db, "d/d", "c/c")
     async with db.sessions() as session:
-        down = await lineage.descendants(session, "a/a")
-        up = await lineage.ancestors(session, "d/d")
-        shallow = await lineage.descendants(session, "a/a", max_depth=2)
+        down = (await lineage.descendants(session, "a/a")).edges
+        up = (await lineage.ancestors(session, "d/d")).edges
+        shallow = (await lineage.descendants(session, "a/a", max_depth=2)).edges
     assert [(e.child, e.parent, e.depth) for e in down] == [
         ("b/b", "a/a", 1),
         ("c/c", "b/b", 2),
@@ -46,8 +50,8 @@ async def test_cycles_terminate(db: Database) -> None:
     await link(db, "y/y", "x/x")
     await link(db, "z/z", "z/z")  # self edges are dropped when derived, kept when given explicitly
     async with db.sessions() as session:
-        down = await lineage.descendants(session, "x/x")
-        up = await lineage.ancestors(session, "x/x")
+        down = (await lineage.descendants(session, "x/x")).edges
+        up = (await lineage.ancestors(session, "x/x")).edges
     assert {(e.child, e.parent) for e in down} == {("y/y", "x/x"), ("x/x", "y/y")}
     assert {(e.child, e.parent) for e in up} == {("x/x", "y/y"), ("y/y", "x/x")}
 
@@ -57,7 +61,7 @@ async def test_diamond_reports_each_edge_once(db: Database) -> None:
     await link(db, "r/right", "t/top")
     await link(db, "m/merge", "l/left", "r/right", relation="merge")
     async with db.sessions() as session:
-        down = await lineage.descendants(session, "t/top")
+        down = (await lineage.descendants(session, "t/top")).edges
     assert len(down) == 4
     assert {e.depth for e in down if e.child == "m/merge"} == {2}
 
@@ -71,3 +75,54 @@ def test_edges_from_tags() -> None:
         ("c/d", "adapter"),
         ("e/f", "unknown"),
     ]
+
+
+async def _dense(db: Database, n: int) -> list[str]:
+    """n repos that each name every other one as a base model: n * (n - 1) edges."""
+    ids = [f"o/r{i:02d}" for i in range(n)]
+    for repo in ids:
+        await link(db, repo, *(p for p in ids if p != repo))
+    return ids
+
+
+async def test_a_dense_family_is_walked_to_a_bounded_number_of_edges(db: Database) -> None:
+    ids = await _dense(db, 40)  # 1,560 edges, every one within depth 2 of every repo
+    statements: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        statements.append((statement, parameters))
+
+    event.listen(db.engine.sync_engine, "before_cursor_execute", record)
+    try:
+        async with db.sessions() as session:
+            down = await lineage.descendants(session, ids[0], lineage.MAX_DEPTH, max_edges=50)
+            up = await lineage.ancestors(session, ids[0], lineage.MAX_DEPTH, max_edges=50)
+            whole = await lineage.descendants(session, ids[0], 1, max_edges=39)
+    finally:
+        event.remove(db.engine.sync_engine, "before_cursor_execute", record)
+    # Shallowest first, then by name: the same edges on every database.
+    assert down.truncated and len(down.edges) == 50
+    assert [(e.child, e.parent, e.depth) for e in down.edges] == [
+        *((ids[i], ids[0], 1) for i in range(1, 40)),
+        *((ids[0], ids[j], 2) for j in range(1, 12)),
+    ]
+    assert up.truncated and [(e.child, e.parent, e.depth) for e in up.edges] == [
+        *((ids[0], ids[i], 1) for i in range(1, 40)),
+        *((ids[1], ids[0], 2), *((ids[1], ids[j], 2) for j in range(2, 12))),
+    ]
+    # Exactly max_edges within the depth is not a cut.
+    assert not whole.truncated and len(whole.edges) == 39
+    # The database stopped at the cap: a depth-1 and a depth-2 query for each walk, none
+    # going on to depth 10, each asking for one edge more than there was room for.
+    walks = [s for s in statements if "lineage_edges" in s[0]]
+    assert len(walks) == 5
+    assert all("LIMIT" in s.upper() for s, _ in walks)
+
+
+async def test_each_repo_of_a_cycle_is_expanded_once(db: Database) -> None:
+    await link(db, "x/x", "y/y")
+    await link(db, "y/y", "x/x")
+    async with db.sessions() as session:
+        walk = await lineage.descendants(session, "x/x")
+    assert not walk.truncated
+    assert [(e.child, e.parent, e.depth) for e in walk.edges] == [("y/y", "x/x", 1), ("x/x", "y/y", 2)]

@@ -65,9 +65,11 @@ async def get_lineage(request: web.Request) -> web.Response:
         in_catalog = await reads.repo_exists(session, repo_id)
         if not in_catalog and not await reads.is_lineage_node(session, repo_id):
             raise NotFound(f"no repo {repo_id} in the catalog or its lineage", details={"repo": repo_id})
-        if direction in ("ancestors", "both"):
-            body["ancestors"] = [present.edge(e) for e in await lineage.ancestors(session, repo_id, depth)]
-        if direction in ("descendants", "both"):
-            body["descendants"] = [present.edge(e) for e in await lineage.descendants(session, repo_id, depth)]
-    body["in_catalog"] = in_catalog
+        truncated = False
+        for side, walk in (("ancestors", lineage.ancestors), ("descendants", lineage.descendants)):
+            if direction in (side, "both"):
+                found = await walk(session, repo_id, depth)
+                body[side] = [present.edge(e) for e in found.edges]
+                truncated = truncated or found.truncated
+    body.update(in_catalog=in_catalog, truncated=truncated, max_edges=lineage.MAX_EDGES)
     return json_response(body)
