@@ -64,7 +64,7 @@ class CrawlParams:
 
 @dataclass
 class CrawlReport:
-    listed: int = 0  # repos seen
+    listed: int = 0  # repos seen, each once
     unchanged: int = 0  # repos skipped: same revision as indexed
     indexed: int = 0  # repos written
     failed: int = 0  # repos not written because of a transient or hub error
@@ -297,8 +297,14 @@ async def crawl_hub(
     running: set[asyncio.Task[None]] = set()
     try:
         pending: list[RepoSummary] = []
+        # A repo comes twice when explicit ids repeat, or when it changes while a listing
+        # sorted by lastModified is paged: read once, it is counted once.
+        seen: set[str] = set()
         try:
             async for summary in candidates(client, params):
+                if summary.repo_id in seen:
+                    continue
+                seen.add(summary.repo_id)
                 report.listed += 1
                 pending.append(summary)
                 if len(pending) >= batch:

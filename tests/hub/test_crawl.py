@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -12,8 +13,10 @@ from sqlalchemy import select
 from registry.catalog import migrate
 from registry.catalog.db import Database
 from registry.catalog.models import Artifact, Crawl, Repo
+from registry.gguf.filename import group_shards
 from registry.hub.client import HubClient
 from registry.hub.http import HttpOptions, HubHttp, first_window_for
+from tests.catalog.conftest import TempDatabases, temp_databases  # noqa: F401  (session fixture)
 from tests.fakehub import FakeHub, Fault, RepoFile, sample_corpus
 from tests.fakehub.corpus import SynthBlob
 from tests.fakehub.testing import FAST_RETRY, TOKEN, Sleeps
@@ -24,6 +27,14 @@ from workers.crawl import CrawlParams, crawl_hub, index_repo
 async def db(tmp_path: Path) -> AsyncIterator[Database]:
     database = Database.from_url(f"sqlite+aiosqlite:///{tmp_path / 'catalog.db'}")
     await migrate.ensure_schema(database.engine)
+    yield database
+    await database.engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+async def any_db(request: pytest.FixtureRequest, temp_databases: TempDatabases) -> AsyncIterator[Database]:  # noqa: F811
+    """An empty database of each dialect; the crawl creates its schema."""
+    database = Database.from_url(temp_databases.new_url(request.param))
     yield database
     await database.engine.dispose()
 
@@ -116,6 +127,35 @@ async def test_listing_failing_mid_crawl_lets_started_repos_finish(db: Database)
             report = await crawl_hub(db, client, http, CrawlParams(), batch=1)
     assert report.status == "failed"
     assert report.listed == report.indexed == 2 and report.failed == 0
+
+
+async def test_a_repo_named_twice_is_read_once(any_db: Database, hub: FakeHub) -> None:
+    tiny = hub.corpus.repos["synth/tiny-llama-GGUF"]
+    ggufs = {f.path: f for f in tiny.files if f.path.endswith(".gguf")}
+    client, http = _clients(hub)
+    async with http:
+        # Explicit ids repeated, read at once by as many workers: the same new repo each time.
+        params = CrawlParams(repos=(tiny.repo_id, "synth/big-vocab-GGUF", tiny.repo_id, tiny.repo_id))
+        report = await crawl_hub(any_db, client, http, params, concurrency=4)
+    assert report.errors == [] and report.failed == 0
+    assert report.listed == report.indexed == 2
+    assert report.artifacts == len(group_shards(ggufs)) + 1  # big-vocab has one GGUF file
+    assert len([r for r in hub.requests_to("api") if r.repo == tiny.repo_id]) == 1
+    assert {r.file for r in hub.requests_to("cdn") if r.repo == tiny.repo_id} == set(ggufs)
+    assert len([r for r in hub.requests_to("cdn") if r.repo == tiny.repo_id]) == len(ggufs)
+
+
+async def test_a_listing_that_names_a_repo_twice_reads_it_once(db: Database, hub: FakeHub) -> None:
+    tiny = hub.corpus.repos["synth/tiny-llama-GGUF"]
+    entry = {"id": tiny.repo_id, "sha": tiny.sha}
+    # A repo that changed while the listing was paged by lastModified comes twice.
+    hub.faults.add(Fault("body", route="api", repo="", body=json.dumps([entry, entry]).encode()))
+    client, http = _clients(hub)
+    async with http:
+        report = await crawl_hub(db, client, http, CrawlParams())
+    assert report.status == "finished" and report.failed == 0
+    assert report.listed == report.indexed == 1
+    assert len([r for r in hub.requests_to("api") if r.repo == tiny.repo_id]) == 1
 
 
 async def test_bad_files_become_error_rows(db: Database, hub: FakeHub) -> None:
