@@ -1,12 +1,13 @@
-"""A thin typed wrapper over huggingface_hub's HfApi: list GGUF repos, read repo info.
+"""Typed access to a hub's API: list GGUF repos, read repo info.
 
-HfApi is blocking, so every call runs in a worker thread (`asyncio.to_thread`). The
-listing is paged here rather than by HfApi, whose pager has no timeout, follows a `next`
-link back to a page it read forever and sends the token wherever that link points: pages
-(`Link: rel="next"`) are fetched one at a time as the caller iterates, each with the read
-timeout, a size cap and the retry policy, and a loop is an error. Results are frozen
-dataclasses that tolerate missing and unknown server fields, and huggingface_hub's
-exceptions become our `HubError` types.
+The requests are made here, on huggingface_hub's blocking HTTP session in a worker thread
+(`asyncio.to_thread`), not through HfApi: its `model_info` reads a body of any size
+whole, and its pager has no timeout, follows a `next` link back to a page it read forever
+and sends the token wherever that link points. Every request has the read timeout, a
+size cap and the retry policy. Listing pages (`Link: rel="next"`) are fetched one at a
+time as the caller iterates, and a loop is an error. Results are frozen dataclasses that
+tolerate missing and unknown server fields; every failure is one of our `HubError` types,
+typed from the hub's X-Error-Code and status.
 
 The token is always passed explicitly (`token=False` when there is none) so that
 huggingface_hub never falls back to a token from the environment or ~/.cache.
@@ -15,26 +16,17 @@ huggingface_hub never falls back to a token from the environment or ~/.cache.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
-from urllib.parse import urlencode, urljoin
+from urllib.parse import quote, urlencode, urljoin
 
 import httpx2
-from huggingface_hub import HfApi, hf_hub_url
-from huggingface_hub.errors import (
-    GatedRepoError,
-    HfHubHTTPError,
-    HFValidationError,
-    RemoteEntryNotFoundError,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
-)
-from huggingface_hub.utils import build_hf_headers, get_session, parse_datetime
+from huggingface_hub import hf_hub_url
+from huggingface_hub.utils import build_hf_headers, get_session, parse_datetime, validate_repo_id
 
 from registry.hub import errors as e
 from registry.hub.http import RetryPolicy, Sleep, origin, retry_hint
@@ -50,6 +42,15 @@ _LIST_FIELDS = ("sha", "lastModified", "downloads", "likes", "tags", "gated", "p
 _SORT_PARAM = {"created_at": "createdAt", "last_modified": "lastModified", "trending_score": "trendingScore"}
 # A page of the hub's maximum 1000 repos with the fields above is a few hundred KiB.
 MAX_PAGE_BYTES = 32 * 1024 * 1024
+# Repo info lists every file with its size and LFS sha256, about 250 bytes each: a repo of
+# 100,000 files (more than the hub advises) is about 25 MiB.
+MAX_INFO_BYTES = 32 * 1024 * 1024
+_INFO_PARAMS = {"blobs": "true"}  # sizes and LFS oids of the files, as model_info(files_metadata=True)
+_ERROR_BYTES = 64 * 1024  # of an error's body, read for its message only
+# What the hub says in X-Error-Message of a 401 about the token itself, and of a repo
+# taken down (it exists: its status says more than a RepoNotFound code).
+_BAD_TOKEN = "Invalid credentials in Authorization header"
+_DISABLED = "Access to this resource is disabled."
 
 
 @dataclass(frozen=True)
@@ -98,16 +99,6 @@ class RepoInfo:
         return tuple(f for f in self.files if f.is_gguf)
 
 
-def _card(info: Any) -> Mapping[str, Any]:
-    card = getattr(info, "card_data", None)
-    if card is None:
-        return {}
-    if isinstance(card, Mapping):
-        return card
-    to_dict = getattr(card, "to_dict", None)
-    return to_dict() if callable(to_dict) else {}
-
-
 def _str_list(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         return (value,)
@@ -154,72 +145,68 @@ def summary_from(item: Any, url: str | None = None) -> RepoSummary:
     )
 
 
-def info_from(info: Any, url: str | None = None) -> RepoInfo:
-    repo_id = getattr(info, "id", None)
+def info_from(body: Any, url: str | None = None) -> RepoInfo:
+    """A repo info as the hub sends it (JSON). Odd types of the fields it reads are
+    tolerated; a body that is not an object, no repo id, a bad `lastModified`, a file
+    without a name or an `lfs` without its sha256, size and pointer size is an
+    InvalidResponse (huggingface_hub's reader refused those too)."""
+    if not isinstance(body, Mapping):
+        raise e.InvalidResponse(f"repo info is a JSON {type(body).__name__}, not an object", url=url)
+    repo_id = body.get("id")
     if not isinstance(repo_id, str) or not repo_id:
-        raise e.InvalidResponse(f"repo info without a repo id: {repo_id!r}", url=url)
-    card = _card(info)
-    gated, mode = _gated(getattr(info, "gated", None))
-    files = []
-    for s in getattr(info, "siblings", None) or ():
-        path = getattr(s, "rfilename", None)
-        if not isinstance(path, str) or not path:
-            raise e.InvalidResponse(f"a file of {repo_id} without a name: {path!r}", url=url)
-        lfs = getattr(s, "lfs", None)
-        sha = lfs.get("sha256") if isinstance(lfs, Mapping) else getattr(lfs, "sha256", None)
-        files.append(
-            RepoFile(
-                path=path, size=_int(getattr(s, "size", None)), sha256=sha if isinstance(sha, str) else None
-            )
+        raise e.InvalidResponse(f"repo info without a repo id: {repr(repo_id)[:200]}", url=url)
+    modified = body.get("lastModified")
+    if modified and _datetime(modified) is None:
+        raise e.InvalidResponse(
+            f"repo info of {repo_id} with a bad lastModified: {str(modified)[:200]!r}", url=url
         )
+    card = body.get("cardData")
+    card = card if isinstance(card, Mapping) else {}
+    gated, mode = _gated(body.get("gated"))
     lic = card.get("license")
     relation = card.get("base_model_relation")
-    sha = getattr(info, "sha", None)
-    modified = getattr(info, "last_modified", None)
+    sha = body.get("sha")
     return RepoInfo(
         repo_id=repo_id,
         sha=sha if isinstance(sha, str) else None,
-        last_modified=modified if isinstance(modified, datetime) else None,
-        downloads=_int(getattr(info, "downloads", None)),
-        likes=_int(getattr(info, "likes", None)),
-        tags=_str_list(getattr(info, "tags", None)),
+        last_modified=_datetime(modified),
+        downloads=_int(body.get("downloads")),
+        likes=_int(body.get("likes")),
+        tags=_str_list(body.get("tags")),
         gated=gated,
         gated_mode=mode,
-        private=bool(getattr(info, "private", False)),
+        private=bool(body.get("private")),
         license=lic if isinstance(lic, str) else (_str_list(lic) or (None,))[0],
         base_model=_str_list(card.get("base_model")),
         base_model_relation=relation if isinstance(relation, str) else None,
-        files=tuple(files),
+        files=_files(body.get("siblings"), repo_id, url),
     )
 
 
+def _files(siblings: Any, repo_id: str, url: str | None) -> tuple[RepoFile, ...]:
+    if siblings is None:
+        return ()
+    if not isinstance(siblings, list):
+        raise e.InvalidResponse(f"the files of {repo_id} are a JSON {type(siblings).__name__}", url=url)
+    files = []
+    for s in siblings:
+        path = s.get("rfilename") if isinstance(s, Mapping) else None
+        if not isinstance(path, str) or not path:
+            raise e.InvalidResponse(f"a file of {repo_id} without a name: {str(s)[:200]!r}", url=url)
+        lfs = s.get("lfs")
+        if lfs and not (
+            isinstance(lfs, Mapping) and all(k in lfs for k in ("sha256", "size", "pointerSize"))
+        ):
+            raise e.InvalidResponse(f"{path} of {repo_id} with a malformed lfs: {str(lfs)[:200]!r}", url=url)
+        sha = lfs["sha256"] if lfs else None
+        files.append(RepoFile(path, size=_int(s.get("size")), sha256=sha if isinstance(sha, str) else None))
+    return tuple(files)
+
+
 def map_error(exc: BaseException, url: str | None = None) -> e.HubError:
-    """huggingface_hub and httpx2 exceptions -> our typed errors."""
+    """httpx2 and socket exceptions -> our typed errors."""
     if isinstance(exc, e.HubError):
         return exc
-    if isinstance(exc, HfHubHTTPError):
-        resp = exc.response
-        status = resp.status_code if resp is not None else None
-        where = url
-        with contextlib.suppress(AttributeError, RuntimeError):  # a response without its request
-            where = str(resp.request.url)
-        message = exc.server_message or str(exc).strip().splitlines()[0]
-        kw: dict[str, Any] = {"url": where, "status": status, "request_id": exc.request_id}
-        if isinstance(exc, GatedRepoError):
-            return e.GatedRepo(message, **kw)
-        if isinstance(exc, RepositoryNotFoundError):
-            return e.RepoNotFound(message, **kw)
-        if isinstance(exc, RevisionNotFoundError):
-            return e.RevisionNotFound(message, **kw)
-        if isinstance(exc, RemoteEntryNotFoundError):
-            return e.EntryNotFound(message, **kw)
-        return e.error_for_status(
-            status or 0,
-            url=where or "",
-            message=message,
-            request_id=exc.request_id,
-            retry_after=retry_hint(resp.headers) if resp is not None else None,
-        )
     if isinstance(exc, httpx2.TooManyRedirects | httpx2.DecodingError):
         return e.InvalidResponse(f"{type(exc).__name__}: {exc}", url=url)
     if isinstance(exc, httpx2.TimeoutException):
@@ -227,6 +214,65 @@ def map_error(exc: BaseException, url: str | None = None) -> e.HubError:
     if isinstance(exc, httpx2.TransportError | ConnectionError | OSError):
         return e.HubConnectionError(f"{type(exc).__name__}: {exc}", url=url)
     raise exc
+
+
+def _read(resp: httpx2.Response, cap: int, what: str, url: str) -> bytes:
+    """The whole body, refused as soon as it passes `cap` bytes."""
+    body = bytearray()
+    for chunk in resp.iter_bytes():
+        body += chunk
+        if len(body) > cap:
+            raise e.InvalidResponse(
+                f"{what} over {cap} bytes",
+                url=url,
+                status=resp.status_code,
+                request_id=resp.headers.get("X-Request-Id"),
+            )
+    return bytes(body)
+
+
+def _info_error(resp: httpx2.Response) -> e.HubError:
+    """An error answer to repo info, typed as huggingface_hub's `hf_raise_for_status` typed it
+    when HfApi read repo info for us."""
+    h = resp.headers
+    said, code = h.get("X-Error-Message"), h.get("X-Error-Code")
+    if said == _DISABLED:
+        code = None if code == "RepoNotFound" else code
+    elif (
+        resp.status_code == 401
+        and code not in ("RevisionNotFound", "EntryNotFound", "GatedRepo")
+        and said != _BAD_TOKEN
+        and resp.url.scheme == "https"
+    ):
+        code = "RepoNotFound"  # the hub's 401 for a private repo and a missing one alike
+    body = bytearray()
+    for chunk in resp.iter_bytes():
+        body += chunk
+        if len(body) >= _ERROR_BYTES:
+            break
+    return e.error_for_status(
+        resp.status_code,
+        url=str(resp.url),
+        message=_server_message(said, bytes(body[:_ERROR_BYTES]))
+        or f"{resp.status_code} {resp.reason_phrase}".strip(),
+        request_id=h.get("X-Request-Id") or h.get("X-Amzn-Trace-Id") or h.get("X-Amz-Cf-Id"),
+        error_code=code,
+        retry_after=retry_hint(h),
+    )
+
+
+def _server_message(header: str | None, body: bytes) -> str:
+    """X-Error-Message and the JSON body's `error`, each said once."""
+    said = [header]
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        data = None
+    if isinstance(data, Mapping):
+        error = data.get("error")
+        said += error if isinstance(error, list) else [error]
+    lines = (str(x).strip() for x in said if x is not None)
+    return "\n".join(dict.fromkeys(x for x in lines if x))
 
 
 def _status_error(resp: httpx2.Response) -> e.HubError:
@@ -254,8 +300,6 @@ class HubClient:
         timeout: float | None = 30.0,
     ) -> None:
         self.endpoint = endpoint.rstrip("/")
-        # token=False: never read HF_TOKEN or ~/.cache/huggingface/token behind our back.
-        self.api = HfApi(endpoint=self.endpoint, token=token or False)
         self._token = token or None
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
@@ -316,16 +360,7 @@ class HubClient:
         with get_session().stream("GET", url, headers=headers, timeout=self._timeout) as resp:
             if not 200 <= resp.status_code < 300:
                 raise _status_error(resp)
-            body = bytearray()
-            for chunk in resp.iter_bytes():
-                body += chunk
-                if len(body) > MAX_PAGE_BYTES:
-                    raise e.InvalidResponse(
-                        f"a listing page over {MAX_PAGE_BYTES} bytes",
-                        url=url,
-                        status=resp.status_code,
-                        request_id=resp.headers.get("X-Request-Id"),
-                    )
+            body = _read(resp, MAX_PAGE_BYTES, "a listing page", url)
             nxt = resp.links.get("next", {}).get("url")
             where = str(resp.url)
         try:
@@ -340,19 +375,27 @@ class HubClient:
 
     async def repo_info(self, repo_id: str, revision: str | None = None) -> RepoInfo:
         """Repo metadata and every file with its size and LFS sha256, retried when transient."""
-        info = await self._retrying(functools.partial(self._model_info, repo_id, revision))
-        return info_from(info, f"{self.endpoint}/api/models/{repo_id}")
+        validate_repo_id(repo_id)  # HFValidationError: an id that would reshape the URL
+        url = f"{self.endpoint}/api/models/{repo_id}"
+        if revision is not None:
+            url += f"/revision/{quote(revision, safe='')}"
+        return info_from(await self._retrying(functools.partial(self._info, url)), url)
 
-    def _model_info(self, repo_id: str, revision: str | None) -> Any:
+    def _info(self, url: str) -> Any:
+        """The repo info at `url` (blocking), as JSON."""
+        headers = build_hf_headers(token=self._token or False)  # `url` is on the configured hub
+        with get_session().stream(
+            "GET", url, params=_INFO_PARAMS, headers=headers, timeout=self._timeout
+        ) as resp:
+            # Redirects are followed; a 3xx left (no Location) is read as a body, as by HfApi.
+            if resp.status_code >= 400:
+                raise _info_error(resp)
+            body = _read(resp, MAX_INFO_BYTES, "a repo info", url)
         try:
-            return self.api.model_info(repo_id, revision=revision, files_metadata=True, timeout=self._timeout)
-        except (HfHubHTTPError, httpx2.HTTPError, OSError, HFValidationError):
-            raise  # errors of the request (or of the repo id asked for): mapped by _call
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            # HfApi builds its ModelInfo straight from the body: a malformed one fails in there.
+            return json.loads(body)
+        except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, or nested too deep
             raise e.InvalidResponse(
-                f"malformed repo info: {type(exc).__name__}: {exc}",
-                url=f"{self.endpoint}/api/models/{repo_id}",
+                f"the repo info is not JSON: {type(exc).__name__}: {exc}", url=url
             ) from exc
 
     async def _retrying(self, fn: Callable[[], T]) -> T:
@@ -375,5 +418,5 @@ class HubClient:
     async def _call(self, fn: Callable[[], T]) -> T:
         try:
             return await asyncio.to_thread(fn)
-        except (HfHubHTTPError, httpx2.HTTPError, OSError) as exc:
+        except (httpx2.HTTPError, OSError) as exc:
             raise map_error(exc, self.endpoint) from exc

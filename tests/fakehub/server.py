@@ -6,7 +6,7 @@ serves bytes with Range support. Every request is recorded (headers, whether an
 Authorization header arrived, the range asked, the bytes actually written) for tests to
 assert on, and `Faults` inject latency, errors, resets, ignored ranges, truncated
 or compressed bodies, files changing between reads, listing links that loop or lead elsewhere and API
-answers with a given body.
+answers with a given body or a huge one.
 
     async with FakeHub(sample_corpus(), tokens={"hf_test"}) as hub:
         HfApi(endpoint=hub.endpoint, token="hf_test").model_info(...)
@@ -317,9 +317,12 @@ class FakeHub:
     async def _model_info(self, request: web.Request) -> web.StreamResponse:
         repo_id = f"{request.match_info['org']}/{request.match_info['name']}"
         rec = self._begin(request, "hub", "api", repo_id)
-        early, _ = await self._apply(rec)
+        early, hit = await self._apply(rec)
         if early is not None:
             return early
+        big = next((f for f in hit if f.kind == "big_body"), None)
+        if big is not None:
+            return await self._big_json(request, rec, repo_id, big.size)
         repo, err = self._lookup(request, rec, request.match_info.get("rev"))
         if err is not None or repo is None:
             return err or self._error(rec, 404, "not found")
@@ -339,6 +342,24 @@ class FakeHub:
         body["usedStorage"] = sum(f.blob.size for f in repo.files) if blobs else None
         rec.status = 200
         return web.json_response(body, headers=self._headers())
+
+    async def _big_json(
+        self, request: web.Request, rec: RequestRecord, repo_id: str, size: int
+    ) -> web.StreamResponse:
+        """A valid repo info `size` bytes long, padded, sent in chunks with no Content-Length."""
+        head = f'{{"id": "{repo_id}", "sha": "{"0" * 40}", "padding": "'.encode()
+        left = size - len(head) - 2
+        resp = web.StreamResponse(headers=self._headers(**{"Content-Type": "application/json"}))
+        rec.status = 200
+        await resp.prepare(request)
+        try:
+            for part in itertools.chain((head,), _padding(left), (b'"}',)):
+                await resp.write(part)
+                rec.bytes_sent += len(part)
+            await resp.write_eof()
+        except (ConnectionError, RuntimeError):
+            pass  # the client hung up: what a reader with a size cap does
+        return resp
 
     # -- files ------------------------------------------------------------------------
     def _etag(self, blob: Blob) -> str:
@@ -448,3 +469,10 @@ class FakeHub:
         except (ConnectionError, RuntimeError):
             pass  # the client hung up: exactly what a reader that stops early does
         return resp
+
+
+def _padding(n: int) -> Iterable[bytes]:
+    """`n` padding bytes in chunks, never all at once."""
+    while n > 0:
+        yield b"x" * min(CHUNK, n)
+        n -= CHUNK

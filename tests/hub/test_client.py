@@ -1,4 +1,4 @@
-"""The HfApi wrapper against the fake hub: real huggingface_hub, real sockets, loopback."""
+"""The hub client against the fake hub: real sockets, loopback."""
 
 from __future__ import annotations
 
@@ -13,13 +13,16 @@ from registry.hub.client import HubClient, RepoFile, RepoInfo, RepoSummary
 from registry.hub.errors import (
     HubTimeout,
     InvalidResponse,
+    NotAuthorized,
     RateLimited,
     RepoNotFound,
     RevisionNotFound,
     ServerError,
 )
 from registry.hub.http import HttpOptions, HubHttp
-from tests.fakehub import Corpus, FakeHub, Fault, ModelSpec, gguf_repo, sample_corpus
+from tests.fakehub import Corpus, FakeHub, Fault, ModelSpec, Repo, gguf_repo, sample_corpus
+from tests.fakehub import RepoFile as FakeFile
+from tests.fakehub.corpus import SynthBlob
 from tests.fakehub.testing import FAST_RETRY, TOKEN, Sleeps
 
 
@@ -210,6 +213,26 @@ async def test_repo_info_tolerates_odd_field_types(hub: FakeHub) -> None:
     assert info == RepoInfo("a/b-GGUF", sha=None, tags=("gguf",), files=(RepoFile("m.gguf"),))
 
 
+async def test_oversized_repo_info_is_refused_unread(hub: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(client_module, "MAX_INFO_BYTES", 1 << 20)
+    size = 64 << 20
+    hub.faults.add(Fault("big_body", route="api", size=size, times=None))  # valid JSON, if read whole
+    with pytest.raises(InvalidResponse) as info:
+        await HubClient(hub.endpoint, retry=FAST_RETRY, sleep=Sleeps()).repo_info("synth/tiny-llama-GGUF")
+    assert str(1 << 20) in info.value.message
+    assert info.value.url == f"{hub.endpoint}/api/models/synth/tiny-llama-GGUF"
+    [sent] = hub.requests_to("api")  # not retried
+    assert sent.bytes_sent < size  # the reader hung up: the rest was never sent
+
+
+async def test_deeply_nested_repo_info_is_invalid_response(hub: FakeHub) -> None:
+    hub.faults.add(
+        Fault("body", route="api", body=b'{"id": "a/b", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    )
+    with pytest.raises(InvalidResponse):  # not the parser's RecursionError
+        await HubClient(hub.endpoint).repo_info("a/b")
+
+
 async def test_gated_and_list_base_model(hub: FakeHub) -> None:
     client = HubClient(hub.endpoint)
     vision = await client.repo_info("other/vision-GGUF")
@@ -227,6 +250,25 @@ async def test_errors_are_typed(hub: FakeHub) -> None:
     assert info.value.request_id and info.value.request_id.startswith("fake-")
     with pytest.raises(RevisionNotFound):
         await client.repo_info("synth/tiny-llama-GGUF", revision="0" * 40)
+
+
+async def test_repo_info_errors_keep_the_hubs_words() -> None:
+    corpus = sample_corpus()
+    corpus.add(Repo("a/secret-GGUF", [FakeFile("s.gguf", SynthBlob(ModelSpec()))], private=True))
+    async with FakeHub(corpus, tokens={TOKEN}) as hub:
+        with pytest.raises(RepoNotFound) as missing:
+            await HubClient(hub.endpoint, TOKEN).repo_info("nobody/nothing")
+        with pytest.raises(RepoNotFound) as private:  # 401 with X-Error-Code RepoNotFound
+            await HubClient(hub.endpoint).repo_info("a/secret-GGUF")
+        with pytest.raises(NotAuthorized) as bad_token:  # 401 without a code
+            await HubClient(hub.endpoint, "hf_wrong").repo_info("synth/tiny-llama-GGUF")
+    assert (missing.value.status, missing.value.message) == (404, "Repository not found")
+    assert (private.value.status, private.value.message) == (401, "Repository not found")
+    assert bad_token.value.status == 401
+    assert bad_token.value.message == "Invalid credentials in Authorization header"
+    for err in (missing.value, private.value, bad_token.value):
+        assert err.request_id and err.request_id.startswith("fake-")
+        assert err.url and err.url.startswith(f"{hub.endpoint}/api/models/")
 
 
 async def test_repo_info_retries_5xx(hub: FakeHub) -> None:
