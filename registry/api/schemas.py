@@ -198,7 +198,8 @@ LINEAGE = obj(
             **BOOL,
             "description": "True when a side of the tree had more than `max_edges` edges within `depth`: "
             "that side lists its first `max_edges`, shallowest first. Ask again from a deeper repo "
-            "or with a smaller depth to see the rest.",
+            "or with a smaller depth to see the rest; `/v1/artifacts?descendant_of=` pages through "
+            "every descendant's files.",
         },
         "max_edges": {**INT, "description": "Most edges listed on each side."},
     },
