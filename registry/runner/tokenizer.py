@@ -19,8 +19,9 @@ from typing import Protocol
 
 import numpy as np
 
-from registry.runner.errors import BadMetadata, TokenizerUnsupported
-from registry.runner.weights import ModelFile
+from registry.gguf.types import ValueType
+from registry.runner.errors import BadMetadata, MissingKey, TokenizerUnsupported
+from registry.runner.weights import INTEGER_TYPES, NUMBER_TYPES, ModelFile
 
 
 class TokenType(enum.IntEnum):
@@ -52,19 +53,22 @@ class Vocab:
 
 
 def read_vocab(mf: ModelFile) -> Vocab:
-    model = str(mf.require("tokenizer.ggml.model"))
+    model = mf.get_str("tokenizer.ggml.model")
+    tokens_v = mf.get_array("tokenizer.ggml.tokens", (ValueType.STRING,), "strings")
+    if tokens_v is None:
+        raise MissingKey("tokenizer.ggml.tokens")
     # Empty token texts get a unique placeholder, as llama.cpp does: an empty string
     # would otherwise match everywhere as a special token and in lookups.
-    tokens = [str(t) or f"[EMPTY_{i}]" for i, t in enumerate(mf.require("tokenizer.ggml.tokens").to_list())]
+    tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(tokens_v.to_list())]
     n = len(tokens)
-    types_v = mf.get("tokenizer.ggml.token_type")
+    types_v = mf.get_array("tokenizer.ggml.token_type", INTEGER_TYPES, "integers")
     types = np.asarray(types_v.to_numpy(), dtype=np.int32) if types_v is not None else np.full(n, 1, np.int32)
-    scores_v = mf.get("tokenizer.ggml.scores")
+    scores_v = mf.get_array("tokenizer.ggml.scores", NUMBER_TYPES, "numbers")
     scores = np.asarray(scores_v.to_numpy(), dtype=np.float32) if scores_v is not None else None
     for key, arr in (("tokenizer.ggml.token_type", types), ("tokenizer.ggml.scores", scores)):
         if arr is not None and len(arr) != n:
             raise BadMetadata(key, f"{len(arr)} entries for {n} tokens")
-    merges_v = mf.get("tokenizer.ggml.merges")
+    merges_v = mf.get_array("tokenizer.ggml.merges", (ValueType.STRING,), "strings")
     # A text listed twice maps to its last id, as in llama.cpp's lookup table.
     token_to_id = {t: i for i, t in enumerate(tokens)}
 
@@ -81,7 +85,7 @@ def read_vocab(mf: ModelFile) -> Vocab:
         tokens=tokens,
         types=types,
         scores=scores,
-        merges=[str(m) for m in merges_v.to_list()] if merges_v is not None else [],
+        merges=merges_v.to_list() if merges_v is not None else [],
         token_to_id=token_to_id,
         bos_id=special("tokenizer.ggml.bos_token_id"),
         eos_id=special("tokenizer.ggml.eos_token_id"),
@@ -91,7 +95,7 @@ def read_vocab(mf: ModelFile) -> Vocab:
         add_eos=bool(mf.get("tokenizer.ggml.add_eos_token", False)),
         add_space_prefix=bool(mf.get("tokenizer.ggml.add_space_prefix", spm)),
         model=model,
-        pre=str(mf.get("tokenizer.ggml.pre", "default")),
+        pre=mf.get_str("tokenizer.ggml.pre", "default"),
     )
 
 

@@ -7,13 +7,16 @@ memmap, so tensor bytes are paged in only when dequantized). Headers are parsed 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
 
+from registry.gguf.array import GGUFArray
 from registry.gguf.errors import NeedMoreData
 from registry.gguf.model import GGUFHeader, TensorInfo
 from registry.gguf.reader import next_window, parse_header
+from registry.gguf.types import ValueType
 from registry.quant import dequantize
 from registry.runner.errors import BadMetadata, BadTensor, MissingKey, MissingTensor
 from registry.runner.ops import Rounding, rounding_for
@@ -21,6 +24,27 @@ from registry.runner.ops import Rounding, rounding_for
 # First guess at the header size; vocabularies of 256k tokens need a few MiB.
 _FIRST_WINDOW = 1 << 20
 _MARGIN = 64 * 1024
+
+INTEGER_TYPES = frozenset(
+    {
+        ValueType.UINT8,
+        ValueType.INT8,
+        ValueType.UINT16,
+        ValueType.INT16,
+        ValueType.UINT32,
+        ValueType.INT32,
+        ValueType.UINT64,
+        ValueType.INT64,
+    }
+)
+NUMBER_TYPES = INTEGER_TYPES | {ValueType.FLOAT32, ValueType.FLOAT64}
+
+
+def describe(value: Any) -> str:
+    """What a metadata value is, in a few words: never the value itself, which may be huge."""
+    if isinstance(value, GGUFArray):
+        return f"an array of {value.element_type.name}"
+    return f"a {type(value).__name__}"
 
 
 class ModelFile:
@@ -57,6 +81,22 @@ class ModelFile:
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.header.get(key, default)
+
+    def get_str(self, key: str, default: str | None = None) -> str:
+        """A string value; required when there is no default."""
+        value = self.get(key, default) if default is not None else self.require(key)
+        if not isinstance(value, str):
+            raise BadMetadata(key, f"expected a string, got {describe(value)}")
+        return value
+
+    def get_array(self, key: str, element_types: Collection[ValueType], what: str) -> GGUFArray | None:
+        """An array of `what` (elements of one of `element_types`), or None if absent."""
+        value = self.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, GGUFArray) or value.element_type not in element_types:
+            raise BadMetadata(key, f"expected an array of {what}, got {describe(value)}")
+        return value
 
     def require(self, key: str) -> Any:
         field = self.header.fields.get(key)

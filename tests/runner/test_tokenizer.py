@@ -8,7 +8,7 @@ import gguf
 import numpy as np
 import pytest
 
-from registry.runner import ModelFile, TokenizerUnsupported, load_tokenizer
+from registry.runner import BadMetadata, ModelFile, TokenizerUnsupported, load_tokenizer
 from registry.runner.bpe import BPETokenizer, byte_to_unicode
 from registry.runner.pretokenize import compiled, split, translate
 from registry.runner.spm import SPMTokenizer
@@ -179,3 +179,62 @@ def test_unknown_tokenizer_model(tmp_path: Path) -> None:
     path = _write_vocab_gguf(tmp_path / "v.gguf", "bert")
     with pytest.raises(TokenizerUnsupported, match="bert"):
         load_tokenizer(ModelFile.from_buffer(np.memmap(path, mode="r")))
+
+
+def _write_bad_vocab_gguf(path: Path, key: str, value: object) -> Path:
+    """A SentencePiece vocabulary whose `key` holds `value` in place of what it should."""
+    good: dict[str, object] = {
+        "tokenizer.ggml.model": "llama",
+        "tokenizer.ggml.tokens": ["<unk>", "<s>", "</s>", "a"],
+        "tokenizer.ggml.token_type": [2, 3, 3, 1],
+        "tokenizer.ggml.scores": [0.0, 0.0, 0.0, -1.0],
+    }
+    w = gguf.GGUFWriter(str(path), "llama")
+    for k, v in {**good, key: value}.items():
+        if isinstance(v, str):
+            w.add_string(k, v)
+        elif isinstance(v, float):
+            w.add_float32(k, v)
+        elif isinstance(v, int):
+            w.add_uint32(k, v)
+        else:
+            w.add_array(k, v)  # type: ignore[arg-type]
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("tokenizer.ggml.model", ["llama"]),
+        ("tokenizer.ggml.tokens", "<unk>"),
+        ("tokenizer.ggml.tokens", [0, 1, 2, 3]),
+        ("tokenizer.ggml.token_type", 1),
+        ("tokenizer.ggml.token_type", ["1", "3", "3", "1"]),
+        ("tokenizer.ggml.token_type", [[1], [3], [3], [1]]),
+        ("tokenizer.ggml.scores", 0.5),
+        ("tokenizer.ggml.scores", ["0", "0", "0", "-1"]),
+        ("tokenizer.ggml.merges", "a a"),
+        ("tokenizer.ggml.pre", ["gpt2"]),
+    ],
+    ids=[
+        "model-array",
+        "tokens-string",
+        "tokens-ints",
+        "types-int",
+        "types-strings",
+        "types-arrays",
+        "scores-float",
+        "scores-strings",
+        "merges-string",
+        "pre-array",
+    ],
+)
+def test_vocabulary_keys_of_the_wrong_type_are_bad_metadata(key: str, value: object, tmp_path: Path) -> None:
+    path = _write_bad_vocab_gguf(tmp_path / "v.gguf", key, value)
+    with pytest.raises(BadMetadata) as exc:
+        load_tokenizer(ModelFile.from_buffer(np.memmap(path, mode="r")))
+    assert exc.value.key == key
