@@ -433,7 +433,9 @@ def _check(paths: Sequence[Path], opts: CheckOptions, report: CheckReport) -> No
     files: list[ModelFile] = []
     with _stage(report, "header"):
         files = [_open(path, opts.limits) for path in paths]
-        report.architecture = files[0].header.get("general.architecture")
+        arch = files[0].header.get("general.architecture")
+        # Anything else is the runner's bad_metadata below; the report must stay JSON.
+        report.architecture = arch if isinstance(arch, str) else None
     with _stage(report, "dequantize"):
         report.tensors = weight_stats(files, opts)  # its buffers are freed: the forward pass needs the memory
         report.tensors_checked = len(report.tensors)

@@ -77,7 +77,7 @@ class ModelFile:
 
     @property
     def arch(self) -> str:
-        return str(self.require("general.architecture"))
+        return self.get_str("general.architecture")
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.header.get(key, default)

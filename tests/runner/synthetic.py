@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import gguf
@@ -48,7 +49,44 @@ def make_weights(s: Spec, rng: np.random.Generator, dtype: type[np.floating]) ->
             w[p + "post_ffw_norm.weight"] = norm(e)
 
 
-def write_gguf(s: Spec, path: Path, *, skip_keys: tuple[str, ...] = ()) -> Path:
+def spm_vocab(n_vocab: int) -> dict[str, object]:
+    """Keys of a SentencePiece vocabulary of `n_vocab` (>= 262) tokens that encodes any
+    text through its byte-fallback tokens; token 1 is BOS and token 2 EOS."""
+    tokens = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256)), "\u2581", "\u2581t", "he"]
+    types = [2, 3, 3, *([6] * 256), 1, 1, 1]
+    tokens += [f"[{i}]" for i in range(len(tokens), n_vocab)]
+    types += [1] * (n_vocab - len(types))
+    return {
+        "tokenizer.ggml.model": "llama",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.scores": [0.0] * n_vocab,
+        "tokenizer.ggml.bos_token_id": 1,
+        "tokenizer.ggml.eos_token_id": 2,
+    }
+
+
+def _add(wr: gguf.GGUFWriter, key: str, value: object) -> None:
+    if isinstance(value, str):
+        wr.add_string(key, value)
+    elif isinstance(value, bool):
+        wr.add_bool(key, value)
+    elif isinstance(value, int) and value >= 0:
+        wr.add_uint32(key, value)
+    elif isinstance(value, int):
+        wr.add_int32(key, value)
+    elif isinstance(value, float):
+        wr.add_float32(key, value)
+    elif isinstance(value, list):
+        wr.add_array(key, value)
+    else:
+        raise TypeError(f"no GGUF value for {value!r}")
+
+
+def write_gguf(
+    s: Spec, path: Path, *, skip_keys: tuple[str, ...] = (), extra: Mapping[str, object] | None = None
+) -> Path:
+    """`s` as a GGUF file; `extra` keys are written last, replacing any of the same name."""
     a = s.arch
     wr = gguf.GGUFWriter(str(path), a)
     kv: dict[str, int | float] = {
@@ -70,13 +108,9 @@ def write_gguf(s: Spec, path: Path, *, skip_keys: tuple[str, ...] = ()) -> Path:
         kv[f"{a}.rope.freq_base_swa"] = s.rope_base_swa
         if s.softcap:
             kv[f"{a}.final_logit_softcapping"] = s.softcap
-    for key, value in kv.items():
-        if key in skip_keys:
-            continue
-        if isinstance(value, float):
-            wr.add_float32(key, value)
-        else:
-            wr.add_uint32(key, value)
+    for key, value in {**kv, **(extra or {})}.items():
+        if key not in skip_keys:
+            _add(wr, key, value)
     for name, arr in s.weights.items():
         wr.add_tensor(name, arr)
     wr.write_header_to_file()

@@ -1,0 +1,40 @@
+"""`check_files` on small models whose metadata lies: a verdict with a reason, never an
+exception escaping or a report that cannot be sent back from the child process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from tests.runner.reference64 import Spec
+from tests.runner.synthetic import make_weights, spm_vocab, write_gguf
+from workers.verify_checks import CheckReport, check_files
+
+N_VOCAB = 262
+
+
+def _model(tmp_path: Path, extra: dict[str, object] | None = None, *, spec: Spec | None = None) -> Path:
+    spec = spec or Spec("llama", n_vocab=N_VOCAB)
+    make_weights(spec, np.random.default_rng(0), np.float32)
+    return write_gguf(spec, tmp_path / "m.gguf", extra={**spm_vocab(N_VOCAB), **(extra or {})})
+
+
+def _check(path: Path) -> CheckReport:
+    report = check_files([path])
+    json.dumps(report.to_dict())  # what the child process sends back
+    return report
+
+
+def test_the_synthetic_model_runs_to_a_perplexity(tmp_path: Path) -> None:
+    # Random weights: the smoke text is unpredictable, but every stage ran.
+    r = _check(_model(tmp_path))
+    assert (r.status, r.reason) == ("failed", "perplexity_too_high"), r.message
+    assert r.perplexity is not None and len(r.generated_tokens) == 8
+
+
+def test_architecture_that_is_not_a_string_is_invalid_model(tmp_path: Path) -> None:
+    r = _check(_model(tmp_path, {"general.architecture": ["llama"]}))
+    assert (r.status, r.reason) == ("failed", "invalid_model"), r.message
+    assert "general.architecture" in (r.message or "") and r.architecture is None
