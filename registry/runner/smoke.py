@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from registry.runner.errors import NonFiniteLogits
+from registry.runner.errors import BadTensor, NonFiniteLogits
 from registry.runner.model import Transformer
 from registry.runner.ops import token_nll
 from registry.runner.tokenizer import Tokenizer
@@ -106,6 +106,11 @@ def run_smoke(
     n_generate: int = SMOKE_N_GENERATE,
 ) -> SmokeResult:
     """Perplexity of `text` and a greedy continuation of `prompt`."""
+    n_tokens = len(tokenizer.vocab)
+    if n_tokens != model.n_vocab:
+        # llama.cpp refuses such a file too: some token ids would have no embedding row,
+        # or the model could predict ids the tokenizer cannot decode.
+        raise BadTensor("token_embd.weight", f"{model.n_vocab} rows for a vocabulary of {n_tokens} tokens")
     ids = tokenizer.encode(text)
     t0 = time.perf_counter()
     ppl = perplexity(model, ids)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tests.runner.reference64 import Spec
 from tests.runner.synthetic import make_weights, spm_vocab, write_gguf
@@ -38,3 +39,12 @@ def test_architecture_that_is_not_a_string_is_invalid_model(tmp_path: Path) -> N
     r = _check(_model(tmp_path, {"general.architecture": ["llama"]}))
     assert (r.status, r.reason) == ("failed", "invalid_model"), r.message
     assert "general.architecture" in (r.message or "") and r.architecture is None
+
+
+@pytest.mark.parametrize("rows", [200, N_VOCAB + 100], ids=["more-tokens", "fewer-tokens"])
+def test_vocabulary_size_other_than_the_embedding_rows_is_invalid_model(rows: int, tmp_path: Path) -> None:
+    # More tokens than rows: the text encodes to ids the forward pass has no row for;
+    # fewer: generation may pick ids the tokenizer cannot decode. llama.cpp refuses both.
+    r = _check(_model(tmp_path, spec=Spec("llama", n_vocab=rows)))
+    assert (r.status, r.reason) == ("failed", "invalid_model"), r.message
+    assert "token_embd.weight" in (r.message or "") and str(rows) in (r.message or "")
