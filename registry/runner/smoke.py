@@ -10,6 +10,7 @@ continues a prompt with the most likely token at each step. Both raise
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ SMOKE_N_GENERATE = 8
 # Logits of a chunk of positions are (chunk, n_vocab) float32: 64 rows of a 256k
 # vocabulary are 64 MiB, which bounds memory for long texts.
 _CHUNK = 64
+_MAX_LOG_FLOAT = math.log(sys.float_info.max)
 
 
 def _check_finite(logits: np.ndarray, first_position: int) -> None:
@@ -64,7 +66,9 @@ def mean_nll(model: Transformer, tokens: Sequence[int], *, chunk: int = _CHUNK) 
 
 
 def perplexity(model: Transformer, tokens: Sequence[int]) -> float:
-    return math.exp(mean_nll(model, tokens))
+    nll = mean_nll(model, tokens)
+    # Finite logits can still be far enough apart for exp() to overflow (above 709 nats).
+    return math.exp(nll) if nll < _MAX_LOG_FLOAT else math.inf
 
 
 def greedy_generate(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -153,3 +154,11 @@ def test_tensor_data_past_the_end_is_reported(tmp_path: Path) -> None:
     cut = ModelFile(mf.header, np.frombuffer(data[:-64], dtype=np.uint8))
     with pytest.raises(BadTensor):
         load_model(cut)
+
+
+def test_perplexity_beyond_float_range_is_infinite(tmp_path: Path) -> None:
+    spec = Spec("llama")
+    make_weights(spec, np.random.default_rng(0), np.float32)
+    spec.weights["output.weight"] *= 1e6  # finite logits millions apart: NLL far above 709 nats
+    model = _load(write_gguf(spec, tmp_path / "m.gguf"))
+    assert perplexity(model, TOKENS) == math.inf

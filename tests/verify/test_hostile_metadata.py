@@ -4,6 +4,7 @@ exception escaping or a report that cannot be sent back from the child process."
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -48,3 +49,13 @@ def test_vocabulary_size_other_than_the_embedding_rows_is_invalid_model(rows: in
     r = _check(_model(tmp_path, spec=Spec("llama", n_vocab=rows)))
     assert (r.status, r.reason) == ("failed", "invalid_model"), r.message
     assert "token_embd.weight" in (r.message or "") and str(rows) in (r.message or "")
+
+
+def test_overflowing_perplexity_is_perplexity_too_high(tmp_path: Path) -> None:
+    spec = Spec("llama", n_vocab=N_VOCAB)
+    make_weights(spec, np.random.default_rng(0), np.float32)
+    spec.weights["output.weight"] *= 1e6
+    path = write_gguf(spec, tmp_path / "m.gguf", extra=spm_vocab(N_VOCAB))
+    r = _check(path)
+    assert (r.status, r.reason) == ("failed", "perplexity_too_high"), r.message
+    assert r.perplexity == math.inf
