@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from functools import cache
 
 from registry.runner import pretokenize
-from registry.runner.tokenizer import TokenType, Vocab, decode_bytes, partition_special
+from registry.runner.tokenizer import TokenType, Vocab, byte_value, decode_bytes, partition_special
 
 
 @cache
@@ -123,8 +123,8 @@ class BPETokenizer:
             return text.encode() if special else b""
         if kind == TokenType.USER_DEFINED:
             return text.encode()
-        if kind == TokenType.BYTE and len(text) == 6 and text.startswith("<0x"):
-            return bytes([int(text[3:5], 16)])
+        if kind == TokenType.BYTE and (b := byte_value(text)) is not None:
+            return bytes([b])
         u2b = unicode_to_byte()
         # Characters outside GPT-2's byte alphabet should not occur; keep them as UTF-8.
         return b"".join(bytes([u2b[c]]) if c in u2b else c.encode() for c in text)

@@ -11,7 +11,7 @@ import heapq
 from collections.abc import Sequence
 
 from registry.runner.errors import TokenizerUnsupported
-from registry.runner.tokenizer import TokenType, Vocab, decode_bytes, partition_special
+from registry.runner.tokenizer import TokenType, Vocab, byte_value, decode_bytes, partition_special
 
 SPACE = "\u2581"
 
@@ -93,8 +93,8 @@ class SPMTokenizer:
         text = v.tokens[token_id]
         if kind in (TokenType.CONTROL, TokenType.UNKNOWN):
             return text.encode() if special else b""
-        if kind == TokenType.BYTE and len(text) == 6 and text.startswith("<0x"):
-            return bytes([int(text[3:5], 16)])
+        if kind == TokenType.BYTE and (b := byte_value(text)) is not None:
+            return bytes([b])
         if kind == TokenType.USER_DEFINED:
             return text.encode()
         return text.replace(SPACE, " ").encode()

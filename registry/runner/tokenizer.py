@@ -156,6 +156,16 @@ def load_tokenizer(mf: ModelFile) -> Tokenizer:
     raise TokenizerUnsupported(f"tokenizer model {vocab.model!r} is not supported")
 
 
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
+def byte_value(text: str) -> int | None:
+    """The byte a "<0xHH>" token stands for; None for any other text, whatever its type."""
+    if len(text) == 6 and text.startswith("<0x") and text[5] == ">" and set(text[3:5]) <= _HEX_DIGITS:
+        return int(text[3:5], 16)
+    return None
+
+
 def decode_bytes(tok: Tokenizer, ids: Sequence[int], *, special: bool = False) -> str:
     """Join token pieces as bytes first: byte-fallback tokens may split a UTF-8 character."""
     n = len(tok.vocab)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import gguf
@@ -181,8 +182,8 @@ def test_unknown_tokenizer_model(tmp_path: Path) -> None:
         load_tokenizer(ModelFile.from_buffer(np.memmap(path, mode="r")))
 
 
-def _write_bad_vocab_gguf(path: Path, key: str, value: object) -> Path:
-    """A SentencePiece vocabulary whose `key` holds `value` in place of what it should."""
+def _write_bad_vocab_gguf(path: Path, bad: Mapping[str, object]) -> Path:
+    """A SentencePiece vocabulary whose keys in `bad` hold other values."""
     good: dict[str, object] = {
         "tokenizer.ggml.model": "llama",
         "tokenizer.ggml.tokens": ["<unk>", "<s>", "</s>", "a"],
@@ -190,7 +191,7 @@ def _write_bad_vocab_gguf(path: Path, key: str, value: object) -> Path:
         "tokenizer.ggml.scores": [0.0, 0.0, 0.0, -1.0],
     }
     w = gguf.GGUFWriter(str(path), "llama")
-    for k, v in {**good, key: value}.items():
+    for k, v in {**good, **bad}.items():
         if isinstance(v, str):
             w.add_string(k, v)
         elif isinstance(v, float):
@@ -234,7 +235,22 @@ def _write_bad_vocab_gguf(path: Path, key: str, value: object) -> Path:
     ],
 )
 def test_vocabulary_keys_of_the_wrong_type_are_bad_metadata(key: str, value: object, tmp_path: Path) -> None:
-    path = _write_bad_vocab_gguf(tmp_path / "v.gguf", key, value)
+    path = _write_bad_vocab_gguf(tmp_path / "v.gguf", {key: value})
     with pytest.raises(BadMetadata) as exc:
         load_tokenizer(ModelFile.from_buffer(np.memmap(path, mode="r")))
     assert exc.value.key == key
+
+
+@pytest.mark.parametrize("model", ["llama", "gpt2"])
+def test_byte_token_whose_text_is_not_a_byte_decodes_as_text(model: str, tmp_path: Path) -> None:
+    # A hostile vocabulary may give the BYTE type to any text, and the model may predict it.
+    bad = {
+        "tokenizer.ggml.model": model,
+        "tokenizer.ggml.pre": "gpt2",
+        "tokenizer.ggml.tokens": ["<unk>", "<s>", "</s>", "<0xZZ>", "<0x+1>"],
+        "tokenizer.ggml.token_type": [2, 3, 3, int(B), int(B)],
+        "tokenizer.ggml.scores": [0.0] * 5,
+    }
+    path = _write_bad_vocab_gguf(tmp_path / "v.gguf", bad)
+    tok = load_tokenizer(ModelFile.from_buffer(np.memmap(path, mode="r")))
+    assert tok.decode([3, 4]) == "<0xZZ><0x+1>"
