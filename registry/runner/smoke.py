@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from registry.runner.errors import BadTensor, NonFiniteLogits
+from registry.runner.errors import BadMetadata, BadTensor, NonFiniteLogits
 from registry.runner.model import Transformer
 from registry.runner.ops import token_nll
 from registry.runner.tokenizer import Tokenizer
@@ -115,12 +115,18 @@ def run_smoke(
         # llama.cpp refuses such a file too: some token ids would have no embedding row,
         # or the model could predict ids the tokenizer cannot decode.
         raise BadTensor("token_embd.weight", f"{model.n_vocab} rows for a vocabulary of {n_tokens} tokens")
-    ids = tokenizer.encode(text)
+    ids, prompt_ids = tokenizer.encode(text), tokenizer.encode(prompt)
+    if len(ids) < 2 or not prompt_ids:
+        # Byte-level BPE drops characters its vocabulary lacks (bpe.py): none may be left.
+        raise BadMetadata(
+            "tokenizer.ggml.tokens",
+            f"the smoke text encodes to {len(ids)} tokens and the prompt to {len(prompt_ids)}",
+        )
     t0 = time.perf_counter()
     ppl = perplexity(model, ids)
     t1 = time.perf_counter()
     eos = tokenizer.vocab.eos_id
-    gen = greedy_generate(model, tokenizer.encode(prompt), n_generate, stop=() if eos is None else (eos,))
+    gen = greedy_generate(model, prompt_ids, n_generate, stop=() if eos is None else (eos,))
     t2 = time.perf_counter()
     return SmokeResult(
         perplexity=ppl,

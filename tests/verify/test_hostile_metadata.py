@@ -59,3 +59,20 @@ def test_overflowing_perplexity_is_perplexity_too_high(tmp_path: Path) -> None:
     r = _check(path)
     assert (r.status, r.reason) == ("failed", "perplexity_too_high"), r.message
     assert r.perplexity == math.inf
+
+
+def test_vocabulary_that_encodes_the_text_to_nothing_is_invalid_model(tmp_path: Path) -> None:
+    # Byte-level BPE without the byte alphabet: every character of the text is dropped.
+    tokens = ["<|endoftext|>", *(f"[{i}]" for i in range(1, N_VOCAB))]
+    vocab = {
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": "gpt2",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": [3, *([1] * (N_VOCAB - 1))],
+        "tokenizer.ggml.merges": ["[ 1"],
+        "tokenizer.ggml.bos_token_id": 0,
+        "tokenizer.ggml.eos_token_id": 0,
+    }
+    r = _check(_model(tmp_path, vocab))
+    assert (r.status, r.reason) == ("failed", "invalid_model"), r.message
+    assert "smoke text" in (r.message or "")
