@@ -35,7 +35,7 @@ def load(mf: ModelFile) -> Transformer:
     )
     # Gemma 3 27B scales queries by its hidden size per head, the others by head size.
     per_head = d.n_embd / d.n_head if d.n_layer == 62 else d.head_dim_k
-    softcap = mf.get(f"{a}.final_logit_softcapping")
+    softcap = mf.get_float(f"{a}.final_logit_softcapping", 0.0)  # 0: no soft cap
     return build(
         mf,
         d,
@@ -44,7 +44,7 @@ def load(mf: ModelFile) -> Transformer:
         activation="gelu_tanh",
         attn_scale=1.0 / math.sqrt(per_head),
         embed_scale=math.sqrt(d.n_embd),
-        logit_softcap=float(softcap) if softcap else None,
+        logit_softcap=softcap or None,
         rope_swa=local,
         swa_window=window,
         swa_layers=tuple(il % SWA_PERIOD < SWA_PERIOD - 1 for il in range(d.n_layer)),

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from registry.runner import (
+    BadMetadata,
     MissingKey,
     MissingTensor,
     ModelFile,
@@ -162,3 +163,13 @@ def test_perplexity_beyond_float_range_is_infinite(tmp_path: Path) -> None:
     spec.weights["output.weight"] *= 1e6  # finite logits millions apart: NLL far above 709 nats
     model = _load(write_gguf(spec, tmp_path / "m.gguf"))
     assert perplexity(model, TOKENS) == math.inf
+
+
+@pytest.mark.parametrize("value", ["thirty", [30.0, 30.0]], ids=["string", "array"])
+def test_softcap_that_is_not_a_number_is_bad_metadata(value: object, tmp_path: Path) -> None:
+    spec = Spec("gemma3", n_layer=1, tied=True)
+    make_weights(spec, np.random.default_rng(0), np.float32)
+    path = write_gguf(spec, tmp_path / "m.gguf", extra={"gemma3.final_logit_softcapping": value})
+    with pytest.raises(BadMetadata) as exc:
+        _load(path)
+    assert exc.value.key == "gemma3.final_logit_softcapping"
