@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from registry.runner import ops
+from registry.runner.errors import BadMetadata
 from registry.runner.llama import build, read_dims, read_layer, read_rope
 from registry.runner.model import Transformer
 from registry.runner.weights import ModelFile
@@ -26,11 +27,13 @@ def load(mf: ModelFile) -> Transformer:
     a = mf.arch
     d = read_dims(mf)
     window = mf.require_int(f"{a}.attention.sliding_window")
+    if window == 0:  # a query would see no key at all, not even itself
+        raise BadMetadata(f"{a}.attention.sliding_window", "a window of 0 positions")
     layers = [read_layer(mf, d, il, qk_norm=True, post_norms=True) for il in range(d.n_layer)]
     rope = read_rope(mf, d, neox=True)
     local = ops.Rope(
         n_rot=rope.n_rot,
-        base=mf.get_float(f"{a}.rope.freq_base_swa", LOCAL_ROPE_BASE),
+        base=mf.get_float(f"{a}.rope.freq_base_swa", LOCAL_ROPE_BASE, positive=True),
         neox=True,
     )
     # Gemma 3 27B scales queries by its hidden size per head, the others by head size.

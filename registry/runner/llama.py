@@ -45,6 +45,9 @@ def read_dims(mf: ModelFile) -> Dims:
     head_dim_v = mf.require_int(f"{a}.attention.value_length", head_dim_k)
     eps_key = f"{a}.attention.layer_norm_rms_epsilon"
     mf.require(eps_key)
+    eps = mf.get_float(eps_key, 0.0)
+    if eps < 0:  # ggml refuses it too: sqrt(mean square + eps) is NaN for small rows
+        raise BadMetadata(eps_key, f"{eps} is negative")
     embd = mf.tensor_info("token_embd.weight")
     n_vocab = embd.shape[1] if len(embd.shape) == 2 else 0
     return Dims(
@@ -56,7 +59,7 @@ def read_dims(mf: ModelFile) -> Dims:
         head_dim_v=head_dim_v,
         n_ff=mf.require_int(f"{a}.feed_forward_length"),
         n_vocab=n_vocab,
-        eps=mf.get_float(eps_key, 0.0),
+        eps=eps,
         context_length=mf.require_int(f"{a}.context_length"),
     )
 
@@ -75,7 +78,7 @@ def read_rope(
     factors = mf.tensor("rope_freqs.weight", (n_rot // 2,)) if mf.has_tensor("rope_freqs.weight") else None
     return ops.Rope(
         n_rot=n_rot,
-        base=mf.get_float(f"{a}.{base_key}", default_base),
+        base=mf.get_float(f"{a}.{base_key}", default_base, positive=True),
         neox=neox,
         freq_scale=scale,
         freq_factors=factors,

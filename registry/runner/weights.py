@@ -7,6 +7,7 @@ memmap, so tensor bytes are paged in only when dequantized). Headers are parsed 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection
 from typing import Any
 
@@ -110,11 +111,16 @@ class ModelFile:
             raise BadMetadata(key, f"expected a non-negative integer, got {value!r}")
         return int(value)
 
-    def get_float(self, key: str, default: float) -> float:
+    def get_float(self, key: str, default: float, *, positive: bool = False) -> float:
+        """A finite number (above zero if `positive`): NaN or infinity in a hyper-parameter
+        would only show up later as non-finite logits, blaming the weights."""
         value = self.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int | float | np.number):
-            raise BadMetadata(key, f"expected a number, got {value!r}")
-        return float(value)
+            raise BadMetadata(key, f"expected a number, got {describe(value)}")
+        number = float(value)
+        if not math.isfinite(number) or (positive and number <= 0):
+            raise BadMetadata(key, f"expected a finite{' positive' if positive else ''} number, got {number}")
+        return number
 
     def has_tensor(self, name: str) -> bool:
         return self.header.tensor(name) is not None

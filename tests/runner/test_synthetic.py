@@ -173,3 +173,31 @@ def test_softcap_that_is_not_a_number_is_bad_metadata(value: object, tmp_path: P
     with pytest.raises(BadMetadata) as exc:
         _load(path)
     assert exc.value.key == "gemma3.final_logit_softcapping"
+
+
+@pytest.mark.parametrize(
+    ("arch", "key", "value"),
+    [
+        ("llama", "rope.freq_base", 0.0),
+        ("llama", "rope.freq_base", -10000.0),
+        ("llama", "rope.freq_base", math.nan),
+        ("llama", "rope.freq_base", math.inf),
+        ("llama", "attention.layer_norm_rms_epsilon", math.nan),
+        ("llama", "attention.layer_norm_rms_epsilon", -1.0),
+        ("gemma3", "rope.freq_base_swa", 0.0),
+        ("gemma3", "rope.freq_base_swa", math.nan),
+        ("gemma3", "final_logit_softcapping", math.nan),
+        ("gemma3", "attention.sliding_window", 0),
+    ],
+)
+def test_hyper_parameter_out_of_range_is_bad_metadata(
+    arch: str, key: str, value: object, tmp_path: Path
+) -> None:
+    # Each loaded, then made the logits NaN (a verdict blaming the weights) or, for an
+    # infinite base, turned rope off.
+    spec = Spec(arch, n_layer=1, tied=arch == "gemma3")
+    make_weights(spec, np.random.default_rng(0), np.float32)
+    path = write_gguf(spec, tmp_path / "m.gguf", extra={f"{arch}.{key}": value})
+    with pytest.raises(BadMetadata) as exc:
+        _load(path)
+    assert exc.value.key == f"{arch}.{key}"
