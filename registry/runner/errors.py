@@ -16,9 +16,11 @@ class RunnerError(Exception):
 class UnsupportedArchitecture(RunnerError):
     code = "unsupported_architecture"
 
-    def __init__(self, arch: str) -> None:
+    def __init__(self, arch: str, variant: str | None = None) -> None:
         self.arch = arch
-        super().__init__(f"no forward pass for architecture {arch!r}")
+        self.variant = variant
+        what = f"architecture {arch!r}" + (f" with {variant}" if variant else "")
+        super().__init__(f"no forward pass for {what}")
 
 
 class MissingKey(RunnerError):

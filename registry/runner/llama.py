@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from registry.runner import ops
-from registry.runner.errors import BadMetadata
+from registry.runner.errors import BadMetadata, UnsupportedArchitecture
 from registry.runner.model import Activation, Config, Layer, Transformer
 from registry.runner.weights import ModelFile
 
@@ -33,6 +33,10 @@ class Dims:
 
 def read_dims(mf: ModelFile) -> Dims:
     a = mf.arch
+    # Mixture-of-experts files (Mixtral says "llama") have expert FFNs this pass lacks.
+    n_expert = mf.require_int(f"{a}.expert_count", 0)
+    if n_expert:
+        raise UnsupportedArchitecture(a, f"{n_expert} experts")
     n_embd = mf.require_int(f"{a}.embedding_length")
     n_layer = mf.require_int(f"{a}.block_count")
     n_head = mf.require_int(f"{a}.attention.head_count")

@@ -76,3 +76,23 @@ def test_vocabulary_that_encodes_the_text_to_nothing_is_invalid_model(tmp_path: 
     r = _check(_model(tmp_path, vocab))
     assert (r.status, r.reason) == ("failed", "invalid_model"), r.message
     assert "smoke text" in (r.message or "")
+
+
+def test_mixture_of_experts_llama_is_skipped_not_invalid(tmp_path: Path) -> None:
+    # Mixtral's files say "llama" and hold expert tensors in place of the dense FFN.
+    spec = Spec("llama", n_vocab=N_VOCAB)
+    make_weights(spec, np.random.default_rng(0), np.float32)
+    rng, n_expert = np.random.default_rng(1), 4
+    for il in range(spec.n_layer):
+        p = f"blk.{il}."
+        gate, up, down = (spec.weights.pop(p + f"ffn_{n}.weight") for n in ("gate", "up", "down"))
+        spec.weights[p + "ffn_gate_inp.weight"] = rng.standard_normal((n_expert, spec.n_embd)).astype(
+            np.float32
+        )
+        spec.weights[p + "ffn_gate_exps.weight"] = np.stack([gate] * n_expert)
+        spec.weights[p + "ffn_up_exps.weight"] = np.stack([up] * n_expert)
+        spec.weights[p + "ffn_down_exps.weight"] = np.stack([down] * n_expert)
+    moe = {"llama.expert_count": n_expert, "llama.expert_used_count": 2}
+    r = _check(write_gguf(spec, tmp_path / "moe.gguf", extra={**spm_vocab(N_VOCAB), **moe}))
+    assert (r.status, r.reason) == ("skipped", "unsupported_architecture"), r.message
+    assert "expert" in (r.message or "")
