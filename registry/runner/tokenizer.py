@@ -21,7 +21,7 @@ import numpy as np
 
 from registry.gguf.types import ValueType
 from registry.runner.errors import BadMetadata, MissingKey, TokenizerUnsupported
-from registry.runner.weights import INTEGER_TYPES, NUMBER_TYPES, ModelFile
+from registry.runner.weights import INTEGER_TYPES, NUMBER_TYPES, ModelFile, describe
 
 
 class TokenType(enum.IntEnum):
@@ -76,8 +76,10 @@ def read_vocab(mf: ModelFile) -> Vocab:
         v = mf.get(key)
         if v is None:
             return None
-        if not isinstance(v, int) or not 0 <= v < n:
-            raise BadMetadata(key, f"token id {v!r} outside the vocabulary of {n}")
+        if not isinstance(v, int):
+            raise BadMetadata(key, f"expected a token id, got {describe(v)}")
+        if not 0 <= v < n:
+            raise BadMetadata(key, f"token id {v} outside the vocabulary of {n}")
         return v
 
     spm = model == "llama"

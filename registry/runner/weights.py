@@ -107,8 +107,10 @@ class ModelFile:
 
     def require_int(self, key: str, default: int | None = None) -> int:
         value = self.get(key, default) if default is not None else self.require(key)
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
-            raise BadMetadata(key, f"expected a non-negative integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise BadMetadata(key, f"expected a non-negative integer, got {describe(value)}")
+        if value < 0:
+            raise BadMetadata(key, f"expected a non-negative integer, got {value}")
         return int(value)
 
     def get_float(self, key: str, default: float, *, positive: bool = False) -> float:

@@ -201,3 +201,13 @@ def test_hyper_parameter_out_of_range_is_bad_metadata(
     with pytest.raises(BadMetadata) as exc:
         _load(path)
     assert exc.value.key == f"{arch}.{key}"
+
+
+def test_bad_metadata_message_does_not_carry_a_huge_value(tmp_path: Path) -> None:
+    # The message goes into the verification row: a 16 MiB string must not come with it.
+    spec = Spec("llama", n_layer=1)
+    make_weights(spec, np.random.default_rng(0), np.float32)
+    path = write_gguf(spec, tmp_path / "m.gguf", extra={"llama.embedding_length": "9" * 100_000})
+    with pytest.raises(BadMetadata) as exc:
+        _load(path)
+    assert exc.value.key == "llama.embedding_length" and len(str(exc.value)) < 200
