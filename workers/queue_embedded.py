@@ -2,9 +2,12 @@
 
 The catalog's `jobs` table is the queue, so a server killed mid-crawl resumes on restart:
 rows left `running` by a dead process go back to `queued` when the pool starts (one
-embedded server per database; the distributed mode is for more). Each enqueue commits its
-row before the pool is woken, and a per-repo or per-artifact `lock` keeps one job of each
-queued or running at a time.
+embedded server per database; the distributed mode is for more). Each claim counts an
+attempt, so a job whose runs killed the process `jobs.max_attempts` times (the OS ending
+it for memory, say) ends `failed` instead of running again at every start; a pool that
+stops on its own (serve shutting down) gives its jobs back without using up an attempt.
+Each enqueue commits its row before the pool is woken, and a per-repo or per-artifact
+`lock` keeps one job of each queued or running at a time.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class EmbeddedQueue:
         self._reader = CatalogJobs(db.sessions)
         self._wake = asyncio.Event()
         self._claim = asyncio.Lock()  # one claimer at a time: SQLite has no SKIP LOCKED
+        self._claimed: set[int] = set()  # jobs of this pool whose end is not recorded yet
 
     # -- JobQueue -----------------------------------------------------------------------------
 
@@ -100,8 +104,7 @@ class EmbeddedQueue:
     async def run(self, concurrency: int | None = None) -> None:
         """Run jobs until cancelled, `jobs.concurrency` at once. Rows of a dead process resume."""
         await migrate.ensure_schema(self.db.engine)
-        async with self.db.sessions() as session, session.begin():
-            await session.execute(update(Job).where(Job.status == "running").values(status="queued"))
+        await self._recover()
         async with open_context(self.settings) as ctx:
             n = max(1, concurrency or self.settings.jobs.concurrency)
             workers = [asyncio.create_task(self._worker(ctx), name=f"job-worker-{i}") for i in range(n)]
@@ -112,6 +115,38 @@ class EmbeddedQueue:
                 for task in workers:
                     task.cancel()
                 await asyncio.gather(*workers, return_exceptions=True)
+                await self._give_back()
+
+    async def _recover(self) -> None:
+        """Rows `running` at start lost their process mid-run: queue them again, unless that
+        was their last attempt (the claim counted it) and they fail instead."""
+        limit = self.settings.jobs.max_attempts
+        async with self.db.sessions() as session, session.begin():
+            for job in await session.scalars(select(Job).where(Job.status == "running")):
+                if job.attempts < limit:
+                    job.status = "queued"
+                    continue
+                job.status, job.finished_at = "failed", utcnow()
+                job.error = (
+                    f"the worker stopped during the job {job.attempts} times (jobs.max_attempts = {limit})"
+                )
+                log.error("job %s (%s) failed: %s", job.id, job.kind, job.error)
+
+    async def _give_back(self) -> None:
+        """Queue again, without counting the attempt, the jobs this pool stopped mid-run: being
+        stopped says nothing of the job. If this fails, the rows stay `running` and count."""
+        if not self._claimed:
+            return
+        try:
+            async with self.db.sessions() as session, session.begin():
+                await session.execute(
+                    update(Job)
+                    .where(Job.id.in_(self._claimed), Job.status == "running")
+                    .values(status="queued", attempts=Job.attempts - 1)
+                )
+            self._claimed.clear()
+        except Exception:
+            log.exception("job pool: the jobs stopped mid-run could not be queued again")
 
     async def join(self) -> None:
         """Wait until no job is queued or running (tests, `registry crawl`-like callers)."""
@@ -150,6 +185,7 @@ class EmbeddedQueue:
             )
             if row is not None:
                 row.status, row.started_at, row.attempts = "running", utcnow(), row.attempts + 1
+                self._claimed.add(row.id)
             return row
 
     async def _execute(self, ctx: JobContext, row: Job) -> None:
@@ -177,6 +213,7 @@ class EmbeddedQueue:
                 job.run_after = run_after
             else:
                 job.finished_at = utcnow()
+        self._claimed.discard(row.id)
 
     async def _call(self, ctx: JobContext, kind: str, args: dict[str, Any], *, final_attempt: bool) -> None:
         if kind == "crawl":
