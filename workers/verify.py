@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import logging
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -43,6 +44,8 @@ from registry.hub.http import HttpOptions
 from registry.hub.local import shard_paths
 from workers.cache import DownloadCache, Downloader, SizeMismatch, cache_key, sha256_file
 from workers.verify_checks import CheckReport, Reason, status_for
+
+log = logging.getLogger(__name__)
 
 # What a report keeps of stderr when the child dies: the end says why.
 _STDERR_TAIL = 2000
@@ -381,7 +384,9 @@ async def run_verification(
     """Run the queued verification `verification_id` and record its result.
 
     Whatever happens, the row ends finished: an unexpected error is recorded as `crashed`
-    with its message rather than left `running` forever.
+    with its message rather than left `running` forever, and a cancelled run (worker
+    shutdown, job cancelled) as `failed`, reason `cancelled`, before the cancellation goes
+    on. A runner that runs the job again (the embedded queue after a restart) overwrites it.
     """
     async with db.sessions() as session:
         row = await session.get(Verification, verification_id)
@@ -397,12 +402,26 @@ async def run_verification(
         result = VerifyResult.failed(Reason.DOWNLOAD_FAILED, str(exc))
     except Exception as exc:  # a bug must not leave the row "running"; its message is kept
         result = VerifyResult.failed(Reason.CRASHED, f"{type(exc).__name__}: {exc}")
+    except asyncio.CancelledError:
+        # No runner retries a cancelled job by itself (procrastinate ends it `aborted`).
+        # The artifact keeps the status of its last verification with a verdict.
+        cancelled = VerifyResult.failed(Reason.CANCELLED, "the verification was stopped before its end")
+        try:
+            await _record(db, verification_id, None, cancelled)
+        except Exception:
+            log.exception("verification %s: its cancellation could not be recorded", verification_id)
+        raise
+    await _record(db, verification_id, artifact_id, result)
+
+
+async def _record(db: Database, verification_id: int, artifact_id: int | None, result: VerifyResult) -> None:
+    """Write the result to the row, and its status to the artifact when `artifact_id` is given."""
     async with db.sessions() as session:
         row = await session.get(Verification, verification_id)
         if row is None:
             return
         _fill_row(row, result)
-        art = await session.get(Artifact, artifact_id)
+        art = await session.get(Artifact, artifact_id) if artifact_id is not None else None
         if art is not None:
             art.verification_status = result.status
         await session.commit()

@@ -65,6 +65,7 @@ class Reason(enum.StrEnum):
     MEMORY_EXCEEDED = "memory_exceeded"
     DOWNLOAD_FAILED = "download_failed"
     CRASHED = "crashed"  # the child process died without a verdict
+    CANCELLED = "cancelled"  # the run was stopped (worker shutdown, job cancelled): no verdict
 
 
 # Reasons that say "this registry cannot judge the file", not "the file is bad".

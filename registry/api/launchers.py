@@ -107,12 +107,14 @@ class TaskVerifier:
         return verification_id
 
     async def resume(self) -> None:
-        """Start every verification left queued or running (a background job for serve)."""
+        """Start every verification left queued, running (its process died) or cancelled (its
+        server stopped) (a background job for serve)."""
+        cancelled = (Verification.status == "failed") & (Verification.reason == "cancelled")
         async with self._sessions() as session:
             ids = list(
                 await session.scalars(
                     select(Verification.id)
-                    .where(Verification.status.in_(("queued", "running")))
+                    .where(Verification.status.in_(("queued", "running")) | cancelled)
                     .order_by(Verification.id)
                 )
             )
@@ -134,7 +136,7 @@ class TaskVerifier:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def close(self) -> None:
-        """Cancel running verifications (their rows stay queued/running for `resume`)."""
+        """Cancel running verifications: their rows stay queued or end `cancelled`, for `resume`."""
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select
 
 from registry.api.launchers import TaskVerifier
@@ -14,9 +16,10 @@ from registry.catalog.services import upsert_repo_snapshot
 from registry.catalog.snapshot import ArtifactRecord, RepoSnapshot, ShardRecord
 from tests.api.conftest import WRITE_TOKEN, MakeApi
 from tests.catalog.factories import make_facts
-from tests.fakehub import FakeHub
+from tests.fakehub import FakeHub, Fault
 from tests.fakehub.corpus import BytesBlob, Corpus, Repo, RepoFile
 from tests.fakehub.testing import TOKEN
+from tests.jobs.conftest import wait_for
 from tests.verify.conftest import make_settings, write_tiny
 from workers.index import index_paths
 from workers.verify import in_process_verifier, run_verification
@@ -63,16 +66,18 @@ async def test_failed_verification_and_resume(db: Database, tmp_path: Path) -> N
     artifact_id = await _local_artifact(db, tmp_path / "models", nan=True)
     settings = make_settings(tmp_path)
     async with db.sessions() as session:
-        left = Verification(artifact_id=artifact_id, status="running")  # a server stopped mid-run
-        session.add(left)
+        left = Verification(artifact_id=artifact_id, status="running")  # a server killed mid-run
+        stopped = Verification(artifact_id=artifact_id, status="failed", reason="cancelled")  # shut down
+        session.add_all([left, stopped])
         await session.commit()
     verifier = TaskVerifier(db.sessions, functools.partial(run_verification, db, settings))
     await verifier.resume()
     await verifier.join()
-    async with db.sessions() as session:
-        row = await session.get(Verification, left.id)
-    assert row is not None
-    assert (row.status, row.reason, row.nonfinite_values) == ("failed", "nonfinite_weights", 1)
+    for resumed in (left, stopped):
+        async with db.sessions() as session:
+            row = await session.get(Verification, resumed.id)
+        assert row is not None
+        assert (row.status, row.reason, row.nonfinite_values) == ("failed", "nonfinite_weights", 1)
 
 
 async def test_missing_file_is_a_failed_row_not_a_stuck_one(db: Database, tmp_path: Path) -> None:
@@ -131,3 +136,49 @@ async def test_in_process_verifier_from_settings(tmp_path: Path) -> None:
     finally:
         await catalog.dispose()
     assert row is not None and row.status == "skipped" and row.finished_at is not None
+
+
+async def test_a_verification_cancelled_mid_download_ends_failed_cancelled(
+    db: Database, tmp_path: Path
+) -> None:
+    data = write_tiny(tmp_path / "tiny.gguf", rows=40_000).read_bytes()  # 5 MB
+    blob = BytesBlob(data, lfs=True)
+    repo = Repo("org/tiny-GGUF", [RepoFile("tiny-Q8_0.gguf", blob)])
+    shard = ShardRecord("tiny-Q8_0.gguf", size=len(data), sha256=blob.sha256, header_bytes=100)
+    async with db.sessions() as session, session.begin():
+        await upsert_repo_snapshot(
+            session,
+            RepoSnapshot("org/tiny-GGUF", repo.sha, (ArtifactRecord(shard.path, (shard,), make_facts()),)),
+        )
+    async with db.sessions() as session:
+        artifact_id = (await session.scalars(select(Artifact.id))).one()
+        row = Verification(artifact_id=artifact_id, status="queued")
+        session.add(row)
+        await session.commit()
+    # A slow CDN: the first body breaks off after 2 MiB, every later range brings 64 KiB more.
+    slow = [
+        Fault("reset", route="cdn", after_bytes=2 << 20),
+        Fault("short_range", route="cdn", after_bytes=64 << 10, times=None),
+        Fault("latency", route="cdn", delay=0.1, times=None),
+    ]
+    async with FakeHub(Corpus([repo]), tokens={TOKEN}, faults=slow) as hub:
+        settings = make_settings(tmp_path, hub.endpoint)
+        partial = settings.cache_dir / "partial" / blob.sha256
+        task = asyncio.create_task(run_verification(db, settings, row.id))
+
+        async def downloading() -> bool:
+            return task.done() or (partial.exists() and partial.stat().st_size > 0)
+
+        await wait_for(downloading, 30, "the download to start")
+        assert not task.done()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    async with db.sessions() as session:
+        done = await session.get(Verification, row.id)
+        art = await session.get(Artifact, artifact_id)
+    assert done is not None and art is not None
+    assert (done.status, done.reason) == ("failed", "cancelled")
+    assert done.finished_at is not None and done.details["message"]
+    assert art.verification_status is None  # a stopped run says nothing of the file
+    assert 0 < partial.stat().st_size < len(data)  # kept for the next run to continue
