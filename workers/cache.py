@@ -7,15 +7,21 @@ into place only once it has every byte, so a killed worker leaves a partial file
 the next attempt continues with a Range request instead of starting over.
 
 Recency is the file's mtime, refreshed on every use; before a download, the least
-recently used complete files are deleted until the new file fits under the cap. Tracking
-recency in the file system rather than in memory keeps it right across restarts.
+recently used complete files are deleted until the new file fits under the cap, and only
+if that is not enough the partial files no one is downloading, oldest first: a partial is
+worth keeping while there is room (the next attempt continues it), but one abandoned for
+good (its artifact never verified again) must not hold its share of the cap for ever.
+Tracking recency in the file system rather than in memory keeps it right across restarts.
 
 Two verifications may share the folder (jobs of one process, or worker processes of one
 machine), each with its own `DownloadCache`, so coordination is by `flock` on files under
 `<cache>/locks/`: `<key>.fetch` is held exclusively while a file is downloaded (one
 download per key, the others wait and then find it complete), and `<key>.use` is held
 shared by every verification still reading a file (`using`); eviction deletes only the
-files whose `.use` lock it can take exclusively.
+files whose `.use` lock (and, for a partial, `.fetch` lock) it can take exclusively. The
+lock files of keys with no file left are deleted too, while locked, so that they do not
+pile up one pair per file ever cached; whoever then locks a deleted lock file sees that
+the path no longer leads to it and opens the new one.
 
 The HTTP side follows `registry.hub.http`'s rules: redirects by hand so the token goes
 only to the hub's origin, jittered exponential backoff on retryable failures, and a
@@ -298,26 +304,40 @@ class DownloadCache:
             yield
 
     def evict(self, need: int, *, keep: frozenset[str] = frozenset()) -> list[str]:
-        """Delete least recently used complete files until `need` more bytes fit the cap;
-        files in use (`using`) are never deleted."""
-        if not self.blobs.is_dir():
-            return []
-        files = sorted(
-            (p for p in self.blobs.iterdir() if p.name not in keep), key=lambda p: p.stat().st_mtime
-        )
+        """Delete least recently used complete files until `need` more bytes fit the cap, then
+        the oldest partial files; files in use (`using`) and downloads under way are never
+        deleted. Returns the keys deleted."""
+        candidates: list[tuple[Path, tuple[str, ...]]] = [
+            (p, ("use",)) for p in _oldest_first(self.blobs, keep)
+        ]
+        candidates += [(p, ("use", "fetch")) for p in _oldest_first(self.partial, keep)]
         used, evicted = self.usage(), []
-        for p in files:
+        for p, locks in candidates:
             if used + need <= self.max_bytes:
                 break
-            with _flocked_now(self.locks / f"{p.name}.use") as free:
-                if not free:
+            with contextlib.ExitStack() as held:
+                if not all(held.enter_context(_flocked_now(self.locks / f"{p.name}.{k}")) for k in locks):
                     continue
                 with contextlib.suppress(FileNotFoundError):
                     size = p.stat().st_size
                     p.unlink()
                     used -= size
                     evicted.append(p.name)
+        self._drop_locks(keep)
         return evicted
+
+    def _drop_locks(self, keep: frozenset[str]) -> None:
+        """Delete the lock files no one holds of keys with neither a complete nor a partial file."""
+        if not self.locks.is_dir():
+            return
+        for lock in self.locks.iterdir():
+            key = lock.name.rpartition(".")[0]
+            if key in keep or self.path_for(key).exists() or (self.partial / key).exists():
+                continue
+            with _flocked_now(lock) as free:
+                if free:
+                    with contextlib.suppress(FileNotFoundError):
+                        lock.unlink()
 
     async def fetch(
         self,
@@ -345,9 +365,29 @@ class DownloadCache:
             return CachedFile(final, received, False)
 
 
+def _oldest_first(folder: Path, keep: frozenset[str]) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    files = []
+    for p in folder.iterdir():
+        with contextlib.suppress(FileNotFoundError):  # deleted meanwhile by another cache
+            if p.name not in keep:
+                files.append((p.stat().st_mtime, p))
+    return [p for _, p in sorted(files)]
+
+
 def _lock_fd(path: Path) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+
+
+def _still_at(fd: int, path: Path) -> bool:
+    """Whether the file locked through `fd` is still the one at `path`: a lock file deleted
+    (by `_drop_locks`, under its lock) between our open and our lock locks nothing."""
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
 
 
 @contextlib.asynccontextmanager
@@ -362,9 +402,13 @@ async def _flocked(path: Path, mode: int) -> AsyncIterator[None]:
         while True:
             try:
                 fcntl.flock(fd, mode | fcntl.LOCK_NB)
-                break
             except BlockingIOError:
                 await asyncio.sleep(_LOCK_POLL_S)
+                continue
+            if _still_at(fd, path):
+                break
+            fd, stale = _lock_fd(path), fd
+            os.close(stale)
         yield
     finally:
         os.close(fd)
@@ -380,6 +424,6 @@ def _flocked_now(path: Path) -> Iterator[bool]:
         except BlockingIOError:
             yield False
         else:
-            yield True
+            yield _still_at(fd, path)  # a lock file deleted meanwhile: busy, as far as we know
     finally:
         os.close(fd)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,9 +17,10 @@ from registry.hub.http import HttpOptions
 from tests.fakehub import FakeHub, Fault
 from tests.fakehub.corpus import BytesBlob, Corpus, LocalBlob, Repo, RepoFile
 from tests.fakehub.testing import TOKEN
+from tests.jobs.conftest import wait_for
 from tests.models import GEMMA3, sha256_file
 from tests.verify.conftest import make_settings, write_tiny
-from workers.cache import DownloadCache, Downloader, cache_key
+from workers.cache import DownloadCache, Downloader, _flocked, cache_key
 from workers.verify import ShardSource, TargetError, pick_artifact, verify_hub, verify_shards
 
 REPO = "test/models-GGUF"
@@ -196,3 +198,111 @@ async def test_eviction_spares_a_file_in_use(hub: FakeHub, tmp_path: Path) -> No
     # Out of use, f0 (the least recently used) is the first to go.
     os.utime(first.path_for(blobs[0].sha256), (1, 1))
     assert other.evict(0) == [blobs[0].sha256]
+
+
+def _abandoned_partial(cache: DownloadCache, key: str, size: int, *, mtime: float = 1.0) -> Path:
+    """What a worker killed mid-download (or a download that failed for good) leaves."""
+    cache.partial.mkdir(parents=True, exist_ok=True)
+    part = cache.partial / key
+    part.write_bytes(b"p" * size)
+    os.utime(part, (mtime, mtime))
+    return part
+
+
+async def test_eviction_deletes_an_abandoned_partial_when_space_is_needed(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    blobs = [BytesBlob(bytes([i]) * 1000, lfs=True) for i in range(2)]
+    _add(hub, REPO, *(RepoFile(f"f{i}.bin", b) for i, b in enumerate(blobs)))
+    cache = DownloadCache(tmp_path / "cache", max_bytes=2500)
+    abandoned = _abandoned_partial(cache, "a" * 64, 1000)
+    async with Downloader(HttpOptions(endpoint=hub.endpoint, token=TOKEN)) as dl:
+        # Room for it: a partial is kept while there is room (the next attempt continues it).
+        await cache.fetch(dl, hub.resolve_url(REPO, "f0.bin"), blobs[0].sha256, 1000)
+        assert abandoned.exists()
+        async with cache.using([blobs[0].sha256]):  # f0 cannot go: the partial must
+            await cache.fetch(dl, hub.resolve_url(REPO, "f1.bin"), blobs[1].sha256, 1000)
+    assert not abandoned.exists()
+    assert cache.usage() == 2000 <= cache.max_bytes
+    assert sorted(p.name for p in cache.blobs.iterdir()) == sorted(b.sha256 for b in blobs)
+
+
+async def test_eviction_deletes_complete_files_before_partials(hub: FakeHub, tmp_path: Path) -> None:
+    blobs = [BytesBlob(bytes([i]) * 1000, lfs=True) for i in range(2)]
+    _add(hub, REPO, *(RepoFile(f"f{i}.bin", b) for i, b in enumerate(blobs)))
+    cache = DownloadCache(tmp_path / "cache", max_bytes=2500)
+    async with Downloader(HttpOptions(endpoint=hub.endpoint, token=TOKEN)) as dl:
+        await cache.fetch(dl, hub.resolve_url(REPO, "f0.bin"), blobs[0].sha256, 1000)
+        partial = _abandoned_partial(cache, "a" * 64, 1000, mtime=1.0)  # older than f0 even
+        await cache.fetch(dl, hub.resolve_url(REPO, "f1.bin"), blobs[1].sha256, 1000)
+    assert partial.exists()
+    assert [p.name for p in cache.blobs.iterdir()] == [blobs[1].sha256]
+
+
+def test_eviction_spares_a_partial_being_downloaded(tmp_path: Path) -> None:
+    cache = DownloadCache(tmp_path / "cache", max_bytes=1000)
+    busy = _abandoned_partial(cache, "b" * 64, 800)
+    idle = _abandoned_partial(cache, "c" * 64, 800, mtime=2.0)
+    cache.locks.mkdir()
+    # Another worker is downloading `busy` (its fetch lock held), older though it is.
+    fd = os.open(cache.locks / f"{busy.name}.fetch", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        assert cache.evict(1000) == [idle.name]
+    finally:
+        os.close(fd)
+    assert busy.exists() and not idle.exists()
+
+
+async def test_lock_files_of_evicted_keys_do_not_pile_up(hub: FakeHub, tmp_path: Path) -> None:
+    blobs = [BytesBlob(bytes([i]) * 1000, lfs=True) for i in range(5)]
+    _add(hub, REPO, *(RepoFile(f"f{i}.bin", b) for i, b in enumerate(blobs)))
+    cache = DownloadCache(tmp_path / "cache", max_bytes=1500)
+    async with Downloader(HttpOptions(endpoint=hub.endpoint, token=TOKEN)) as dl:
+        for i, blob in enumerate(blobs):
+            async with cache.using([blob.sha256]):
+                await cache.fetch(dl, hub.resolve_url(REPO, f"f{i}.bin"), blob.sha256, 1000)
+    kept = {p.name for p in cache.blobs.iterdir()}
+    assert kept == {blobs[-1].sha256}
+    # Only the files still cached (and the last one fetched) keep lock files.
+    assert {p.name.rpartition(".")[0] for p in cache.locks.iterdir()} == kept
+
+
+async def test_a_lock_file_deleted_while_waited_for_is_not_locked(tmp_path: Path) -> None:
+    # A lock file goes (under its lock) once its key has no file left; someone who opened it
+    # just before and was waiting must then lock the file at the path, not the deleted one.
+    path = tmp_path / "locks" / f"{'d' * 64}.fetch"
+    path.parent.mkdir()
+    holder = os.open(path, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    got = asyncio.Event()
+    release = asyncio.Event()
+
+    async def waiter() -> None:
+        async with _flocked(path, fcntl.LOCK_EX):
+            got.set()
+            await release.wait()
+
+    async def opened() -> bool:  # the waiter has a descriptor of its own on the file
+        return any(_link(f) == str(path) for f in Path("/proc/self/fd").iterdir() if int(f.name) != holder)
+
+    task = asyncio.create_task(waiter())
+    await wait_for(opened, 10, "the waiter to open the lock file", every=0.01)
+    path.unlink()
+    os.close(holder)
+    await asyncio.wait_for(got.wait(), 10)
+    other = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(other)
+        release.set()
+        await task
+
+
+def _link(fd: Path) -> str | None:
+    try:
+        return os.readlink(fd)
+    except OSError:
+        return None
