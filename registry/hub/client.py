@@ -365,8 +365,10 @@ class HubClient:
             where = str(resp.url)
         try:
             items = json.loads(body)
-        except ValueError as exc:  # not JSON, or not UTF-8
-            raise e.InvalidResponse(f"the listing page is not JSON: {exc}", url=where) from exc
+        except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, or nested too deep
+            raise e.InvalidResponse(
+                f"the listing page is not JSON: {type(exc).__name__}: {exc}", url=where
+            ) from exc
         if not isinstance(items, list):
             raise e.InvalidResponse(
                 f"the listing page is a JSON {type(items).__name__}, not a list", url=where

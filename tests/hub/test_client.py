@@ -161,6 +161,14 @@ async def test_oversized_listing_page_is_refused(monkeypatch: pytest.MonkeyPatch
         assert "4096" in info.value.message
 
 
+async def test_deeply_nested_listing_page_is_invalid_response() -> None:
+    async with FakeHub(_many(3)) as hub:
+        hub.faults.add(Fault("body", route="api", body=b"[" * 100_000 + b"]" * 100_000))
+        with pytest.raises(InvalidResponse) as info:  # not the parser's RecursionError
+            await _ids(HubClient(hub.endpoint))
+    assert info.value.url and info.value.url.startswith(hub.endpoint)
+
+
 async def test_repo_info_round_trip(hub: FakeHub) -> None:
     client = HubClient(hub.endpoint)
     info = await client.repo_info("synth/tiny-llama-GGUF")
