@@ -4,10 +4,10 @@ The requests are made here, on huggingface_hub's blocking HTTP session in a work
 (`asyncio.to_thread`), not through HfApi: its `model_info` reads a body of any size
 whole, and its pager has no timeout, follows a `next` link back to a page it read forever
 and sends the token wherever that link points. Every request has the read timeout, a
-size cap and the retry policy. Listing pages (`Link: rel="next"`) are fetched one at a
-time as the caller iterates, and a loop is an error. Results are frozen dataclasses that
-tolerate missing and unknown server fields; every failure is one of our `HubError` types,
-typed from the hub's X-Error-Code and status.
+size cap on its decoded bytes and the retry policy. Listing pages (`Link: rel="next"`)
+are fetched one at a time as the caller iterates, and a loop is an error. Results are
+frozen dataclasses that tolerate missing and unknown server fields; every failure is one
+of our `HubError` types, typed from the hub's X-Error-Code and status.
 
 The token is always passed explicitly (`token=False` when there is none) so that
 huggingface_hub never falls back to a token from the environment or ~/.cache.
@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from collections.abc import AsyncIterator, Callable, Mapping
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -47,6 +48,13 @@ MAX_PAGE_BYTES = 32 * 1024 * 1024
 MAX_INFO_BYTES = 32 * 1024 * 1024
 _INFO_PARAMS = {"blobs": "true"}  # sizes and LFS oids of the files, as model_info(files_metadata=True)
 _ERROR_BYTES = 64 * 1024  # of an error's body, read for its message only
+# The content codings we ask for and decode ourselves (`decoded`), in steps of at most
+# DECODE_STEP bytes, so that a size cap holds on decoded bytes: httpx2's own decoders
+# (2.0, which huggingface_hub 2.x allows) inflate each received chunk whole, and 64 KiB of
+# gzip can hold 64 MiB. Only these are asked for, whatever decoders httpx2 has installed.
+_WBITS = {"gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS}
+ACCEPT_ENCODING = ", ".join(_WBITS)
+DECODE_STEP = 1024 * 1024
 # What the hub says in X-Error-Message of a 401 about the token itself, and of a repo
 # taken down (it exists: its status says more than a RepoNotFound code).
 _BAD_TOKEN = "Invalid credentials in Authorization header"
@@ -216,18 +224,43 @@ def map_error(exc: BaseException, url: str | None = None) -> e.HubError:
     raise exc
 
 
+def decoded(raw: Iterable[bytes], encoding: str, step: int = DECODE_STEP) -> Iterator[bytes]:
+    """The body sent as `raw` chunks with Content-Encoding `encoding`, decoded only as the
+    caller takes it, at most `step` bytes at a time. ValueError or zlib.error when it cannot
+    be decoded: a coding we did not ask for, more than one, corrupt or cut short."""
+    codings = [c for c in (c.strip().lower() for c in encoding.split(",")) if c and c != "identity"]
+    if not codings:
+        yield from raw
+        return
+    if len(codings) > 1 or codings[0] not in _WBITS:
+        raise ValueError(f"a body with Content-Encoding {encoding!r}, not one of {ACCEPT_ENCODING}")
+    inflate = zlib.decompressobj(_WBITS[codings[0]])
+    for chunk in raw:
+        while chunk and not inflate.eof:  # what follows the end is ignored, as by httpx2
+            piece = inflate.decompress(chunk, step)
+            chunk = inflate.unconsumed_tail
+            if piece:
+                yield piece
+    if not inflate.eof:
+        raise ValueError(f"the {codings[0]} body ends before its end")
+
+
 def _read(resp: httpx2.Response, cap: int, what: str, url: str) -> bytes:
-    """The whole body, refused as soon as it passes `cap` bytes."""
+    """The whole body, decoded, refused as soon as it passes `cap` bytes."""
+
+    def refused(message: str) -> e.InvalidResponse:
+        return e.InvalidResponse(
+            message, url=url, status=resp.status_code, request_id=resp.headers.get("X-Request-Id")
+        )
+
     body = bytearray()
-    for chunk in resp.iter_bytes():
-        body += chunk
-        if len(body) > cap:
-            raise e.InvalidResponse(
-                f"{what} over {cap} bytes",
-                url=url,
-                status=resp.status_code,
-                request_id=resp.headers.get("X-Request-Id"),
-            )
+    try:
+        for piece in decoded(resp.iter_raw(), resp.headers.get("Content-Encoding", "")):
+            body += piece
+            if len(body) > cap:
+                raise refused(f"{what} over {cap} bytes (refused after decoding {len(body)})")
+    except (ValueError, zlib.error) as exc:
+        raise refused(f"{what} that cannot be decoded: {exc}") from exc
     return bytes(body)
 
 
@@ -246,10 +279,13 @@ def _info_error(resp: httpx2.Response) -> e.HubError:
     ):
         code = "RepoNotFound"  # the hub's 401 for a private repo and a missing one alike
     body = bytearray()
-    for chunk in resp.iter_bytes():
-        body += chunk
-        if len(body) >= _ERROR_BYTES:
-            break
+    try:
+        for piece in decoded(resp.iter_raw(), h.get("Content-Encoding", ""), _ERROR_BYTES):
+            body += piece
+            if len(body) >= _ERROR_BYTES:
+                break
+    except (ValueError, zlib.error):
+        pass  # the message is what could be read of it, or the status
     return e.error_for_status(
         resp.status_code,
         url=str(resp.url),
@@ -356,7 +392,7 @@ class HubClient:
         """One listing page (blocking): its items and the next page's URL, if any."""
         # The token goes to the configured hub only, wherever a next link points.
         token = self._token if origin(url) == origin(self.endpoint) else None
-        headers = build_hf_headers(token=token or False)
+        headers = {**build_hf_headers(token=token or False), "Accept-Encoding": ACCEPT_ENCODING}
         with get_session().stream("GET", url, headers=headers, timeout=self._timeout) as resp:
             if not 200 <= resp.status_code < 300:
                 raise _status_error(resp)
@@ -385,7 +421,8 @@ class HubClient:
 
     def _info(self, url: str) -> Any:
         """The repo info at `url` (blocking), as JSON."""
-        headers = build_hf_headers(token=self._token or False)  # `url` is on the configured hub
+        # `url` is on the configured hub.
+        headers = {**build_hf_headers(token=self._token or False), "Accept-Encoding": ACCEPT_ENCODING}
         with get_session().stream(
             "GET", url, params=_INFO_PARAMS, headers=headers, timeout=self._timeout
         ) as resp:

@@ -40,6 +40,7 @@ class Fault:
     delay: float = 0.0  # seconds, for "latency"
     after_bytes: int = 1024  # body bytes sent before a "reset" or "truncate"; the "short_range" cap
     body: bytes = b""  # for "body": the API answers 200 with exactly these bytes as JSON
+    encoding: str = ""  # for "body": the Content-Encoding it claims `body` has (already applied)
     size: int = 0  # for "big_body": repo info answers 200 with valid JSON this long, streamed
     link: str = ""  # for "next_link": the listing's next page URL; empty: the page itself (a loop)
     seen: int = field(default=0, init=False)

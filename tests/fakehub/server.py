@@ -192,9 +192,8 @@ class FakeHub:
         for f in hit:
             if f.kind == "body":
                 rec.status = 200
-                return web.Response(
-                    body=f.body, content_type="application/json", headers=self._headers()
-                ), hit
+                headers = self._headers(**({"Content-Encoding": f.encoding} if f.encoding else {}))
+                return web.Response(body=f.body, content_type="application/json", headers=headers), hit
             if f.kind == "status":
                 extra = {}
                 if f.retry_after is not None:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import gzip
+import itertools
 import json
+import re
+import zlib
 from collections.abc import AsyncIterator
 
 import pytest
@@ -167,6 +172,79 @@ async def test_deeply_nested_listing_page_is_invalid_response() -> None:
         with pytest.raises(InvalidResponse) as info:  # not the parser's RecursionError
             await _ids(HubClient(hub.endpoint))
     assert info.value.url and info.value.url.startswith(hub.endpoint)
+
+
+@functools.cache
+def _gzip_bomb(head: bytes, tail: bytes, size: int = 100 << 20) -> bytes:
+    """`head`, `size` spaces and `tail` (valid JSON when read whole), gzipped to about 100 KiB."""
+    z = zlib.compressobj(9, wbits=zlib.MAX_WBITS | 16)
+    spaces = b" " * (1 << 20)
+    parts = [z.compress(head), *(z.compress(spaces) for _ in range(size >> 20)), z.compress(tail), z.flush()]
+    return b"".join(parts)
+
+
+_BOMBS = {"listing": (b"[", b"]"), "info": (b'{"id": "a/b", "sha": "ab", "x": "', b'"}')}
+
+
+def test_a_gzip_bomb_is_decoded_in_bounded_steps_as_they_are_taken() -> None:
+    bomb = _gzip_bomb(*_BOMBS["listing"])
+    assert len(bomb) < 200 << 10
+    pieces = client_module.decoded([bomb], "gzip", step=1 << 16)  # one received chunk: all of it
+    taken = list(itertools.islice(pieces, 20))
+    assert [len(p) for p in taken] == [1 << 16] * 20
+    assert b"".join(taken) == b"[" + b" " * ((20 << 16) - 1)
+
+
+@pytest.mark.parametrize("what", ["listing", "info"])
+async def test_gzip_bomb_is_refused_once_its_decoded_bytes_pass_the_cap(hub: FakeHub, what: str) -> None:
+    bomb = _gzip_bomb(*_BOMBS[what])
+    hub.faults.add(Fault("body", route="api", body=bomb, encoding="gzip"))
+    client = HubClient(hub.endpoint, retry=FAST_RETRY, sleep=Sleeps())
+    with pytest.raises(InvalidResponse) as info:
+        await (_ids(client) if what == "listing" else client.repo_info("a/b"))
+    cap = client_module.MAX_PAGE_BYTES if what == "listing" else client_module.MAX_INFO_BYTES
+    assert len(bomb) < cap < 100 << 20
+    said = re.search(r"over (\d+) bytes \(refused after decoding (\d+)\)", info.value.message)
+    assert said is not None, info.value.message
+    # Decoding stopped one bounded step past the cap, not at whatever one received chunk held.
+    assert int(said[1]) == cap < int(said[2]) <= cap + client_module.DECODE_STEP
+    assert len(hub.requests_to("api")) == 1  # not retried
+
+
+_PACK = {"gzip": gzip.compress, "deflate": zlib.compress}
+
+
+@pytest.mark.parametrize("coding", client_module.ACCEPT_ENCODING.split(", "))
+async def test_every_encoding_asked_for_is_decoded(hub: FakeHub, coding: str) -> None:
+    page = json.dumps([{"id": "a/b-GGUF"}]).encode()
+    info = json.dumps({"id": "a/b-GGUF", "sha": "ab", "siblings": [{"rfilename": "m.gguf"}]}).encode()
+    hub.faults.add(Fault("body", route="api", repo="", body=_PACK[coding](page), encoding=coding))
+    hub.faults.add(Fault("body", route="api", repo="a/b-GGUF", body=_PACK[coding](info), encoding=coding))
+    client = HubClient(hub.endpoint)
+    assert await _ids(client) == ["a/b-GGUF"]
+    assert (await client.repo_info("a/b-GGUF")).files == (RepoFile("m.gguf"),)
+    sent = hub.requests_to("api")
+    assert [r.faults for r in sent] == [["body"], ["body"]]
+    assert {r.headers["Accept-Encoding"] for r in sent} == {client_module.ACCEPT_ENCODING}
+
+
+@pytest.mark.parametrize(
+    ("body", "coding"),
+    [
+        (b"[]", "br"),  # not one we asked for: it cannot be decoded
+        (b"[]", "gzip, gzip"),
+        (gzip.compress(b"[]"), "gzip, gzip"),
+        (gzip.compress(b"[" * 64 + b"]" * 64)[:-12], "gzip"),  # cut short
+        (b"[] is not gzip", "gzip"),
+    ],
+)
+async def test_undecodable_body_is_invalid_response(hub: FakeHub, body: bytes, coding: str) -> None:
+    hub.faults.add(Fault("body", route="api", body=body, encoding=coding, times=None))
+    client = HubClient(hub.endpoint, retry=FAST_RETRY, sleep=Sleeps())
+    with pytest.raises(InvalidResponse):
+        await _ids(client)
+    with pytest.raises(InvalidResponse):
+        await client.repo_info("a/b")
 
 
 async def test_repo_info_round_trip(hub: FakeHub) -> None:
