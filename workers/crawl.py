@@ -236,7 +236,8 @@ async def known_revisions(db: Database, repo_ids: Sequence[str]) -> dict[str, st
 async def candidates(client: HubClient, params: CrawlParams) -> AsyncIterator[RepoSummary]:
     """The repos a crawl looks at: its explicit ids, or the hub's GGUF listing."""
     if params.repos:
-        for repo_id in params.repos[: params.limit]:
+        # `limit` counts repos: an id named twice is one of them.
+        for repo_id in list(dict.fromkeys(params.repos))[: params.limit]:
             yield RepoSummary(repo_id=repo_id)  # no sha: always looked at
         return
     async for summary in client.list_gguf_repos(

@@ -13,6 +13,7 @@ from sqlalchemy import select
 from registry.catalog import migrate
 from registry.catalog.db import Database
 from registry.catalog.models import Artifact, Crawl, Repo
+from registry.config import HubSettings, Settings
 from registry.gguf.filename import group_shards
 from registry.hub.client import HubClient
 from registry.hub.http import HttpOptions, HubHttp, first_window_for
@@ -21,6 +22,8 @@ from tests.fakehub import FakeHub, Fault, RepoFile, sample_corpus
 from tests.fakehub.corpus import SynthBlob
 from tests.fakehub.testing import FAST_RETRY, TOKEN, Sleeps
 from workers.crawl import CrawlParams, crawl_hub, index_repo
+from workers.crawl_jobs import enqueue_crawl
+from workers.jobs import JobContext, index_repo_job
 
 
 @pytest.fixture
@@ -156,6 +159,53 @@ async def test_a_listing_that_names_a_repo_twice_reads_it_once(db: Database, hub
     assert report.status == "finished" and report.failed == 0
     assert report.listed == report.indexed == 1
     assert len([r for r in hub.requests_to("api") if r.repo == tiny.repo_id]) == 1
+
+
+async def _queued_crawl(db: Database, hub: FakeHub, params: CrawlParams) -> tuple[Crawl, list[str]]:
+    """`params` crawled as jobs: the listing job, then each repo job it queued, run here one
+    after another. The crawl's row and the repos queued, in order."""
+    await migrate.ensure_schema(db.engine)
+    async with db.sessions() as session, session.begin():
+        crawl = Crawl(kind="hub", parameters=params.to_parameters())
+        session.add(crawl)
+        await session.flush()
+        crawl_id = crawl.id
+    queued: list[tuple[str, str | None]] = []
+
+    async def enqueue(repo_id: str, known: str | None) -> int:
+        queued.append((repo_id, known))
+        return len(queued)
+
+    client, http = _clients(hub)
+    async with http:
+        await enqueue_crawl(db, client, crawl_id, enqueue)
+        ctx = JobContext(Settings(hub=HubSettings(endpoint=hub.endpoint, token=TOKEN)), db, client, http)
+        for repo_id, known in queued:
+            await index_repo_job(ctx, repo_id, known, crawl_id)
+    async with db.sessions() as session:
+        return await session.get_one(Crawl, crawl_id), [r for r, _ in queued]
+
+
+async def _both_modes(
+    tmp_path: Path, hub: FakeHub, params: CrawlParams
+) -> tuple[dict[str, int], Crawl, list[str]]:
+    """The counters of `params` crawled in process, and the crawl row and queued repos of
+    the same crawl run as jobs, each on a new catalog."""
+    client, http = _clients(hub)
+    async with Database.from_url(f"sqlite+aiosqlite:///{tmp_path / 'in_process.db'}") as db, http:
+        counters = (await crawl_hub(db, client, http, params)).counters()
+    async with Database.from_url(f"sqlite+aiosqlite:///{tmp_path / 'queued.db'}") as db:
+        row, queued = await _queued_crawl(db, hub, params)
+    assert row.status == "finished" and row.errors == []
+    return counters, row, queued
+
+
+async def test_limit_counts_repos_named_twice_once_in_both_modes(tmp_path: Path, hub: FakeHub) -> None:
+    tiny, vocab = "synth/tiny-llama-GGUF", "synth/big-vocab-GGUF"
+    counters, row, queued = await _both_modes(tmp_path, hub, CrawlParams(repos=(tiny, tiny, vocab), limit=2))
+    assert counters["listed"] == counters["indexed"] == 2 and counters["failed"] == 0
+    assert queued == [tiny, vocab]
+    assert {k: row.counters[k] for k in counters} == counters
 
 
 async def test_bad_files_become_error_rows(db: Database, hub: FakeHub) -> None:
