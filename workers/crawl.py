@@ -234,16 +234,21 @@ async def known_revisions(db: Database, repo_ids: Sequence[str]) -> dict[str, st
 
 
 async def candidates(client: HubClient, params: CrawlParams) -> AsyncIterator[RepoSummary]:
-    """The repos a crawl looks at: its explicit ids, or the hub's GGUF listing."""
+    """The repos a crawl looks at, each once, in order of first mention: its explicit ids,
+    or the hub's GGUF listing. A listing sorted by lastModified names a repo again when it
+    changes while the listing is paged."""
     if params.repos:
         # `limit` counts repos: an id named twice is one of them.
         for repo_id in list(dict.fromkeys(params.repos))[: params.limit]:
             yield RepoSummary(repo_id=repo_id)  # no sha: always looked at
         return
+    seen: set[str] = set()
     async for summary in client.list_gguf_repos(
         search=params.search, author=params.author, limit=params.limit, sort="last_modified"
     ):
-        yield summary
+        if summary.repo_id not in seen:
+            seen.add(summary.repo_id)
+            yield summary
 
 
 async def crawl_hub(
@@ -298,14 +303,8 @@ async def crawl_hub(
     running: set[asyncio.Task[None]] = set()
     try:
         pending: list[RepoSummary] = []
-        # A repo comes twice when explicit ids repeat, or when it changes while a listing
-        # sorted by lastModified is paged: read once, it is counted once.
-        seen: set[str] = set()
         try:
-            async for summary in candidates(client, params):
-                if summary.repo_id in seen:
-                    continue
-                seen.add(summary.repo_id)
+            async for summary in candidates(client, params):  # each repo once: read and counted once
                 report.listed += 1
                 pending.append(summary)
                 if len(pending) >= batch:

@@ -208,6 +208,18 @@ async def test_limit_counts_repos_named_twice_once_in_both_modes(tmp_path: Path,
     assert {k: row.counters[k] for k in counters} == counters
 
 
+async def test_a_listing_that_names_a_repo_twice_counts_it_once_in_both_modes(
+    tmp_path: Path, hub: FakeHub
+) -> None:
+    tiny = hub.corpus.repos["synth/tiny-llama-GGUF"]
+    entry = {"id": tiny.repo_id, "sha": tiny.sha}
+    hub.faults.add(Fault("body", route="api", repo="", body=json.dumps([entry, entry]).encode(), times=None))
+    counters, row, queued = await _both_modes(tmp_path, hub, CrawlParams())
+    assert counters["listed"] == counters["indexed"] == 1
+    assert queued == [tiny.repo_id]
+    assert {k: row.counters[k] for k in counters} == counters
+
+
 async def test_bad_files_become_error_rows(db: Database, hub: FakeHub) -> None:
     client, http = _clients(hub, token=None)  # no token: the gated repo's files cannot be read
     async with http:
