@@ -264,7 +264,9 @@ async def _refresh_repo_copies(session: AsyncSession, repo: Repo) -> None:
 
 async def upsert_repo_snapshot(session: AsyncSession, snap: RepoSnapshot) -> UpsertResult:
     repo, created = await _lock_repo(session, snap)
-    changed = _apply_repo_fields(repo, snap)
+    # A partial view (a cache folder, single files) knows files, not the repo's card or
+    # counters: once a complete snapshot wrote them, it must not blank them with its defaults.
+    changed = _apply_repo_fields(repo, snap) if snap.complete or repo.revision is None else set()
     meta_changed = bool(changed)
     same = snap.complete and repo.revision == snap.revision and repo.indexed_at is not None
     # Tags and description feed every artifact's search text: those changes rewrite them.

@@ -12,6 +12,8 @@ from sqlalchemy import func, select
 from registry.catalog.db import Database
 from registry.catalog.models import Artifact, Facts, QuantMix, Repo, Shard
 from registry.catalog.search import SearchQuery, search
+from registry.catalog.services import upsert_repo_snapshot
+from tests.catalog.factories import artifact, make_snapshot
 from workers.index import discover, index_paths
 
 gguf = pytest.importorskip("gguf")
@@ -175,3 +177,38 @@ async def test_same_folder_name_elsewhere_gets_its_own_repo(db: Database, tmp_pa
     await index_paths(db, [tmp_path / "two" / "models"])
     repos = {repo for repo, _ in await artifacts(db)}
     assert len(repos) == 2 and "local/models" in repos
+
+
+async def test_cache_index_keeps_what_the_hub_crawl_knows(db: Database, tmp_path: Path) -> None:
+    """A HF cache holds files, not the repo card: indexing it after a hub crawl of the same
+    repo must not wipe the repo's counters, tags, license or description (the next crawl sees
+    the same revision and would never write them back)."""
+    repo_id, revision = "TheOrg/Cached-GGUF", "abc123"
+    crawled = make_snapshot(
+        repo_id,
+        revision,
+        artifacts=(artifact("m.gguf"),),
+        downloads=1234,
+        likes=56,
+        tags=("gguf", "base_model:quantized:TheOrg/Base"),
+        card_license="mit",
+        description="From the card",
+    )
+    async with db.sessions() as session, session.begin():
+        await upsert_repo_snapshot(session, crawled)
+    before = (await artifacts(db))[repo_id, "m.gguf"]
+
+    snapshot = tmp_path / "hub" / "models--TheOrg--Cached-GGUF" / "snapshots" / revision
+    write_gguf(snapshot / "m.gguf")
+    write_gguf(snapshot / "extra.gguf")
+    await index_paths(db, [tmp_path / "hub"])
+
+    async with db.sessions() as session:
+        [repo] = (await session.scalars(select(Repo))).all()
+    assert (repo.downloads, repo.likes, repo.card_license) == (1234, 56, "mit")
+    assert repo.description == "From the card"
+    assert repo.tags == ["gguf", "base_model:quantized:TheOrg/Base"] and repo.revision == revision
+    rows = await artifacts(db)
+    assert rows[repo_id, "m.gguf"].updated_at == before.updated_at  # same revision: not rewritten
+    added = rows[repo_id, "extra.gguf"]
+    assert (added.status, added.downloads, added.likes, added.license) == ("indexed", 1234, 56, "mit")
