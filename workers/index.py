@@ -34,7 +34,7 @@ from sqlalchemy import select
 from registry.catalog import migrate
 from registry.catalog.db import Database
 from registry.catalog.models import Crawl, Repo
-from registry.catalog.services import upsert_repo_snapshot
+from registry.catalog.services import storable, storable_text, upsert_repo_snapshot
 from registry.catalog.snapshot import ArtifactError, ArtifactRecord, RepoSnapshot, ShardRecord, UpsertResult
 from registry.catalog.types import utcnow
 from registry.gguf.errors import GGUFError
@@ -169,9 +169,9 @@ def _fingerprint(repo: LocalRepo) -> str:
     for rel in sorted(repo.files):
         try:
             st = (repo.root / rel).stat()
-            h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode(errors="surrogateescape"))
         except OSError:
-            h.update(f"{rel}\0missing\n".encode())
+            h.update(f"{rel}\0missing\n".encode(errors="surrogateescape"))
     return h.hexdigest()[:16]
 
 
@@ -231,10 +231,12 @@ def _read_group(
 async def _unique_pseudo_id(db: Database, repo: LocalRepo) -> str:
     """`local/<folder>` of another folder with the same name gets a short hash of its path."""
     async with db.sessions() as session:
-        owner = (await session.execute(select(Repo.local_path).where(Repo.repo_id == repo.repo_id))).first()
-    if owner is None or owner[0] == str(repo.root):
+        owner = (
+            await session.execute(select(Repo.local_path).where(Repo.repo_id == storable_text(repo.repo_id)))
+        ).first()
+    if owner is None or owner[0] == storable_text(str(repo.root)):
         return repo.repo_id
-    return f"{repo.repo_id}-{hashlib.sha1(str(repo.root).encode(), usedforsecurity=False).hexdigest()[:6]}"
+    return f"{repo.repo_id}-{hashlib.sha1(os.fsencode(repo.root), usedforsecurity=False).hexdigest()[:6]}"
 
 
 async def build_snapshot(
@@ -271,7 +273,7 @@ async def index_paths(
     repos, skipped = discover(arguments)
     report = IndexReport(skipped=skipped)
     async with db.sessions() as session, session.begin():
-        crawl = Crawl(kind="local", parameters={"paths": [str(a) for a in arguments]})
+        crawl = Crawl(kind="local", parameters={"paths": [storable_text(os.fspath(a)) for a in arguments]})
         session.add(crawl)
     scanner = TemplateScanner()  # one sandbox pool and scan cache for the whole run
     try:
@@ -307,4 +309,4 @@ async def _finish(
         crawl.status = "finished" if failure is None else "failed"
         crawl.finished_at = utcnow()
         crawl.counters = {"repos": repos, "artifacts": len(report.artifacts), "errors": report.errors}
-        crawl.errors = errors[:100]
+        crawl.errors = storable(errors[:100])

@@ -56,16 +56,30 @@ def size_bucket(parameter_count: int) -> str | None:
     return next((label for limit, label in SIZE_BUCKETS if parameter_count < limit), ">80B")
 
 
-def _clean(value: Any) -> Any:
-    """Make hostile values storable: no NUL in text (PostgreSQL refuses it), no NaN in JSON."""
+def storable_text(value: str) -> str:
+    """Text both databases take: no NUL (PostgreSQL refuses it), and lone surrogates (a
+    file name that is not UTF-8, as Python decodes it) spelled out as `\\udcxx`, since
+    neither driver can encode them."""
+    value = value.replace("\x00", "")
+    if value.isascii():
+        return value
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return value.encode(errors="backslashreplace").decode()
+    return value
+
+
+def storable(value: Any) -> Any:
+    """Make hostile values storable: text as `storable_text`, no NaN in JSON, bytes as hex."""
     if isinstance(value, str):
-        return value.replace("\x00", "")
+        return storable_text(value)
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, Mapping):
-        return {str(_clean(k)): _clean(v) for k, v in value.items()}
+        return {str(storable(k)): storable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
+        return [storable(v) for v in value]
     if isinstance(value, bytes | bytearray):
         return value.hex()
     return value
@@ -78,7 +92,7 @@ def _fit(table: Any, row: dict[str, Any]) -> dict[str, Any]:
         column_type = table.c[key].type
         if isinstance(value, float) and not math.isfinite(value):
             value = None  # a float column cannot hold NaN on every database; JSON gets the text
-        value = _clean(value)
+        value = storable(value)
         if isinstance(value, bool):
             pass
         elif isinstance(value, int) and isinstance(column_type, Integer):
@@ -101,7 +115,7 @@ def _search_text(repo: Repo, record: ArtifactRecord) -> str:
     if f is not None:
         parts += [f.name or "", f.basename or "", f.finetune or "", *f.tags, f.description or ""]
     parts.append(repo.description or "")
-    return str(_clean(" ".join(p for p in parts if p).lower()))[:SEARCH_TEXT_LIMIT]
+    return str(storable(" ".join(p for p in parts if p).lower()))[:SEARCH_TEXT_LIMIT]
 
 
 def _insert(dialect: str, table: Any) -> Any:
@@ -110,9 +124,10 @@ def _insert(dialect: str, table: Any) -> Any:
 
 async def _lock_repo(session: AsyncSession, snap: RepoSnapshot) -> tuple[Repo, bool]:
     dialect = session.get_bind().dialect.name
+    repo_id = _fit(Repo.__table__, {"repo_id": snap.repo_id})["repo_id"]  # the key as stored
     stmt = (
         _insert(dialect, Repo.__table__)
-        .values(_fit(Repo.__table__, {"repo_id": snap.repo_id, "source": snap.source, "tags": [],
+        .values(_fit(Repo.__table__, {"repo_id": repo_id, "source": snap.source, "tags": [],
                                        "card_base_model": [], "created_at": utcnow(), "updated_at": utcnow()}))
         .on_conflict_do_nothing(index_elements=["repo_id"])
         .returning(Repo.__table__.c.id)
@@ -121,7 +136,7 @@ async def _lock_repo(session: AsyncSession, snap: RepoSnapshot) -> tuple[Repo, b
     repo = (
         await session.scalars(
             select(Repo)
-            .where(Repo.repo_id == snap.repo_id)
+            .where(Repo.repo_id == repo_id)
             .with_for_update()
             .execution_options(populate_existing=True)
         )
@@ -187,7 +202,7 @@ def _facts_row(artifact_id: int, facts: FactsData) -> dict[str, Any]:
     extra = {k: (asdict(v) if k == "split" and v is not None else v) for k, v in data.items()
              if k not in _TYPED and k != "quant_mix"}  # fmt: skip
     extra["base_models"] = [asdict(b) for b in facts.base_models]
-    return _fit(Facts.__table__, {"artifact_id": artifact_id, **typed, "extra": _clean(extra)})
+    return _fit(Facts.__table__, {"artifact_id": artifact_id, **typed, "extra": storable(extra)})
 
 
 async def _write_artifact(
@@ -205,7 +220,7 @@ async def _write_artifact(
         for model in (Facts, QuantMix, Shard):
             await session.execute(delete(model).where(model.artifact_id == artifact.id))
     # A revision that moved a shard between artifacts must not trip the (repo, revision, path) key.
-    paths = [s.path for s in record.shards]
+    paths = [_path_key(s.path) for s in record.shards]
     await session.execute(
         delete(Shard).where(Shard.repo_pk == repo.id, Shard.revision == snap.revision, Shard.path.in_(paths))
     )
@@ -234,7 +249,7 @@ async def _sync_edges(
         (e.parent_repo_id, e.relation, e.source): e.id
         for e in (await session.scalars(select(LineageEdge).where(LineageEdge.child_pk == repo.id))).all()
     }
-    want = {(e.parent_repo_id, e.relation, e.source) for e in wanted}
+    want = {(storable_text(e.parent_repo_id), e.relation, e.source) for e in wanted}
     if replace and (stale := [i for k, i in existing.items() if k not in want]):
         await session.execute(delete(LineageEdge).where(LineageEdge.id.in_(stale)))
     new = [

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import func, select
 
 from registry.catalog.db import Database
-from registry.catalog.models import Artifact, Facts, QuantMix, Repo, Shard
+from registry.catalog.models import Artifact, Crawl, Facts, QuantMix, Repo, Shard
 from registry.catalog.search import SearchQuery, search
 from registry.catalog.services import upsert_repo_snapshot
 from tests.catalog.factories import artifact, make_snapshot
@@ -212,3 +212,20 @@ async def test_cache_index_keeps_what_the_hub_crawl_knows(db: Database, tmp_path
     assert rows[repo_id, "m.gguf"].updated_at == before.updated_at  # same revision: not rewritten
     added = rows[repo_id, "extra.gguf"]
     assert (added.status, added.downloads, added.likes, added.license) == ("indexed", 1234, 56, "mit")
+
+
+async def test_file_and_folder_names_that_are_not_utf8(db: Database, tmp_path: Path) -> None:
+    """Linux names are bytes: Python hands undecodable ones over as lone surrogates, which
+    neither database driver can encode. They are stored readable; the folder still indexes."""
+    folder = Path(os.fsdecode(bytes(tmp_path) + b"/mod\xe9les"))
+    write_gguf(Path(os.fsdecode(bytes(folder) + b"/caf\xe9.gguf")))
+    write_gguf(folder / "ok.gguf")
+    report = await index_paths(db, [folder])
+    assert [a.status for a in report.artifacts] == ["indexed", "indexed"]
+    again = await index_paths(db, [folder])
+    assert [r.unchanged for r in again.results] == [True]
+    rows = await artifacts(db)
+    assert set(rows) == {("local/mod\\udce9les", "caf\\udce9.gguf"), ("local/mod\\udce9les", "ok.gguf")}
+    async with db.sessions() as session:
+        [crawl, _] = (await session.scalars(select(Crawl).order_by(Crawl.id))).all()
+    assert crawl.status == "finished"

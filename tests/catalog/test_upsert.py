@@ -159,6 +159,30 @@ async def test_hostile_values_are_stored_not_fatal(db: Database) -> None:
     assert f.name == "nulinside" and f.extra["metadata"] == {"k": "inf", "s": "ab", "nested": ["0102"]}
 
 
+async def test_lone_surrogates_are_stored_readable(db: Database) -> None:
+    """A hub's JSON may carry lone surrogate escapes; neither driver can encode them."""
+    snap = make_snapshot(
+        repo_id="org/m\udce9",
+        tags=("gguf", "base_model:org/b\ud800se"),
+        description="d\udfff",
+        artifacts=(artifact("caf\udce9.gguf", make_facts(name="n\udce9", metadata={"k\ud800": "v\udc00"})),),
+    )
+    await write(db, snap)
+    assert (await write(db, snap)).unchanged
+    [repo] = await rows(db, Repo)
+    [a] = await rows(db, Artifact)
+    [f] = await rows(db, Facts)
+    [edge] = await rows(db, LineageEdge)
+    assert (repo.repo_id, repo.description, a.path, f.name) == (
+        "org/m\\udce9",
+        "d\\udfff",
+        "caf\\udce9.gguf",
+        "n\\udce9",
+    )
+    assert f.extra["metadata"] == {"k\\ud800": "v\\udc00"}
+    assert edge.parent_repo_id == "org/b\\ud800se"
+
+
 async def test_lineage_edge_is_unique(db: Database) -> None:
     result = await write(db, make_snapshot())
     with pytest.raises(IntegrityError):
