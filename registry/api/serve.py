@@ -77,10 +77,17 @@ async def serve(
     if workers < 1:
         raise ValueError("workers must be at least 1")
     db = Database.from_settings(settings)
-    if db.dialect == "sqlite" and not replica:
-        # Embedded mode is one command on one machine: create or migrate the file database
-        # as `registry index` does. PostgreSQL deployments migrate as a separate step.
-        await migrate.ensure_schema(db.engine)
+    try:
+        if db.dialect == "sqlite" and not replica:
+            # Embedded mode is one command on one machine: create or migrate the file database
+            # as `registry index` does. PostgreSQL deployments migrate as a separate step, and
+            # a server on any other schema refuses to start instead of failing every request.
+            await migrate.ensure_schema(db.engine)
+        elif db.dialect != "sqlite":
+            await migrate.require_schema(db.engine)
+    except BaseException:
+        await db.dispose()
+        raise
     app = create_app(settings, db.sessions, launcher=launcher, verifier=verifier, jobs=job_queue)
     counts = None
     if workers > 1 and not replica:

@@ -35,3 +35,10 @@ class InvalidQuery(CatalogError):
 class RepoNotFound(CatalogError):
     code = "repo_not_found"
     status = 404
+
+
+class SchemaMismatch(CatalogError):
+    """The database is not at the schema revision this code was written for."""
+
+    code = "schema_mismatch"
+    status = 503

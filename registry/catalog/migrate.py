@@ -14,10 +14,11 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from registry.catalog.errors import CatalogError
+from registry.catalog.errors import CatalogError, SchemaMismatch
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
@@ -67,9 +68,46 @@ async def current_revision(engine: AsyncEngine) -> str | None:
         return await conn.run_sync(lambda c: MigrationContext.configure(c).get_current_revision())
 
 
-async def ensure_schema(engine: AsyncEngine) -> bool:
-    """Upgrade to head unless already there; True when a migration ran."""
-    if await current_revision(engine) == head_revision():
+def _unknown(revision: str) -> SchemaMismatch:
+    return SchemaMismatch(
+        f"the database is at schema revision {revision}, which this version of registry does not know "
+        "(a newer release migrated it): run that release, or point registry at another database",
+        revision=revision,
+        head=head_revision(),
+    )
+
+
+def _is_known(revision: str) -> bool:
+    try:
+        return ScriptDirectory.from_config(alembic_config()).get_revision(revision) is not None
+    except CommandError:  # alembic's word for an id none of its scripts has
         return False
+
+
+async def ensure_schema(engine: AsyncEngine) -> bool:
+    """Upgrade to head unless already there; True when a migration ran. A database that a
+    newer release migrated is refused (SchemaMismatch) instead of failing inside alembic."""
+    current = await current_revision(engine)
+    if current == head_revision():
+        return False
+    if current is not None and not _is_known(current):
+        raise _unknown(current)
     await upgrade(engine)
     return True
+
+
+async def require_schema(engine: AsyncEngine) -> None:
+    """Raise SchemaMismatch unless the database is at head: for processes that do not
+    migrate (PostgreSQL deployments migrate with `registry db upgrade` as a separate step),
+    so that they refuse to start rather than fail on every request."""
+    current, head = await current_revision(engine), head_revision()
+    if current == head:
+        return
+    if current is not None and not _is_known(current):
+        raise _unknown(current)
+    state = "has no catalog schema" if current is None else f"is at schema revision {current}"
+    raise SchemaMismatch(
+        f"the database {state}, this registry needs {head}: run `registry db upgrade`",
+        revision=current,
+        head=head,
+    )
