@@ -277,8 +277,30 @@ async def _refresh_repo_copies(session: AsyncSession, repo: Repo) -> None:
     )
 
 
+def _older_commit(repo: Repo, snap: RepoSnapshot) -> bool:
+    """A hub snapshot of a commit older than the one indexed: its job read the repo before a
+    push and finished after the job that read the push. Writing it would put the catalog
+    back, and the next crawl, which compares revisions only, would not see why."""
+    return (
+        snap.source == "hub"
+        and snap.complete
+        and not snap.force
+        and repo.revision is not None
+        and repo.revision != snap.revision
+        and snap.last_modified is not None
+        and repo.last_modified is not None
+        and snap.last_modified < repo.last_modified
+    )
+
+
+async def _edge_count(session: AsyncSession, repo: Repo) -> int:
+    return len((await session.scalars(select(LineageEdge.id).where(LineageEdge.child_pk == repo.id))).all())
+
+
 async def upsert_repo_snapshot(session: AsyncSession, snap: RepoSnapshot) -> UpsertResult:
     repo, created = await _lock_repo(session, snap)
+    if _older_commit(repo, snap):
+        return UpsertResult(repo.id, created, True, 0, 0, await _edge_count(session, repo))
     # A partial view (a cache folder, single files) knows files, not the repo's card or
     # counters: once a complete snapshot wrote them, it must not blank them with its defaults.
     changed = _apply_repo_fields(repo, snap) if snap.complete or repo.revision is None else set()
@@ -289,10 +311,7 @@ async def upsert_repo_snapshot(session: AsyncSession, snap: RepoSnapshot) -> Ups
         if meta_changed:
             await session.flush()
             await _refresh_repo_copies(session, repo)
-        edges = len(
-            (await session.scalars(select(LineageEdge.id).where(LineageEdge.child_pk == repo.id))).all()
-        )
-        return UpsertResult(repo.id, created, True, 0, 0, edges)
+        return UpsertResult(repo.id, created, True, 0, 0, await _edge_count(session, repo))
 
     if meta_changed:
         await session.flush()

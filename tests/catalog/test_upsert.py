@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -224,6 +225,30 @@ async def test_concurrent_revisions_end_consistent(db: Database) -> None:
     live = {a.path for a in arts if a.status == "indexed"}
     assert live == ({"a.gguf", "b.gguf"} if repo.revision == "rev1" else {"b.gguf", "c.gguf"})
     assert len({a.path for a in arts}) == len(arts)
+
+
+async def test_an_older_revision_finishing_last_does_not_overwrite_the_newer(db: Database) -> None:
+    """Two jobs read a repo on either side of a push; the one with the older commit finishes
+    last. The crawl compares only revisions, so a catalog put back to rev1 would stay there
+    (the next crawl re-reads it, but until then rev2's files are lost)."""
+    older = make_snapshot(
+        repo_id="race/order", revision="rev1", artifacts=(artifact("old.gguf"),), downloads=10,
+        last_modified=datetime(2025, 1, 2, tzinfo=UTC),
+    )  # fmt: skip
+    newer = dataclasses.replace(
+        older, revision="rev2", artifacts=(artifact("new.gguf"),), downloads=20,
+        last_modified=datetime(2025, 1, 3, tzinfo=UTC),
+    )  # fmt: skip
+    await write(db, newer)
+    result = await write(db, older)
+    assert result.unchanged and (result.written, result.gone) == (0, 0)
+    [repo] = await rows(db, Repo)
+    assert (repo.revision, repo.downloads, repo.last_modified) == ("rev2", 20, newer.last_modified)
+    assert {(a.path, a.status, a.revision) for a in await rows(db, Artifact)} == {
+        ("new.gguf", "indexed", "rev2")
+    }
+    third = dataclasses.replace(newer, revision="rev3", last_modified=datetime(2025, 1, 4, tzinfo=UTC))
+    assert not (await write(db, third)).unchanged  # a newer commit still replaces it
 
 
 async def test_force_rewrites_the_same_revision(db: Database) -> None:
