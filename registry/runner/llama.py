@@ -75,18 +75,49 @@ def read_rope(
     n_rot = mf.require_int(f"{a}.rope.dimension_count", d.head_dim_k)
     if n_rot > d.head_dim_k or n_rot % 2:
         raise BadMetadata(f"{a}.rope.dimension_count", f"{n_rot} for a head of {d.head_dim_k}")
-    scale = 1.0
-    if mf.get(f"{a}.rope.scaling.type", "none") == "linear":
-        factor = mf.get_float(f"{a}.rope.scaling.factor", 1.0)
-        scale = 1.0 / factor if factor > 0 else 1.0
     factors = mf.tensor("rope_freqs.weight", (n_rot // 2,)) if mf.has_tensor("rope_freqs.weight") else None
     return ops.Rope(
         n_rot=n_rot,
         base=mf.get_float(f"{a}.{base_key}", default_base, positive=True),
         neox=neox,
-        freq_scale=scale,
+        freq_scale=read_rope_scale(mf),
         freq_factors=factors,
     )
+
+
+# Rope scaling types whose effect this runner computes: "none" ignores the factor, "linear"
+# divides every position by it.
+IMPLEMENTED_ROPE_SCALING = ("none", "linear")
+
+
+def read_rope_scale(mf: ModelFile) -> float:
+    """The factor rope positions are multiplied by, read as llama.cpp reads it.
+
+    The type defaults to "linear" and the factor to `rope.scaling.factor`, else the older
+    `rope.scale_linear`, with 0 meaning none. Any other type (yarn, longrope, ...) and an
+    attention factor other than 1 change every logit in llama.cpp, even on a short text:
+    yarn is applied at every position, not only past the original context. This runner
+    does not compute them, so such a file is UnsupportedArchitecture (skipped, not judged
+    by a perplexity computed without them), unless they are no-ops: a factor of 0 or 1
+    (yarn then mixes a frequency with itself) and an attention factor of 1.
+    """
+    a = mf.arch
+    kind = mf.get_str(f"{a}.rope.scaling.type", "linear")
+    factor_key = f"{a}.rope.scaling.factor"
+    if mf.get(factor_key) is None and mf.get(f"{a}.rope.scale_linear") is not None:
+        factor_key = f"{a}.rope.scale_linear"
+    factor = mf.get_float(factor_key, 0.0)
+    if factor < 0:
+        raise BadMetadata(factor_key, f"{factor} is negative")
+    attn_factor = mf.get_float(f"{a}.rope.scaling.attn_factor", 1.0)
+    if attn_factor != 1.0:
+        raise UnsupportedArchitecture(a, f"a rope scaling attention factor of {attn_factor:g}")
+    scale = 1.0 if kind == "none" or factor == 0.0 else 1.0 / factor
+    if scale != 1.0 and kind not in IMPLEMENTED_ROPE_SCALING:
+        # The type is any string the file holds: name it only when it is short.
+        name = repr(kind) if len(kind) <= 32 else "an unknown"
+        raise UnsupportedArchitecture(a, f"{name} rope scaling (factor {factor:g})")
+    return scale
 
 
 def read_layer(

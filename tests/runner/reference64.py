@@ -26,6 +26,7 @@ class Spec:
     eps: float = 1e-5
     rope_base: float = 10000.0
     rope_base_swa: float = 10000.0
+    rope_scale: float = 1.0  # positions multiplied by it (linear scaling); not on gemma3's local layers
     n_rot: int | None = None  # None: the whole head
     window: int = 3  # gemma3 sliding window
     tied: bool = False
@@ -37,7 +38,7 @@ def _rms(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     return x / math.sqrt(float(np.mean(x * x)) + eps) * w
 
 
-def _rotate(v: np.ndarray, pos: int, base: float, n_rot: int, neox: bool) -> np.ndarray:
+def _rotate(v: np.ndarray, pos: float, base: float, n_rot: int, neox: bool) -> np.ndarray:
     out = v.copy()
     half = n_rot // 2
     for i in range(half):
@@ -67,6 +68,7 @@ def logits(s: Spec, tokens: list[int]) -> np.ndarray:
         p = f"blk.{il}."
         local = gemma and il % 6 != 5
         base = s.rope_base_swa if local else s.rope_base
+        scale = 1.0 if local else s.rope_scale
         qs, ks, vs = [], [], []
         for pos, x in enumerate(xs):
             h = _rms(x, w[p + "attn_norm.weight"], s.eps)
@@ -80,8 +82,8 @@ def logits(s: Spec, tokens: list[int]) -> np.ndarray:
             if gemma or s.arch == "qwen3":
                 q = np.stack([_rms(qh, w[p + "attn_q_norm.weight"], s.eps) for qh in q])
                 k = np.stack([_rms(kh, w[p + "attn_k_norm.weight"], s.eps) for kh in k])
-            qs.append(np.stack([_rotate(qh, pos, base, n_rot, neox) for qh in q]))
-            ks.append(np.stack([_rotate(kh, pos, base, n_rot, neox) for kh in k]))
+            qs.append(np.stack([_rotate(qh, pos * scale, base, n_rot, neox) for qh in q]))
+            ks.append(np.stack([_rotate(kh, pos * scale, base, n_rot, neox) for kh in k]))
             vs.append(v.reshape(s.n_head_kv, s.head_dim))
         new_xs = []
         for pos, x in enumerate(xs):

@@ -188,6 +188,8 @@ def test_softcap_that_is_not_a_number_is_bad_metadata(value: object, tmp_path: P
         ("gemma3", "rope.freq_base_swa", math.nan),
         ("gemma3", "final_logit_softcapping", math.nan),
         ("gemma3", "attention.sliding_window", 0),
+        ("llama", "rope.scaling.factor", -4.0),
+        ("llama", "rope.scaling.type", ["linear"]),
     ],
 )
 def test_hyper_parameter_out_of_range_is_bad_metadata(
@@ -211,3 +213,66 @@ def test_bad_metadata_message_does_not_carry_a_huge_value(tmp_path: Path) -> Non
     with pytest.raises(BadMetadata) as exc:
         _load(path)
     assert exc.value.key == "llama.embedding_length" and len(str(exc.value)) < 200
+
+
+def _scaled(tmp_path: Path, spec: Spec, extra: dict[str, object]) -> tuple[np.ndarray, np.ndarray]:
+    """Our logits for `spec` written with the rope scaling keys `extra`, and the reference's."""
+    make_weights(spec, np.random.default_rng(0), np.float32)
+    model = _load(write_gguf(spec, tmp_path / "m.gguf", extra=extra))
+    return model.forward(TOKENS, model.new_cache(32), all_logits=True), reference64.logits(spec, TOKENS)
+
+
+@pytest.mark.parametrize(
+    ("arch", "extra"),
+    [
+        ("llama", {"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 4.0}),
+        # llama.cpp's defaults: no type is linear, and the factor may be under its old key.
+        ("llama", {"llama.rope.scaling.factor": 4.0}),
+        ("llama", {"llama.rope.scale_linear": 4.0}),
+        ("qwen2", {"qwen2.rope.scaling.factor": 4.0}),
+        # Gemma 3 scales its global layers only.
+        ("gemma3", {"gemma3.rope.scaling.type": "linear", "gemma3.rope.scaling.factor": 4.0}),
+    ],
+    ids=["linear", "no-type", "old-key", "qwen2-no-type", "gemma3-linear"],
+)
+def test_linear_rope_scaling_matches_reference(arch: str, extra: dict[str, object], tmp_path: Path) -> None:
+    spec = Spec(arch, n_layer=7 if arch == "gemma3" else 2, tied=arch == "gemma3", rope_scale=0.25)
+    ours, ref = _scaled(tmp_path, spec, extra)
+    np.testing.assert_allclose(ours, ref, rtol=2e-4, atol=2e-4 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 1.0},
+        {"llama.rope.scaling.type": "yarn"},
+        {"llama.rope.scaling.type": "longrope", "llama.rope.scaling.factor": 0.0},
+        {"llama.rope.scaling.type": "none", "llama.rope.scaling.factor": 4.0},
+        {"llama.rope.scaling.type": "linear", "llama.rope.scaling.attn_factor": 1.0},
+    ],
+    ids=["yarn-factor-1", "yarn-no-factor", "longrope-factor-0", "none-factor-4", "attn-factor-1"],
+)
+def test_rope_scaling_that_changes_nothing_runs_unscaled(extra: dict[str, object], tmp_path: Path) -> None:
+    ours, ref = _scaled(tmp_path, Spec("llama"), extra)
+    np.testing.assert_allclose(ours, ref, rtol=2e-4, atol=2e-4 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0}, "'yarn' rope scaling"),
+        ({"llama.rope.scaling.type": "longrope", "llama.rope.scaling.factor": 2.0}, "'longrope'"),
+        ({"llama.rope.scaling.type": "y" * 100_000, "llama.rope.scaling.factor": 2.0}, "an unknown rope"),
+        ({"llama.rope.scaling.type": "linear", "llama.rope.scaling.attn_factor": 2.0}, "attention factor"),
+    ],
+    ids=["yarn", "longrope", "unknown-long", "attn-factor"],
+)
+def test_rope_scaling_the_runner_lacks_is_unsupported(
+    extra: dict[str, object], named: str, tmp_path: Path
+) -> None:
+    # Ignored, it made logits llama.cpp does not compute: a good file could fail on perplexity.
+    spec = Spec("llama", n_layer=1)
+    make_weights(spec, np.random.default_rng(0), np.float32)
+    with pytest.raises(UnsupportedArchitecture) as exc:
+        _load(write_gguf(spec, tmp_path / "m.gguf", extra=extra))
+    assert named in str(exc.value) and len(str(exc.value)) < 200

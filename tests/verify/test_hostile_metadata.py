@@ -96,3 +96,11 @@ def test_mixture_of_experts_llama_is_skipped_not_invalid(tmp_path: Path) -> None
     r = _check(write_gguf(spec, tmp_path / "moe.gguf", extra={**spm_vocab(N_VOCAB), **moe}))
     assert (r.status, r.reason) == ("skipped", "unsupported_architecture"), r.message
     assert "expert" in (r.message or "")
+
+
+def test_yarn_rope_scaling_is_skipped_not_judged(tmp_path: Path) -> None:
+    # The runner has no YaRN: ignored, it scored the text with the wrong positions.
+    yarn = {"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0}
+    r = _check(_model(tmp_path, yarn))
+    assert (r.status, r.reason) == ("skipped", "unsupported_architecture"), r.message
+    assert "yarn" in (r.message or "")
