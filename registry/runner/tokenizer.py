@@ -76,7 +76,7 @@ def read_vocab(mf: ModelFile) -> Vocab:
         v = mf.get(key)
         if v is None:
             return None
-        if not isinstance(v, int):
+        if isinstance(v, bool) or not isinstance(v, int):  # a BOOL true is no token 1
             raise BadMetadata(key, f"expected a token id, got {describe(v)}")
         if not 0 <= v < n:
             raise BadMetadata(key, f"token id {v} outside the vocabulary of {n}")
@@ -93,9 +93,9 @@ def read_vocab(mf: ModelFile) -> Vocab:
         eos_id=special("tokenizer.ggml.eos_token_id"),
         # llama.cpp's defaults when the keys are absent: SentencePiece adds BOS and a
         # space prefix, byte-level BPE adds neither.
-        add_bos=bool(mf.get("tokenizer.ggml.add_bos_token", spm)),
-        add_eos=bool(mf.get("tokenizer.ggml.add_eos_token", False)),
-        add_space_prefix=bool(mf.get("tokenizer.ggml.add_space_prefix", spm)),
+        add_bos=mf.get_bool("tokenizer.ggml.add_bos_token", spm),
+        add_eos=mf.get_bool("tokenizer.ggml.add_eos_token", False),
+        add_space_prefix=mf.get_bool("tokenizer.ggml.add_space_prefix", spm),
         model=model,
         pre=mf.get_str("tokenizer.ggml.pre", "default"),
     )

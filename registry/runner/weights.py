@@ -99,6 +99,16 @@ class ModelFile:
             raise BadMetadata(key, f"expected an array of {what}, got {describe(value)}")
         return value
 
+    def get_bool(self, key: str, default: bool) -> bool:
+        """A GGUF BOOL, the only type gguf-py writes flags as and llama.cpp reads them as:
+        the truth of a string ("no") or of an array is not what the file meant."""
+        field = self.header.fields.get(key)
+        if field is None:
+            return default
+        if field.type != ValueType.BOOL:
+            raise BadMetadata(key, f"expected a bool, got {describe(field.value)}")
+        return bool(field.value)
+
     def require(self, key: str) -> Any:
         field = self.header.fields.get(key)
         if field is None:

@@ -194,6 +194,8 @@ def _write_bad_vocab_gguf(path: Path, bad: Mapping[str, object]) -> Path:
     for k, v in {**good, **bad}.items():
         if isinstance(v, str):
             w.add_string(k, v)
+        elif isinstance(v, bool):
+            w.add_bool(k, v)
         elif isinstance(v, float):
             w.add_float32(k, v)
         elif isinstance(v, int):
@@ -221,6 +223,12 @@ def _write_bad_vocab_gguf(path: Path, bad: Mapping[str, object]) -> Path:
         ("tokenizer.ggml.merges", "a a"),
         ("tokenizer.ggml.pre", ["gpt2"]),
         ("tokenizer.ggml.bos_token_id", "1" * 100_000),
+        ("tokenizer.ggml.bos_token_id", True),
+        ("tokenizer.ggml.eos_token_id", 2.0),
+        ("tokenizer.ggml.add_bos_token", "no"),
+        ("tokenizer.ggml.add_bos_token", [0]),
+        ("tokenizer.ggml.add_eos_token", 1),
+        ("tokenizer.ggml.add_space_prefix", "false"),
     ],
     ids=[
         "model-array",
@@ -234,6 +242,12 @@ def _write_bad_vocab_gguf(path: Path, bad: Mapping[str, object]) -> Path:
         "merges-string",
         "pre-array",
         "bos-long-string",
+        "bos-bool",
+        "eos-float",
+        "add-bos-string-no",
+        "add-bos-array",
+        "add-eos-int",
+        "add-space-prefix-string",
     ],
 )
 def test_vocabulary_keys_of_the_wrong_type_are_bad_metadata(key: str, value: object, tmp_path: Path) -> None:
@@ -241,6 +255,18 @@ def test_vocabulary_keys_of_the_wrong_type_are_bad_metadata(key: str, value: obj
     with pytest.raises(BadMetadata) as exc:
         load_tokenizer(ModelFile.from_buffer(np.memmap(path, mode="r")))
     assert exc.value.key == key and len(str(exc.value)) < 200  # the message goes into a row
+
+
+def test_flags_written_as_bools_are_read(tmp_path: Path) -> None:
+    # Flags are GGUF BOOLs in every file gguf-py writes; False must override the defaults.
+    flags = {
+        "tokenizer.ggml.add_bos_token": False,
+        "tokenizer.ggml.add_space_prefix": False,
+        "tokenizer.ggml.add_eos_token": True,
+    }
+    path = _write_bad_vocab_gguf(tmp_path / "v.gguf", flags)
+    vocab = load_tokenizer(ModelFile.from_buffer(np.memmap(path, mode="r"))).vocab
+    assert (vocab.add_bos, vocab.add_space_prefix, vocab.add_eos) == (False, False, True)
 
 
 @pytest.mark.parametrize("model", ["llama", "gpt2"])
