@@ -23,6 +23,13 @@ from registry.gguf.types import ValueType
 from registry.runner.errors import BadMetadata, MissingKey, TokenizerUnsupported
 from registry.runner.weights import INTEGER_TYPES, NUMBER_TYPES, ModelFile, describe
 
+# Tokens, and merges, a vocabulary may have: four times the largest real vocabulary
+# (gemma3's 262,144 tokens; merge lists are of the same order). The tokenizer keeps about
+# 150 bytes of Python objects per token (strings, the lookup table) and per merge (ranks);
+# the parser's limits let a 64 MiB header hold millions of them, gigabytes before the
+# vocabulary could be compared with the embedding's rows.
+MAX_VOCAB = 1 << 20
+
 
 class TokenType(enum.IntEnum):
     NORMAL = 1
@@ -57,6 +64,10 @@ def read_vocab(mf: ModelFile) -> Vocab:
     tokens_v = mf.get_array("tokenizer.ggml.tokens", (ValueType.STRING,), "strings")
     if tokens_v is None:
         raise MissingKey("tokenizer.ggml.tokens")
+    merges_v = mf.get_array("tokenizer.ggml.merges", (ValueType.STRING,), "strings")
+    for key, listed in (("tokenizer.ggml.tokens", tokens_v), ("tokenizer.ggml.merges", merges_v)):
+        if listed is not None and listed.count > MAX_VOCAB:
+            raise BadMetadata(key, f"{listed.count} entries, more than the {MAX_VOCAB} a vocabulary may have")
     # Empty token texts get a unique placeholder, as llama.cpp does: an empty string
     # would otherwise match everywhere as a special token and in lookups.
     tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(tokens_v.to_list())]
@@ -68,7 +79,6 @@ def read_vocab(mf: ModelFile) -> Vocab:
     for key, arr in (("tokenizer.ggml.token_type", types), ("tokenizer.ggml.scores", scores)):
         if arr is not None and len(arr) != n:
             raise BadMetadata(key, f"{len(arr)} entries for {n} tokens")
-    merges_v = mf.get_array("tokenizer.ggml.merges", (ValueType.STRING,), "strings")
     # A text listed twice maps to its last id, as in llama.cpp's lookup table.
     token_to_id = {t: i for i, t in enumerate(tokens)}
 

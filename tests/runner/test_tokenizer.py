@@ -13,7 +13,7 @@ from registry.runner import BadMetadata, ModelFile, TokenizerUnsupported, load_t
 from registry.runner.bpe import BPETokenizer, byte_to_unicode
 from registry.runner.pretokenize import compiled, split, translate
 from registry.runner.spm import SPMTokenizer
-from registry.runner.tokenizer import TokenType, Vocab
+from registry.runner.tokenizer import MAX_VOCAB, TokenType, Vocab
 
 N, U, C, D, B = TokenType.NORMAL, TokenType.UNKNOWN, TokenType.CONTROL, TokenType.USER_DEFINED, TokenType.BYTE
 
@@ -282,3 +282,22 @@ def test_byte_token_whose_text_is_not_a_byte_decodes_as_text(model: str, tmp_pat
     path = _write_bad_vocab_gguf(tmp_path / "v.gguf", bad)
     tok = load_tokenizer(ModelFile.from_buffer(np.memmap(path, mode="r")))
     assert tok.decode([3, 4]) == "<0xZZ><0x+1>"
+
+
+@pytest.mark.parametrize("key", ["tokenizer.ggml.tokens", "tokenizer.ggml.merges"])
+def test_vocabulary_above_the_bound_is_bad_metadata(key: str, tmp_path: Path) -> None:
+    # Within the parser's limits, but the lists and tables built from it would take
+    # gigabytes: refused before any is built.
+    n = MAX_VOCAB + 1
+    w = gguf.GGUFWriter(str(tmp_path / "v.gguf"), "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list([f"t{i}" for i in range(n)] if key == "tokenizer.ggml.tokens" else ["a", "b", "ab"])
+    if key == "tokenizer.ggml.merges":
+        w.add_token_merges(["a b"] * n)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(BadMetadata) as exc:
+        load_tokenizer(ModelFile.from_buffer(np.memmap(tmp_path / "v.gguf", mode="r")))
+    assert exc.value.key == key and str(n) in str(exc.value)
