@@ -122,7 +122,7 @@ def partition_special(vocab: Vocab, text: str, *, parse_special: bool) -> list[F
         else (TokenType.USER_DEFINED,)
     )
     frags: list[Fragment] = [text] if text else []
-    for tid in _special_ids(vocab, kinds):
+    for tid in _special_ids(vocab, kinds, text):
         needle = vocab.tokens[tid]
         nxt: list[Fragment] = []
         for frag in frags:
@@ -139,8 +139,16 @@ def partition_special(vocab: Vocab, text: str, *, parse_special: bool) -> list[F
     return frags
 
 
-def _special_ids(vocab: Vocab, kinds: Sequence[TokenType]) -> list[int]:
-    ids = [int(i) for i in np.flatnonzero(np.isin(vocab.types, [int(k) for k in kinds]))]
+def _special_ids(vocab: Vocab, kinds: Sequence[TokenType], text: str) -> list[int]:
+    """The special tokens of `kinds` that occur in `text`, in the order they are cut out.
+
+    Every fragment is a piece of `text`, so a token absent from it can match none: one
+    substring search per token, instead of one per token and fragment (a vocabulary may
+    declare a million tokens user-defined; each cut the smoke text into more pieces).
+    """
+    tokens = vocab.tokens
+    candidates = np.flatnonzero(np.isin(vocab.types, [int(k) for k in kinds])).tolist()
+    ids = [i for i in candidates if tokens[i] in text]
     # Longest first, so "\n\n\n" wins over "\n"; ties in id order for determinism.
     return sorted(ids, key=lambda i: (-len(vocab.tokens[i].encode()), i))
 

@@ -9,11 +9,11 @@ import gguf
 import numpy as np
 import pytest
 
-from registry.runner import BadMetadata, ModelFile, TokenizerUnsupported, load_tokenizer
+from registry.runner import SMOKE_TEXT, BadMetadata, ModelFile, TokenizerUnsupported, load_tokenizer
 from registry.runner.bpe import BPETokenizer, byte_to_unicode
 from registry.runner.pretokenize import compiled, split, translate
 from registry.runner.spm import SPMTokenizer
-from registry.runner.tokenizer import MAX_VOCAB, TokenType, Vocab
+from registry.runner.tokenizer import MAX_VOCAB, TokenType, Vocab, partition_special
 
 N, U, C, D, B = TokenType.NORMAL, TokenType.UNKNOWN, TokenType.CONTROL, TokenType.USER_DEFINED, TokenType.BYTE
 
@@ -301,3 +301,43 @@ def test_vocabulary_above_the_bound_is_bad_metadata(key: str, tmp_path: Path) ->
     with pytest.raises(BadMetadata) as exc:
         load_tokenizer(ModelFile.from_buffer(np.memmap(tmp_path / "v.gguf", mode="r")))
     assert exc.value.key == key and str(n) in str(exc.value)
+
+
+def _cut_every_special(vocab: Vocab, text: str, kinds: tuple[TokenType, ...]) -> list[str | int]:
+    """partition_special written plainly: every special token tried on every fragment."""
+    specials = sorted(
+        (i for i, k in enumerate(vocab.types) if k in kinds),
+        key=lambda i: (-len(vocab.tokens[i].encode()), i),
+    )
+    frags: list[str | int] = [text] if text else []
+    for tid in specials:
+        out: list[str | int] = []
+        for frag in frags:
+            if isinstance(frag, int):
+                out.append(frag)
+                continue
+            for j, part in enumerate(frag.split(vocab.tokens[tid])):
+                out += ([tid] if j else []) + ([part] if part else [])
+        frags = out
+    return frags
+
+
+@pytest.mark.parametrize("parse_special", [False, True])
+def test_partition_special_tries_only_tokens_in_the_text_with_the_same_result(parse_special: bool) -> None:
+    # Only tokens occurring in the text are tried on its fragments (the rest cannot match
+    # a piece of it): the cut must be the one trying every special token gives.
+    entries = [("<unk>", U, 0.0), ("<s>", C, 0.0), ("</s>", C, 0.0), ("<start>", C, 0.0)]
+    specials = ["\n", "\n\n", "\n\n\n", "ab", "abc", "bc", "c<", "<br>", "br", "zz", "é", "éa", "  "]
+    entries += [(t, D, 0.0) for t in specials]
+    entries += [(f"~{i:04d}", D, 0.0) for i in range(500)]  # never in the texts
+    vocab = _vocab(entries, model="llama")
+    kinds = (D, C, U) if parse_special else (D,)
+    for text in [
+        "abc<br>abcbc\n\n\n\nab  c<start>é éa zz",
+        "<s>ab\n\n</s><unk>bc<br><br>",
+        SMOKE_TEXT,
+        "",
+    ]:
+        expected = _cut_every_special(vocab, text, kinds)
+        assert partition_special(vocab, text, parse_special=parse_special) == expected
+        assert not text or any(isinstance(f, int) for f in expected)  # something was cut
