@@ -51,6 +51,7 @@ from registry.gguf.strings import walk_strings
 from registry.gguf.types import (
     DEFAULT_ALIGNMENT,
     GGUF_MAGIC,
+    INTEGER_VALUE_TYPES,
     SCALAR_FORMATS,
     GGMLType,
     ValueType,
@@ -63,18 +64,6 @@ _MAX_I64 = 2**63 - 1  # ggml keeps element counts and byte sizes in int64_t
 GGML_MAX_NAME = 64  # a tensor name plus its terminating NUL
 SUPPORTED_VERSIONS = (1, 2, 3)
 
-_INTEGER_TYPES = frozenset(
-    {
-        ValueType.UINT8,
-        ValueType.INT8,
-        ValueType.UINT16,
-        ValueType.INT16,
-        ValueType.UINT32,
-        ValueType.INT32,
-        ValueType.UINT64,
-        ValueType.INT64,
-    }
-)
 
 # Guesses that only size the next read after NeedMoreData; too big costs a few KiB of
 # transfer, too small costs a round trip, so they lean generous.
@@ -533,7 +522,7 @@ class _Parser:
 
     def _check_alignment(self, vtype: ValueType, value: Any, offset: int) -> None:
         field = "general.alignment"
-        if vtype not in _INTEGER_TYPES:
+        if vtype not in INTEGER_VALUE_TYPES:
             raise InvalidValue(f"alignment must be an integer, not {vtype.name}", field=field, offset=offset)
         if value <= 0 or value & (value - 1):
             raise InvalidValue(f"alignment {value} is not a power of two", field=field, offset=offset)

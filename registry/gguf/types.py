@@ -230,6 +230,20 @@ class ValueType(enum.IntEnum):
     FLOAT64 = 12
 
 
+INTEGER_VALUE_TYPES = frozenset(
+    {
+        ValueType.UINT8,
+        ValueType.INT8,
+        ValueType.UINT16,
+        ValueType.INT16,
+        ValueType.UINT32,
+        ValueType.INT32,
+        ValueType.UINT64,
+        ValueType.INT64,
+    }
+)
+
+
 # struct format character and byte width of every fixed-size value type.
 SCALAR_FORMATS: dict[ValueType, tuple[str, int]] = {
     ValueType.UINT8: ("B", 1),

@@ -19,9 +19,9 @@ from typing import Protocol
 
 import numpy as np
 
-from registry.gguf.types import ValueType
+from registry.gguf.types import INTEGER_VALUE_TYPES, ValueType
 from registry.runner.errors import BadMetadata, MissingKey, TokenizerUnsupported
-from registry.runner.weights import INTEGER_TYPES, NUMBER_TYPES, ModelFile, describe
+from registry.runner.weights import NUMBER_TYPES, ModelFile, describe
 
 # Tokens, and merges, a vocabulary may have: four times the largest real vocabulary
 # (gemma3's 262,144 tokens; merge lists are of the same order). The tokenizer keeps about
@@ -72,7 +72,7 @@ def read_vocab(mf: ModelFile) -> Vocab:
     # would otherwise match everywhere as a special token and in lookups.
     tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(tokens_v.to_list())]
     n = len(tokens)
-    types_v = mf.get_array("tokenizer.ggml.token_type", INTEGER_TYPES, "integers")
+    types_v = mf.get_array("tokenizer.ggml.token_type", INTEGER_VALUE_TYPES, "integers")
     types = np.asarray(types_v.to_numpy(), dtype=np.int32) if types_v is not None else np.full(n, 1, np.int32)
     scores_v = mf.get_array("tokenizer.ggml.scores", NUMBER_TYPES, "numbers")
     scores = np.asarray(scores_v.to_numpy(), dtype=np.float32) if scores_v is not None else None

@@ -17,7 +17,7 @@ from registry.gguf.array import GGUFArray
 from registry.gguf.errors import NeedMoreData
 from registry.gguf.model import GGUFHeader, TensorInfo
 from registry.gguf.reader import next_window, parse_header
-from registry.gguf.types import ValueType
+from registry.gguf.types import INTEGER_VALUE_TYPES, ValueType
 from registry.quant import dequantize
 from registry.runner.errors import BadMetadata, BadTensor, MissingKey, MissingTensor
 from registry.runner.ops import Rounding, rounding_for
@@ -26,19 +26,7 @@ from registry.runner.ops import Rounding, rounding_for
 _FIRST_WINDOW = 1 << 20
 _MARGIN = 64 * 1024
 
-INTEGER_TYPES = frozenset(
-    {
-        ValueType.UINT8,
-        ValueType.INT8,
-        ValueType.UINT16,
-        ValueType.INT16,
-        ValueType.UINT32,
-        ValueType.INT32,
-        ValueType.UINT64,
-        ValueType.INT64,
-    }
-)
-NUMBER_TYPES = INTEGER_TYPES | {ValueType.FLOAT32, ValueType.FLOAT64}
+NUMBER_TYPES = INTEGER_VALUE_TYPES | {ValueType.FLOAT32, ValueType.FLOAT64}
 
 
 def describe(value: Any) -> str:
