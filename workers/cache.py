@@ -292,7 +292,7 @@ class DownloadCache:
                 p.unlink()
 
     def usage(self) -> int:
-        return sum(p.stat().st_size for d in (self.blobs, self.partial) if d.is_dir() for p in d.iterdir())
+        return sum(_size(p) for d in (self.blobs, self.partial) if d.is_dir() for p in d.iterdir())
 
     @contextlib.asynccontextmanager
     async def using(self, keys: Iterable[str]) -> AsyncIterator[None]:
@@ -363,6 +363,15 @@ class DownloadCache:
             part.replace(final)
             os.utime(final, (time.time(), time.time()))
             return CachedFile(final, received, False)
+
+
+def _size(path: Path) -> int:
+    """The file's size; 0 once it is gone: another cache's eviction deletes files, and its
+    downloads rename partials into place, between our listing of a folder and our stat."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _oldest_first(folder: Path, keep: frozenset[str]) -> list[Path]:

@@ -306,3 +306,17 @@ def _link(fd: Path) -> str | None:
         return os.readlink(fd)
     except OSError:
         return None
+
+
+def test_usage_and_eviction_skip_a_file_that_vanished_after_the_listing(tmp_path: Path) -> None:
+    # Another worker's eviction deletes a partial, or its download renames one into place,
+    # between our listing of the folder and our stat of the entry. A dangling symlink is
+    # exactly that entry: listed, and gone when stat looks for it.
+    cache = DownloadCache(tmp_path / "cache", max_bytes=1500)
+    kept = _abandoned_partial(cache, "e" * 64, 1000, mtime=1.0)
+    (cache.partial / ("f" * 64)).symlink_to(cache.partial / "deleted-meanwhile")
+    cache.blobs.mkdir()
+    (cache.blobs / ("0" * 64)).symlink_to(cache.blobs / "renamed-meanwhile")
+    assert cache.usage() == 1000
+    assert cache.evict(1000) == [kept.name]
+    assert cache.usage() == 0
