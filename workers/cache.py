@@ -227,9 +227,18 @@ class Downloader:
 
     async def _write(self, resp: aiohttp.ClientResponse, dest: Path, mode: str, progress: _Progress) -> None:
         async with aiofiles.open(dest, mode) as f:
-            while chunk := await resp.content.read(_CHUNK):
-                await f.write(chunk)
-                progress.bytes += len(chunk)
+            try:
+                while chunk := await resp.content.read(_CHUNK):
+                    await f.write(chunk)
+                    progress.bytes += len(chunk)
+            except (TimeoutError, aiohttp.ClientError):
+                # aiohttp raises as soon as the connection is lost, before the body bytes it
+                # has received are read: write them too, or a link that drops every connection
+                # after a few hundred KiB (which then all arrive at once) never keeps a byte.
+                if rest := _unread(resp.content):
+                    await f.write(rest)
+                    progress.bytes += len(rest)
+                raise
 
     async def _open(self, url: str, headers: dict[str, str]) -> aiohttp.ClientResponse:
         for _ in range(self.options.max_redirects + 1):
@@ -254,6 +263,21 @@ class Downloader:
             if urlsplit(url).scheme not in ("http", "https"):
                 raise InvalidResponse(f"redirect to a non-HTTP location {url!r}", url=url)
         raise InvalidResponse("too many redirects", url=url)
+
+
+def _unread(stream: aiohttp.StreamReader) -> bytes:
+    """The body bytes a stream has received and not given out, after it failed.
+
+    Every public read raises the stream's exception first, so this takes the buffer as
+    aiohttp keeps it; if a later aiohttp keeps it otherwise, nothing is kept (as before).
+    """
+    read_now = getattr(stream, "_read_nowait", None)
+    if read_now is None:
+        return b""
+    try:
+        return bytes(read_now(-1))
+    except Exception:
+        return b""
 
 
 @dataclass

@@ -89,6 +89,31 @@ async def test_download_resumes_after_a_reset(hub: FakeHub, tmp_path: Path) -> N
     assert r.bytes_downloaded == len(data) == resumed_at + second.bytes_sent
 
 
+async def test_bytes_received_before_a_reset_are_kept_however_few(hub: FakeHub, tmp_path: Path) -> None:
+    # A link that drops every connection after 64 KiB: the bytes of each body arrive all at
+    # once with the end of the connection, before the reader has read any of them.
+    data = os.urandom(1 << 20)
+    blob = BytesBlob(data, lfs=True)
+    _add(hub, REPO, RepoFile("big.bin", blob))
+    resets = 10  # twice the downloader's attempts without progress
+    hub.faults.add(Fault("reset", route="cdn", after_bytes=64 << 10, times=resets))
+    cache = DownloadCache(tmp_path / "cache", max_bytes=4 << 20)
+
+    async def no_wait(_: float) -> None:
+        pass
+
+    async with Downloader(HttpOptions(endpoint=hub.endpoint, token=TOKEN), sleep=no_wait) as dl:
+        got = await cache.fetch(dl, hub.resolve_url(REPO, "big.bin"), blob.sha256, len(data))
+    assert got.path.read_bytes() == data and got.bytes_downloaded == len(data)
+    cdn = hub.requests_to("cdn")
+    assert len(cdn) == resets + 1
+    served = 0
+    for req in cdn:  # each request asks for the bytes after those served before it
+        assert req.range == (f"bytes={served}-" if served else None)
+        served += req.bytes_sent
+    assert served == len(data)  # not a byte sent twice
+
+
 async def test_partial_file_is_continued_and_cache_hits_download_nothing(
     hub: FakeHub, tmp_path: Path
 ) -> None:
