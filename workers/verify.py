@@ -25,7 +25,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 
 # What a report keeps of stderr when the child dies: the end says why.
 _STDERR_TAIL = 2000
+# How long a cancelled verification may wait for its row to be written (a locked database).
+_CANCEL_RECORD_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -406,12 +408,28 @@ async def run_verification(
         # No runner retries a cancelled job by itself (procrastinate ends it `aborted`).
         # The artifact keeps the status of its last verification with a verdict.
         cancelled = VerifyResult.failed(Reason.CANCELLED, "the verification was stopped before its end")
-        try:
-            await _record(db, verification_id, None, cancelled)
-        except Exception:
-            log.exception("verification %s: its cancellation could not be recorded", verification_id)
+        await _record_despite_cancel(_record(db, verification_id, None, cancelled), verification_id)
         raise
     await _record(db, verification_id, artifact_id, result)
+
+
+async def _record_despite_cancel(write: Coroutine[Any, Any, None], verification_id: int) -> None:
+    """Run `write` to its end, for at most `_CANCEL_RECORD_S`, although the task that awaits
+    it is cancelled again meanwhile (a second stop signal, a shutdown cancelling every task):
+    interrupted, it would leave the row `running`."""
+    task = asyncio.ensure_future(write)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _CANCEL_RECORD_S
+    while not task.done() and (left := deadline - loop.time()) > 0:
+        # Unlike awaiting it, asyncio.wait cancelled leaves `task` running: it shields it.
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait([task], timeout=left)
+    if not task.done():
+        task.cancel()
+        log.error("verification %s: its cancellation was not recorded within %g s", verification_id,
+                  _CANCEL_RECORD_S)  # fmt: skip
+    elif not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("verification %s: its cancellation could not be recorded", verification_id, exc_info=exc)
 
 
 async def _record(db: Database, verification_id: int, artifact_id: int | None, result: VerifyResult) -> None:

@@ -7,7 +7,7 @@ import functools
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from registry.api.launchers import TaskVerifier
 from registry.catalog.db import Database
@@ -15,11 +15,12 @@ from registry.catalog.models import Artifact, Verification
 from registry.catalog.services import upsert_repo_snapshot
 from registry.catalog.snapshot import ArtifactRecord, RepoSnapshot, ShardRecord
 from tests.api.conftest import WRITE_TOKEN, MakeApi
+from tests.catalog.conftest import empty_tables
 from tests.catalog.factories import make_facts
 from tests.fakehub import FakeHub, Fault
 from tests.fakehub.corpus import BytesBlob, Corpus, Repo, RepoFile
 from tests.fakehub.testing import TOKEN
-from tests.jobs.conftest import wait_for
+from tests.jobs.conftest import scalar, wait_for
 from tests.verify.conftest import make_settings, write_tiny
 from workers.index import index_paths
 from workers.verify import in_process_verifier, run_verification
@@ -91,6 +92,17 @@ async def test_missing_file_is_a_failed_row_not_a_stuck_one(db: Database, tmp_pa
     async with db.sessions() as session:
         done = await session.get(Verification, row.id)
     assert done is not None and done.status == "failed" and done.finished_at is not None
+
+
+async def _hub_artifact(db: Database, repo: Repo) -> int:
+    """The catalog's artifact of the one file of `repo`; returns its id."""
+    file = repo.files[0]
+    shard = ShardRecord(file.path, size=file.blob.size, sha256=file.blob.sha256, header_bytes=100)
+    async with db.sessions() as session, session.begin():
+        snapshot = RepoSnapshot(repo.repo_id, repo.sha, (ArtifactRecord(shard.path, (shard,), make_facts()),))
+        await upsert_repo_snapshot(session, snapshot)
+    async with db.sessions() as session:
+        return (await session.scalars(select(Artifact.id))).one()
 
 
 async def test_hub_artifact_is_downloaded_by_the_job(db: Database, tmp_path: Path) -> None:
@@ -182,3 +194,55 @@ async def test_a_verification_cancelled_mid_download_ends_failed_cancelled(
     assert done.finished_at is not None and done.details["message"]
     assert art.verification_status is None  # a stopped run says nothing of the file
     assert 0 < partial.stat().st_size < len(data)  # kept for the next run to continue
+
+
+@pytest.mark.postgres
+async def test_a_second_cancel_does_not_interrupt_the_record_of_the_first(
+    postgresql_url: str, tmp_path: Path
+) -> None:
+    db = Database.from_url(postgresql_url)
+    try:
+        repo = Repo("org/stalled-GGUF", [RepoFile("tiny-Q8_0.gguf", BytesBlob(b"GGUF" + bytes(4 << 20), lfs=True))])
+        artifact_id = await _hub_artifact(db, repo)
+        async with db.sessions() as session:
+            row = Verification(artifact_id=artifact_id, status="queued")
+            session.add(row)
+            await session.commit()
+        # A slow CDN, 64 KiB a request: the verification is mid-download when it is cancelled.
+        slow = [
+            Fault("reset", route="cdn", after_bytes=64 << 10),
+            Fault("short_range", route="cdn", after_bytes=64 << 10, times=None),
+            Fault("latency", route="cdn", delay=0.1, times=None),
+        ]
+        async with FakeHub(Corpus([repo]), tokens={TOKEN}, faults=slow) as hub:
+            task = asyncio.create_task(run_verification(db, make_settings(tmp_path, hub.endpoint), row.id))
+
+            async def downloading() -> bool:
+                return task.done() or bool(hub.requests_to("cdn"))
+
+            await wait_for(downloading, 30, "the download to start")
+            assert not task.done()
+            async with db.engine.connect() as holder:
+                # Another transaction holds the row: the record of the cancellation waits on it.
+                await holder.execute(text("SELECT id FROM verifications WHERE id = :id FOR UPDATE"), {"id": row.id})
+                task.cancel()
+
+                async def record_waiting() -> bool:
+                    waiting = await scalar(db, "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                                               "current_database() AND wait_event_type = 'Lock'")  # fmt: skip
+                    return task.done() or waiting > 0
+
+                await wait_for(record_waiting, 30, "the record of the cancellation to wait for the row", 0.01)
+                assert not task.done()
+                task.cancel()  # a second stop signal, while the row is being written
+                await asyncio.sleep(0)  # the task sees it before the row is free
+                await holder.rollback()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, 30)
+        async with db.sessions() as session:
+            done = await session.get(Verification, row.id)
+        assert done is not None
+        assert (done.status, done.reason) == ("failed", "cancelled")
+    finally:
+        await empty_tables(db)
+        await db.dispose()
