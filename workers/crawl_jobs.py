@@ -188,14 +188,45 @@ async def _queue_reserved(db: Database, crawl_id: int, repo_id: str, job_id: int
 async def _end_listing(db: Database, crawl_id: int, report: CrawlReport) -> None:
     async with db.sessions() as session, session.begin():
         await _lock_crawl(session, crawl_id)
-        queued = await session.scalar(
-            select(func.count()).select_from(CrawlRepo)
-            .where(CrawlRepo.crawl_id == crawl_id, CrawlRepo.state != "skipped"))  # fmt: skip
-        listing = {LISTING_DONE: report.listed, "listing_unchanged": report.unchanged, "queued": int(queued or 0),
-                   "listing_failed": int(report.status == "failed")}  # fmt: skip
-        # Zeros for the repo counters too: a crawl that queued nothing still shows them all.
-        add = {**dict.fromkeys(REPO_COUNTERS, 0), "unchanged": report.unchanged}
-        await _release(session, crawl_id, 1, add=add, assign=listing, errors=report.errors)
+        await _end_listing_in(session, crawl_id, report)
+
+
+async def fail_listing(session: AsyncSession, crawl_id: int, job_id: int, error: str) -> bool:
+    """End failed, in the caller's transaction, the listing of a crawl whose listing job
+    `job_id` failed for good without ending it (its runs killed the process every time),
+    so that no sweep queues it again: the crawl ends `failed` once the repo jobs it queued
+    have ended. Repos a dead attempt reserved without recording their job are skipped, as
+    when their job was not queued. False when the listing had ended (or the crawl is gone)."""
+    if not await _lock_crawl(session, crawl_id):
+        return False
+    row = await session.get_one(Crawl, crawl_id, populate_existing=True)
+    if row.status != "running" or LISTING_DONE in (row.counters or {}):
+        return False
+    row.pending_jobs = max(row.pending_jobs, 1)  # the listing's own, if it died before taking it
+    reserved = list(await session.scalars(
+        select(CrawlRepo).where(CrawlRepo.crawl_id == crawl_id, CrawlRepo.state == "reserved")))  # fmt: skip
+    for repo in reserved:
+        repo.state, repo.updated_at = "skipped", utcnow()
+    await session.flush()
+    report = CrawlReport(crawl_id=crawl_id, status="failed")
+    report.listed = int(await session.scalar(
+        select(func.count()).select_from(CrawlRepo).where(CrawlRepo.crawl_id == crawl_id)) or 0)  # fmt: skip
+    report.add_error("", "", f"job_failed: listing job {job_id}: {error}")
+    await _release(session, crawl_id, len(reserved))
+    await _end_listing_in(session, crawl_id, report)
+    return True
+
+
+async def _end_listing_in(session: AsyncSession, crawl_id: int, report: CrawlReport) -> None:
+    """Assign the listing's counters and release its pending job; the caller holds the lock."""
+    queued = await session.scalar(
+        select(func.count()).select_from(CrawlRepo)
+        .where(CrawlRepo.crawl_id == crawl_id, CrawlRepo.state != "skipped"))  # fmt: skip
+    listing = {LISTING_DONE: report.listed, "listing_unchanged": report.unchanged, "queued": int(queued or 0),
+               "listing_failed": int(report.status == "failed")}  # fmt: skip
+    # Zeros for the repo counters too: a crawl that queued nothing still shows them all.
+    add = {**dict.fromkeys(REPO_COUNTERS, 0), "unchanged": report.unchanged}
+    await _release(session, crawl_id, 1, add=add, assign=listing, errors=report.errors)
 
 
 async def report_repo(db: Database, crawl_id: int, repo_id: str, report: CrawlReport) -> bool:

@@ -4,8 +4,10 @@ The catalog's `jobs` table is the queue, so a server killed mid-crawl resumes on
 rows left `running` by a dead process go back to `queued` when the pool starts (one
 embedded server per database; the distributed mode is for more). Each claim counts an
 attempt, so a job whose runs killed the process `jobs.max_attempts` times (the OS ending
-it for memory, say) ends `failed` instead of running again at every start; a pool that
-stops on its own (serve shutting down) gives its jobs back without using up an attempt.
+it for memory, say) ends `failed` instead of running again at every start, and so does what
+it was for: its crawl (else the sweep would queue its listing again, with attempts anew);
+a pool that stops on its own (serve shutting down) gives its jobs back without using up an
+attempt.
 Each enqueue commits its row before the pool is woken, and a per-repo or per-artifact
 `lock` keeps one job of each queued or running at a time.
 """
@@ -19,6 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry.api.launchers import CatalogJobs
 from registry.catalog import migrate
@@ -26,7 +29,7 @@ from registry.catalog.db import Database
 from registry.catalog.models import Job
 from registry.catalog.types import utcnow
 from registry.config import Settings
-from workers.crawl_jobs import sweep
+from workers.crawl_jobs import fail_listing, sweep
 from workers.jobs import (
     QUEUE_OF,
     JobContext,
@@ -40,6 +43,15 @@ from workers.jobs import (
 
 log = logging.getLogger(__name__)
 IDLE_POLL_S = 1.0  # also picks up retries whose wait ended
+
+
+async def _end_lost_work(session: AsyncSession, job: Job) -> None:
+    """What a job failed at start for good leaves unfinished ends with it, in the same
+    transaction: its crawl's listing (else the sweep queues it again, attempts anew). An
+    index job's repo is the sweep's."""
+    args = job.args or {}
+    if job.kind == "crawl":
+        await fail_listing(session, int(args["crawl_id"]), job.id, job.error or "")
 
 
 class EmbeddedQueue:
@@ -131,6 +143,7 @@ class EmbeddedQueue:
                     f"the worker stopped during the job {job.attempts} times (jobs.max_attempts = {limit})"
                 )
                 log.error("job %s (%s) failed: %s", job.id, job.kind, job.error)
+                await _end_lost_work(session, job)
 
     async def _give_back(self) -> None:
         """Queue again, without counting the attempt, the jobs this pool stopped mid-run: being

@@ -23,6 +23,7 @@ from sqlalchemy import select, update
 from registry.catalog import migrate
 from registry.catalog.db import Database
 from registry.catalog.models import Crawl, CrawlRepo, Job
+from registry.catalog.types import utcnow
 from registry.config import Settings
 from registry.hub.client import HubClient
 from tests.catalog.conftest import TempDatabases
@@ -234,3 +235,37 @@ async def test_procrastinate_tells_whether_a_crawl_has_a_listing_job(
         assert not await q.crawl_job_pending(7, 1_800_003_600) and not await q.crawl_job_pending(7, None)
         await app.connector.execute_query_async("UPDATE procrastinate_jobs SET status = 'succeeded'")
         assert not await q.crawl_job_pending(5) and not await q.crawl_job_pending(7, 1_800_000_000)
+
+
+async def test_a_crawl_whose_listing_job_killed_its_process_every_time_ends_failed(queue: EmbeddedQueue) -> None:
+    db, limit = queue.db, queue.settings.jobs.max_attempts
+    crawl_id = await create_scheduled_crawl(db, queue.settings)
+    job_id = await queue.enqueue_crawl(crawl_id)
+    assert job_id is not None
+    long_ago = utcnow() - timedelta(hours=1)  # quiet for longer than the sweep waits
+    async with db.sessions() as session, session.begin():
+        # As its last allowed run leaves it: killed after reserving a repo, before queuing its job.
+        await session.execute(update(Job).where(Job.id == job_id).values(status="running", attempts=limit))
+        await session.execute(update(Crawl).where(Crawl.id == crawl_id)
+                              .values(pending_jobs=2, started_at=long_ago, heartbeat_at=long_ago))  # fmt: skip
+        session.add(CrawlRepo(crawl_id=crawl_id, repo_id="org/reserved-GGUF", state="reserved", updated_at=long_ago))
+    pool = asyncio.create_task(queue.run(concurrency=1))
+
+    async def settled() -> bool:  # the crawl ended, or its listing was queued again
+        listings = await scalar(db, "SELECT count(*) FROM jobs WHERE kind = 'crawl'")
+        return pool.done() or listings > 1 or (await _crawl(db, crawl_id)).status != "running"
+
+    try:
+        await wait_for(settled, 30, "the crawl to end or its listing to be queued again")
+        assert not pool.done(), pool.exception() if pool.done() else None
+    finally:
+        pool.cancel()
+        await asyncio.gather(pool, return_exceptions=True)
+    assert await scalar(db, "SELECT count(*) FROM jobs WHERE kind = 'crawl'") == 1
+    crawl = await _crawl(db, crawl_id)
+    assert (crawl.status, crawl.pending_jobs, crawl.counters["listing_failed"]) == ("failed", 0, 1)
+    assert crawl.finished_at is not None and crawl.counters["queued"] == 0
+    stopped = f"the worker stopped during the job {limit} times (jobs.max_attempts = {limit})"
+    assert [e["error"] for e in crawl.errors] == [f"job_failed: listing job {job_id}: {stopped}"]
+    assert await _states(db, crawl_id) == {"skipped": 1}  # its repo job was never queued
+    assert await resume_orphaned_crawls(db, queue, idle=NOW) == 0
