@@ -5,9 +5,9 @@ rows left `running` by a dead process go back to `queued` when the pool starts (
 embedded server per database; the distributed mode is for more). Each claim counts an
 attempt, so a job whose runs killed the process `jobs.max_attempts` times (the OS ending
 it for memory, say) ends `failed` instead of running again at every start, and so does what
-it was for: its crawl (else the sweep would queue its listing again, with attempts anew);
-a pool that stops on its own (serve shutting down) gives its jobs back without using up an
-attempt.
+it was for: its crawl (else the sweep would queue its listing again, with attempts anew) or
+its verification (`crashed`); a pool that stops on its own (serve shutting down) gives its
+jobs back without using up an attempt.
 Each enqueue commits its row before the pool is woken, and a per-repo or per-artifact
 `lock` keeps one job of each queued or running at a time.
 """
@@ -40,6 +40,7 @@ from workers.jobs import (
     open_context,
     verify_job,
 )
+from workers.verify import fail_lost_run
 
 log = logging.getLogger(__name__)
 IDLE_POLL_S = 1.0  # also picks up retries whose wait ended
@@ -47,11 +48,13 @@ IDLE_POLL_S = 1.0  # also picks up retries whose wait ended
 
 async def _end_lost_work(session: AsyncSession, job: Job) -> None:
     """What a job failed at start for good leaves unfinished ends with it, in the same
-    transaction: its crawl's listing (else the sweep queues it again, attempts anew). An
-    index job's repo is the sweep's."""
+    transaction: its crawl's listing (else the sweep queues it again, attempts anew), its
+    verification's row (else `running` for ever). An index job's repo is the sweep's."""
     args = job.args or {}
     if job.kind == "crawl":
         await fail_listing(session, int(args["crawl_id"]), job.id, job.error or "")
+    elif job.kind == "verify":
+        await fail_lost_run(session, int(args["verification_id"]), job.error or "")
 
 
 class EmbeddedQueue:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
 from registry.api.launchers import TaskVerifier
@@ -430,6 +431,22 @@ async def _record_despite_cancel(write: Coroutine[Any, Any, None], verification_
                   _CANCEL_RECORD_S)  # fmt: skip
     elif not task.cancelled() and (exc := task.exception()) is not None:
         log.error("verification %s: its cancellation could not be recorded", verification_id, exc_info=exc)
+
+
+async def fail_lost_run(session: AsyncSession, verification_id: int, message: str) -> bool:
+    """End `crashed`, in the caller's transaction, a verification whose runs killed their
+    worker as often as its job may run (the job is failed for good): without a verdict it
+    would stay `running`. A row with a verdict already (the worker died after writing it)
+    is left as it is. Returns whether the row was ended."""
+    row = await session.get(Verification, verification_id)
+    if row is None or row.status not in ("queued", "running"):
+        return False
+    result = VerifyResult.failed(Reason.CRASHED, message)
+    _fill_row(row, result)
+    art = await session.get(Artifact, row.artifact_id)
+    if art is not None:  # as when the check process dies: the file may be what kills it
+        art.verification_status = result.status
+    return True
 
 
 async def _record(db: Database, verification_id: int, artifact_id: int | None, result: VerifyResult) -> None:

@@ -64,7 +64,7 @@ class Reason(enum.StrEnum):
     INVALID_MODEL = "invalid_model"  # keys or tensors the architecture needs are missing or wrong
     MEMORY_EXCEEDED = "memory_exceeded"
     DOWNLOAD_FAILED = "download_failed"
-    CRASHED = "crashed"  # the child process died without a verdict
+    CRASHED = "crashed"  # the child process (or, jobs.max_attempts times, the worker) died without a verdict
     CANCELLED = "cancelled"  # the run was stopped (worker shutdown, job cancelled): no verdict
 
 

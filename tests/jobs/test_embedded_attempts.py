@@ -9,12 +9,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from registry.catalog import migrate
 from registry.catalog.db import Database
-from registry.catalog.models import Job
+from registry.catalog.models import Artifact, Job, Verification
+from registry.catalog.services import upsert_repo_snapshot
+from registry.catalog.snapshot import ArtifactRecord, RepoSnapshot, ShardRecord
 from registry.config import Settings, load_settings
+from tests.catalog.factories import make_facts
 from tests.fakehub.testing import TOKEN
 from tests.jobs.conftest import wait_for
 from workers.queue_embedded import EmbeddedQueue
@@ -114,3 +117,41 @@ async def test_a_stopped_pool_gives_its_running_job_back_unused(tmp_path: Path, 
         await _run_until(queue, running, "the index job to start")
     job = await _job(db, job_id)
     assert (job.status, job.attempts, job.error) == ("queued", 0, None)
+
+
+async def _verifications(db: Database, *statuses: str) -> tuple[int, list[int]]:
+    """A hub artifact in the catalog and one verification of it per status."""
+    shard = ShardRecord("tiny-Q8_0.gguf", size=1000, sha256="ab" * 32, header_bytes=100)
+    async with db.sessions() as session, session.begin():
+        await upsert_repo_snapshot(
+            session, RepoSnapshot("org/tiny-GGUF", "c" * 40, (ArtifactRecord(shard.path, (shard,), make_facts()),))
+        )
+    async with db.sessions() as session, session.begin():
+        artifact_id = (await session.scalars(select(Artifact.id))).one()
+        rows = [Verification(artifact_id=artifact_id, status=s) for s in statuses]
+        session.add_all(rows)
+    return artifact_id, [r.id for r in rows]
+
+
+async def test_a_verification_whose_job_killed_its_process_max_attempts_times_ends_crashed(
+    tmp_path: Path, db: Database
+) -> None:
+    queue = EmbeddedQueue(_settings(tmp_path), db)
+    artifact_id, (lost, judged) = await _verifications(db, "running", "passed")
+    # Both jobs' last allowed runs killed the process; `judged`'s after its row had its verdict.
+    jobs = [await queue.enqueue_verify(v) for v in (lost, judged)]
+    async with db.sessions() as session, session.begin():
+        await session.execute(update(Job).where(Job.id.in_(jobs)).values(status="running", attempts=MAX_ATTEMPTS))
+
+    async def failed() -> bool:
+        return [(await _job(db, j)).status for j in jobs if j is not None] == ["failed", "failed"]
+
+    await _run_until(queue, failed, "the jobs to fail")
+    async with db.sessions() as session:
+        row = await session.get_one(Verification, lost)
+        kept = await session.get_one(Verification, judged)
+        art = await session.get_one(Artifact, artifact_id)
+    assert (row.status, row.reason, row.finished_at is not None) == ("failed", "crashed", True)
+    assert f"stopped during the job {MAX_ATTEMPTS} times" in row.details["message"]
+    assert art.verification_status == "failed"  # as when the check process dies
+    assert (kept.status, kept.reason) == ("passed", None)
