@@ -486,6 +486,15 @@ def scan_source(source: str, template: str = "default") -> AstReport:
                                        clip(source, 120), template))
         report.findings.extend(keyword_scan(source, template))
         return report
+    except ValueError as exc:
+        # The lexer converts number literals itself, outside its own error handling: a
+        # literal of more than 4300 digits raises here. The sandbox child rejects the same
+        # template as a compile error, so this finding is the only report of it.
+        report = AstReport(parsed=False)
+        report.findings.append(Finding("template-syntax-error", "medium", f"template does not parse: {exc}",
+                                       clip(source, 120), template))
+        report.findings.extend(keyword_scan(source, template))
+        return report
     scanner = _Scanner(source, template)
     scanner.scan(root)
     return scanner.report

@@ -127,3 +127,13 @@ def test_long_variable_chains_stay_cheap() -> None:
     started = time.perf_counter()
     assert "computed-attribute-name" in codes(chain + "{{ m[a1999] }}")
     assert time.perf_counter() - started < 5  # generous: linear work, not a timing assertion
+
+
+def test_number_literal_the_lexer_cannot_convert_is_a_finding() -> None:
+    # Python refuses to convert integers of more than 4300 digits; the ValueError escaped
+    # the parser, so the template (and the payload after it) was never scanned.
+    report = scan_source("{{ " + "1" * 5000 + " }}{{ lipsum.__globals__['os'].popen('id').read() }}")
+    assert not report.parsed
+    found = {(f.code, f.severity) for f in report.findings}
+    assert ("template-syntax-error", "medium") in found
+    assert ("suspicious-keyword", "critical") in found  # __globals__, from the keyword search

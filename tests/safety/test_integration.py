@@ -214,6 +214,21 @@ def test_inspect_without_template_is_clean(
     assert "template safety" not in out
 
 
+def test_inspect_reports_a_template_the_jinja_lexer_cannot_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A 5000-digit number literal made the parser raise ValueError: `inspect` crashed and
+    # the index stored the file as not scanned, hiding the payload that follows it.
+    monkeypatch.chdir(tmp_path)  # no config/registry.toml from the checkout
+    template = "{{ " + "1" * 5000 + " }}" + CVE_2024_34359
+    path = write_gguf(tmp_path / "bigint.gguf", template)
+    code, out, err = run(capsys, "inspect", "--json", str(path))
+    assert code == 0, err
+    findings = json.loads(out)["chat_template_findings"]
+    assert findings[0]["severity"] == "critical"
+    assert "template-syntax-error" in {f["code"] for f in findings}
+
+
 async def test_crawl_stores_findings_scanning_each_template_once(db: Database) -> None:
     corpus = Corpus()
     corpus.add(gguf_repo("evil/hostile-GGUF", ModelSpec(name="Evil", chat_template=CVE_2024_34359),
