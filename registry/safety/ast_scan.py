@@ -18,7 +18,9 @@ template internals (`self`, `namespace` objects). So the scan flags:
 - `{% include %}`, `{% import %}`, `{% extends %}` (no loader exists for chat templates).
 
 A template that does not parse is a finding with the parser's error, and is then searched
-by keyword after removing quotes and concatenation operators.
+by keyword after removing quotes and concatenation operators. Folding runs in the indexing
+process, so its values and its number of steps are capped; a template that needs more is a
+`template-too-complex` finding, and its constants and computed names are still checked.
 """
 
 from __future__ import annotations
@@ -66,6 +68,12 @@ _ESCAPED_UNDERSCORE = re.compile(r"\\x5f|\\u005f|\\U0000005f|\\137|\\N\{LOW LINE
 _MAX_CANDIDATES = 8
 _MAX_FOLD = 4096
 _MAX_DEPTH = 64
+# Folding runs in the indexing process, without the sandbox's time and memory limits, so
+# every folded value stays small (one step can at most double it) and the number of
+# folding steps per template is capped. Real chat templates need a few thousand steps.
+_MAX_INT_BITS = 64
+_MAX_NESTING = 8
+_MAX_FOLD_STEPS = 100_000
 
 
 @dataclass
@@ -147,6 +155,25 @@ def _var_key(n: nodes.Node) -> str | None:
     return None
 
 
+def _small(value: Any) -> bool:
+    """A folded value worth keeping: strings and tuples of bounded total size, short ints."""
+    stack, size = [(value, 0)], 0
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, tuple):
+            if depth >= _MAX_NESTING:
+                return False
+            size += len(v)
+            stack.extend((x, depth + 1) for x in v[: _MAX_FOLD + 1])
+        elif isinstance(v, str):
+            size += len(v)
+        elif isinstance(v, int) and v.bit_length() > _MAX_INT_BITS:
+            return False
+        if size > _MAX_FOLD:
+            return False
+    return True
+
+
 def _walk(root: nodes.Node) -> Iterator[nodes.Node]:
     # Iterative: a hostile template may nest deeper than Python's recursion limit.
     stack = [root]
@@ -164,6 +191,8 @@ class _Folder:
         self.active: set[str] = set()
         self.memo: dict[int, list[Any]] = {}
         self.truncated = False
+        self.steps = 0
+        self.exhausted = False  # the step budget ran out: later folds found nothing
 
     def prime(self, all_nodes: list[nodes.Node]) -> None:
         """Fold every node children-first, so later folds are lookups (linear, shallow)."""
@@ -179,12 +208,19 @@ class _Folder:
         memo = self.memo.get(id(node))
         if memo is not None:
             return memo
+        if not isinstance(node, nodes.Const | nodes.TemplateData):
+            # Variables reassigned many times, or resolving each other, cost steps
+            # quadratic in the template's size; constants stay free.
+            self.steps += 1
+            if self.steps > _MAX_FOLD_STEPS:
+                self.exhausted = True
+                return []
         outer, self.truncated = self.truncated, False
         try:
             out = self._fold(node, depth + 1)
         except (TypeError, ValueError, IndexError, KeyError, OverflowError, ZeroDivisionError):
             out = []
-        out = [v for v in out if not isinstance(v, str) or len(v) <= _MAX_FOLD][:_MAX_CANDIDATES]
+        out = [v for v in out if _small(v)][:_MAX_CANDIDATES]
         # A result cut short by the depth limit, or seen while resolving a variable (cycle
         # guard active), may be incomplete: only complete results are reused.
         if not self.truncated and not self.active:
@@ -252,7 +288,7 @@ def _binop(node: nodes.BinExpr, a: Any, b: Any) -> Any:
             return a * b
         if isinstance(b, str) and isinstance(a, int) and len(b) * a <= _MAX_FOLD:
             return b * a
-    if isinstance(node, nodes.Mod) and isinstance(a, str) and _safe_format(a):
+    if isinstance(node, nodes.Mod) and isinstance(a, str) and _safe_format(a, b if isinstance(b, tuple) else (b,)):
         return a % b
     return None
 
@@ -260,26 +296,37 @@ def _binop(node: nodes.BinExpr, a: Any, b: Any) -> Any:
 _UNSAFE_FORMAT = re.compile(r"\{[^}]*[.\[!:]|\d{4,}|\*")
 
 
-def _safe_format(fmt: str) -> bool:
-    """Folding runs in the scanning process: no attribute lookups, no huge widths."""
-    return _UNSAFE_FORMAT.search(fmt) is None
+def _safe_format(fmt: str, args: Any) -> bool:
+    """Folding runs in the scanning process: no attribute lookups, no huge widths or results."""
+    if _UNSAFE_FORMAT.search(fmt) is not None:
+        return False
+    # Each field is at most one argument padded to a width of three digits.
+    longest = max((len(str(x)) for x in args), default=0)
+    return len(fmt) + (fmt.count("%") + fmt.count("{")) * (999 + longest) <= 4 * _MAX_FOLD
+
+
+def _joined_length(sep: str, seq: tuple[Any, ...] | str) -> int:
+    return sum(len(str(x)) for x in seq) + len(sep) * max(0, len(seq) - 1)
 
 
 def _apply(name: str, b: Any, a: list[Any]) -> Any:
     """A string filter or method applied to constants, as Jinja/Python would."""
     if name == "join":
         if isinstance(b, str) and a and isinstance(a[0], tuple | str):  # 'sep'.join(seq)
-            return b.join(str(x) for x in a[0])
+            return b.join(str(x) for x in a[0]) if _joined_length(b, a[0]) <= _MAX_FOLD else None
         if isinstance(b, tuple | str):  # seq|join(sep)
-            return (str(a[0]) if a else "").join(str(x) for x in b)
+            sep = str(a[0]) if a else ""
+            return sep.join(str(x) for x in b) if _joined_length(sep, b) <= _MAX_FOLD else None
     if not isinstance(b, str):
         return None
     if name == "format":
-        if not _safe_format(b):
+        if not _safe_format(b, a):
             return None
         return b % tuple(a) if "%" in b and a else b.format(*a) if "{" in b else b
-    if name == "replace" and len(a) >= 2 and len(b) * max(1, len(str(a[1]))) <= 1 << 20:
-        return b.replace(str(a[0]), str(a[1]))
+    if name == "replace" and len(a) >= 2:
+        old, new = str(a[0]), str(a[1])
+        count = b.count(old) if old else len(b) + 1
+        return b.replace(old, new) if len(b) + count * (len(new) - len(old)) <= _MAX_FOLD else None
     if name == "reverse":
         return b[::-1]
     if name in ("lower", "upper", "strip", "lstrip", "rstrip", "capitalize", "title"):
@@ -342,6 +389,10 @@ class _Scanner:
             # Literal template text is output, not code: it may mention anything.
             if isinstance(n, nodes.Expr) and not isinstance(n, nodes.Name | nodes.TemplateData):
                 self.check_strings(n, folder)
+        if folder.exhausted:
+            self.report.findings.append(Finding(
+                "template-too-complex", "medium", "template builds too many values to follow them all; "
+                "names built from pieces may be missed", clip(self.source, 120), self.template))
         for m in _ESCAPED_UNDERSCORE.finditer(self.source):
             if ("escaped-underscore", m.group().lower()) not in self.seen:
                 self.seen.add(("escaped-underscore", m.group().lower()))

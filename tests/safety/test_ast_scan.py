@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 
 import pytest
+from jinja2 import nodes
 
-from registry.safety.ast_scan import scan_source
+from registry.safety.ast_scan import _apply, _Folder, scan_source
 from registry.safety.findings import max_severity
+from registry.safety.sandbox import template_environment
 from tests.safety import templates as T
 
 
@@ -137,3 +139,40 @@ def test_number_literal_the_lexer_cannot_convert_is_a_finding() -> None:
     found = {(f.code, f.severity) for f in report.findings}
     assert ("template-syntax-error", "medium") in found
     assert ("suspicious-keyword", "critical") in found  # __globals__, from the keyword search
+
+
+def test_nested_lists_built_through_variables_do_not_crash_the_scanner() -> None:
+    # Each `set` wraps the previous list once more; joining the last one with `~` needed a
+    # repr thousands of levels deep (RecursionError in the indexing process).
+    source = "{% set a0 = ['x'] %}" + "".join(f"{{% set a{i + 1} = [a{i}] %}}" for i in range(2000))
+    report = scan_source(source + "{{ a2000 ~ 'y' }}")
+    assert ("template-too-complex", "medium") in {(f.code, f.severity) for f in report.findings}
+
+
+def test_a_variable_reassigned_many_times_ends_in_a_finding() -> None:
+    # Every read of `v` resolved all of its assignments, each reading `v` again: work
+    # quadratic in the template's size (a 256 KiB template kept a worker busy for minutes).
+    source = "{{ x|attr('__cla' ~ 'ss__') }}" + "".join("{% set v = v ~ ('a' if c else 'b') %}" for _ in range(600))
+    findings = scan_source(source).findings
+    assert ("template-too-complex", "medium") in {(f.code, f.severity) for f in findings}
+    # Folded after the budget ran out, the payload is still seen from its constant pieces.
+    assert max_severity(findings) in ("high", "critical")
+
+
+def test_folded_numbers_and_lists_stay_small() -> None:
+    # Squaring a number or doubling a list at every `set` grew values without bound in the
+    # indexing process, which folding runs in (25 steps: hundreds of MiB, minutes of CPU).
+    squares = "{% set a0 = 999999999 %}" + "".join(f"{{% set a{i + 1} = a{i} * a{i} %}}" for i in range(8))
+    doubles = "{% set b0 = [1, 2, 3, 4, 5, 6, 7, 8] %}" + "".join(f"{{% set b{i + 1} = b{i} + b{i} %}}" for i in range(12))
+    root = template_environment().parse(squares + doubles)
+    assigns = {n.target.name: [n.node] for n in root.find_all(nodes.Assign) if isinstance(n.target, nodes.Name)}
+    folder = _Folder(assigns)
+    assert folder.fold(assigns["a1"][0]) == [999999999**2]
+    assert folder.fold(assigns["a8"][0]) == []
+    assert folder.fold(assigns["b3"][0]) == [(1, 2, 3, 4, 5, 6, 7, 8) * 8]
+    assert folder.fold(assigns["b12"][0]) == []
+    # Strings are refused before they are built, not after: each folding step stays cheap.
+    assert _apply("replace", "a" * 4000, ["", "b" * 200]) is None
+    assert _apply("join", tuple("a" * 4000), ["b" * 4000]) is None
+    assert _apply("format", "%s" * 100, ["a" * 4000] * 100) is None
+    assert _apply("replace", "__cl_ss__", ["_", "a"]) == "aaclassaa"

@@ -17,6 +17,7 @@ from registry.catalog.errors import InvalidQuery
 from registry.catalog.models import Artifact, Repo
 from registry.catalog.search import SearchQuery, facets, search
 from registry.cli import main
+from registry.gguf.reader import parse_header
 from registry.hub.client import HubClient
 from registry.hub.http import HttpOptions, HubHttp
 from registry.safety.sandbox import SandboxUnavailable
@@ -227,6 +228,22 @@ def test_inspect_reports_a_template_the_jinja_lexer_cannot_read(
     findings = json.loads(out)["chat_template_findings"]
     assert findings[0]["severity"] == "critical"
     assert "template-syntax-error" in {f["code"] for f in findings}
+
+
+def test_scanner_reports_a_template_whose_folding_would_blow_up(tmp_path: Path) -> None:
+    # Lists nested through 2000 `set`s: the scanner raised RecursionError in the indexing
+    # process and the artifact was stored as not scanned instead of with a finding.
+    nested = "{% set a0 = ['x'] %}" + "".join(f"{{% set a{i + 1} = [a{i}] %}}" for i in range(2000))
+    path = write_gguf(tmp_path / "nested.gguf", nested + "{{ a2000 ~ 'y' }}" + CVE_2024_34359)
+    header = parse_header(path.read_bytes(), file_size=path.stat().st_size)
+    scanner = TemplateScanner()
+    try:
+        findings = scanner.scan_sync(header)
+    finally:
+        scanner.close()
+    assert findings is not None
+    assert findings[0].severity == "critical"
+    assert "template-too-complex" in {f.code for f in findings}
 
 
 async def test_crawl_stores_findings_scanning_each_template_once(db: Database) -> None:
