@@ -49,6 +49,11 @@ _SPECIAL = re.compile(
     r"|\[/?[A-Z_]{2,32}\]"  # [INST], [/INST], [AVAILABLE_TOOLS]
     r"|<</?[A-Z]{2,16}>>"  # <<SYS>>
 )
+# Special tokens name a role or a marker in at most four words ("reserved_special_token_0",
+# "tool▁calls▁begin"); a longer bracketed phrase is an instruction with its spaces spelled
+# as separators, "<|ignore_all_previous_instructions|>", and the model reads it as one.
+_TOKEN_WORD_SEPARATORS = re.compile(r"[_▁.:\-]+")
+_MAX_TOKEN_WORDS = 4
 _METADATA = re.compile(
     r"^\s*(cutting knowledge date|today date|current date|knowledge cutoff|environment|reasoning)\s*:"
     r"\s*[\w ,./:-]{0,40}$",
@@ -169,7 +174,15 @@ def _pieces(segment: str, tokens: Sequence[str], strip_json: bool) -> list[str]:
             if new == text:
                 break
             text = new
-    return _SPECIAL.sub(_SEP, text).split(_SEP)
+    return _SPECIAL.sub(_structural, text).split(_SEP)
+
+
+def _structural(token: re.Match[str]) -> str:
+    """A special-token shaped match: a separator, or its words when it is a phrase."""
+    words = _TOKEN_WORD_SEPARATORS.sub(" ", token.group().strip("<>[]/|｜▁")).strip()
+    if len(words.split()) > _MAX_TOKEN_WORDS and is_sentence(words):
+        return words
+    return _SEP
 
 
 def _added_text(conv: Conversation, output: str, bos: str, eos: str) -> list[_Added]:
