@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from jinja2 import nodes
 
@@ -124,11 +122,15 @@ def test_name_built_in_a_loop_and_used_as_subscript_is_a_finding() -> None:
     assert codes("{% for m in messages %}{{ messages[loop.index0 + 1] }}{{ messages[i * 2] }}{% endfor %}") == set()
 
 
-def test_long_variable_chains_stay_cheap() -> None:
+def test_long_variable_chains_are_bounded() -> None:
+    # 2,000 names resolving each other need more folding steps than the scan allows: the
+    # work stops at the budget (template-too-complex) and the built name is still flagged.
     chain = "{% set a0 = x ~ 'y' %}" + "".join(f"{{% set a{i} = a{i - 1} %}}" for i in range(1, 2000))
-    started = time.perf_counter()
-    assert "computed-attribute-name" in codes(chain + "{{ m[a1999] }}")
-    assert time.perf_counter() - started < 5  # generous: linear work, not a timing assertion
+    found = codes(chain + "{{ m[a1999] }}")
+    assert {"computed-attribute-name", "template-too-complex"} <= found
+    # A short chain is within the budget and only the built name is a finding.
+    short = "{% set a0 = x ~ 'y' %}" + "".join(f"{{% set a{i} = a{i - 1} %}}" for i in range(1, 20))
+    assert codes(short + "{{ m[a19] }}") == {"computed-attribute-name"}
 
 
 def test_number_literal_the_lexer_cannot_convert_is_a_finding() -> None:
