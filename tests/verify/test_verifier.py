@@ -94,37 +94,32 @@ async def test_missing_file_is_a_failed_row_not_a_stuck_one(db: Database, tmp_pa
     assert done is not None and done.status == "failed" and done.finished_at is not None
 
 
-async def _hub_artifact(db: Database, repo: Repo) -> int:
-    """The catalog's artifact of the one file of `repo`; returns its id."""
+async def _hub_verification(db: Database, repo: Repo) -> tuple[int, int]:
+    """The catalog's artifact of the one file of `repo` and a queued verification of it:
+    (artifact id, verification id)."""
     file = repo.files[0]
     shard = ShardRecord(file.path, size=file.blob.size, sha256=file.blob.sha256, header_bytes=100)
     async with db.sessions() as session, session.begin():
         snapshot = RepoSnapshot(repo.repo_id, repo.sha, (ArtifactRecord(shard.path, (shard,), make_facts()),))
         await upsert_repo_snapshot(session, snapshot)
     async with db.sessions() as session:
-        return (await session.scalars(select(Artifact.id))).one()
+        artifact_id = (await session.scalars(select(Artifact.id))).one()
+        row = Verification(artifact_id=artifact_id, status="queued")
+        session.add(row)
+        await session.commit()
+        return artifact_id, row.id
 
 
 async def test_hub_artifact_is_downloaded_by_the_job(db: Database, tmp_path: Path) -> None:
     data = write_tiny(tmp_path / "tiny.gguf").read_bytes()
     blob = BytesBlob(data, lfs=True)
     repo = Repo("org/tiny-GGUF", [RepoFile("tiny-Q8_0.gguf", blob)])
-    shard = ShardRecord("tiny-Q8_0.gguf", size=len(data), sha256=blob.sha256, header_bytes=100)
-    async with db.sessions() as session, session.begin():
-        await upsert_repo_snapshot(
-            session,
-            RepoSnapshot("org/tiny-GGUF", repo.sha, (ArtifactRecord(shard.path, (shard,), make_facts()),)),
-        )
-    async with db.sessions() as session:
-        artifact_id = (await session.scalars(select(Artifact.id))).one()
-        row = Verification(artifact_id=artifact_id, status="queued")
-        session.add(row)
-        await session.commit()
+    _, row_id = await _hub_verification(db, repo)
     async with FakeHub(Corpus([repo]), tokens={TOKEN}) as hub:
-        await run_verification(db, make_settings(tmp_path, hub.endpoint), row.id)
+        await run_verification(db, make_settings(tmp_path, hub.endpoint), row_id)
         cdn = hub.requests_to("cdn")
     async with db.sessions() as session:
-        done = await session.get(Verification, row.id)
+        done = await session.get(Verification, row_id)
     assert done is not None
     assert (done.status, done.reason) == ("skipped", "unsupported_architecture")
     assert done.sha256 == blob.sha256 and done.bytes_downloaded == len(data)
@@ -156,17 +151,7 @@ async def test_a_verification_cancelled_mid_download_ends_failed_cancelled(
     data = write_tiny(tmp_path / "tiny.gguf", rows=40_000).read_bytes()  # 5 MB
     blob = BytesBlob(data, lfs=True)
     repo = Repo("org/tiny-GGUF", [RepoFile("tiny-Q8_0.gguf", blob)])
-    shard = ShardRecord("tiny-Q8_0.gguf", size=len(data), sha256=blob.sha256, header_bytes=100)
-    async with db.sessions() as session, session.begin():
-        await upsert_repo_snapshot(
-            session,
-            RepoSnapshot("org/tiny-GGUF", repo.sha, (ArtifactRecord(shard.path, (shard,), make_facts()),)),
-        )
-    async with db.sessions() as session:
-        artifact_id = (await session.scalars(select(Artifact.id))).one()
-        row = Verification(artifact_id=artifact_id, status="queued")
-        session.add(row)
-        await session.commit()
+    artifact_id, row_id = await _hub_verification(db, repo)
     # A slow CDN: the first body breaks off after 2 MiB, every later range brings 64 KiB more.
     slow = [
         Fault("reset", route="cdn", after_bytes=2 << 20),
@@ -176,7 +161,7 @@ async def test_a_verification_cancelled_mid_download_ends_failed_cancelled(
     async with FakeHub(Corpus([repo]), tokens={TOKEN}, faults=slow) as hub:
         settings = make_settings(tmp_path, hub.endpoint)
         partial = settings.cache_dir / "partial" / blob.sha256
-        task = asyncio.create_task(run_verification(db, settings, row.id))
+        task = asyncio.create_task(run_verification(db, settings, row_id))
 
         async def downloading() -> bool:
             return task.done() or (partial.exists() and partial.stat().st_size > 0)
@@ -187,7 +172,7 @@ async def test_a_verification_cancelled_mid_download_ends_failed_cancelled(
         with pytest.raises(asyncio.CancelledError):
             await task
     async with db.sessions() as session:
-        done = await session.get(Verification, row.id)
+        done = await session.get(Verification, row_id)
         art = await session.get(Artifact, artifact_id)
     assert done is not None and art is not None
     assert (done.status, done.reason) == ("failed", "cancelled")
@@ -203,11 +188,7 @@ async def test_a_second_cancel_does_not_interrupt_the_record_of_the_first(
     db = Database.from_url(postgresql_url)
     try:
         repo = Repo("org/stalled-GGUF", [RepoFile("tiny-Q8_0.gguf", BytesBlob(b"GGUF" + bytes(4 << 20), lfs=True))])
-        artifact_id = await _hub_artifact(db, repo)
-        async with db.sessions() as session:
-            row = Verification(artifact_id=artifact_id, status="queued")
-            session.add(row)
-            await session.commit()
+        _, row_id = await _hub_verification(db, repo)
         # A slow CDN, 64 KiB a request: the verification is mid-download when it is cancelled.
         slow = [
             Fault("reset", route="cdn", after_bytes=64 << 10),
@@ -215,7 +196,7 @@ async def test_a_second_cancel_does_not_interrupt_the_record_of_the_first(
             Fault("latency", route="cdn", delay=0.1, times=None),
         ]
         async with FakeHub(Corpus([repo]), tokens={TOKEN}, faults=slow) as hub:
-            task = asyncio.create_task(run_verification(db, make_settings(tmp_path, hub.endpoint), row.id))
+            task = asyncio.create_task(run_verification(db, make_settings(tmp_path, hub.endpoint), row_id))
 
             async def downloading() -> bool:
                 return task.done() or bool(hub.requests_to("cdn"))
@@ -224,7 +205,7 @@ async def test_a_second_cancel_does_not_interrupt_the_record_of_the_first(
             assert not task.done()
             async with db.engine.connect() as holder:
                 # Another transaction holds the row: the record of the cancellation waits on it.
-                await holder.execute(text("SELECT id FROM verifications WHERE id = :id FOR UPDATE"), {"id": row.id})
+                await holder.execute(text("SELECT id FROM verifications WHERE id = :id FOR UPDATE"), {"id": row_id})
                 task.cancel()
 
                 async def record_waiting() -> bool:
@@ -240,7 +221,7 @@ async def test_a_second_cancel_does_not_interrupt_the_record_of_the_first(
             with pytest.raises(asyncio.CancelledError):
                 await asyncio.wait_for(task, 30)
         async with db.sessions() as session:
-            done = await session.get(Verification, row.id)
+            done = await session.get(Verification, row_id)
         assert done is not None
         assert (done.status, done.reason) == ("failed", "cancelled")
     finally:
