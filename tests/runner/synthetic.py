@@ -66,7 +66,8 @@ def spm_vocab(n_vocab: int) -> dict[str, object]:
     }
 
 
-def _add(wr: gguf.GGUFWriter, key: str, value: object) -> None:
+def add_value(wr: gguf.GGUFWriter, key: str, value: object) -> None:
+    """One metadata key, typed from its Python value (non-negative ints as uint32)."""
     if isinstance(value, str):
         wr.add_string(key, value)
     elif isinstance(value, bool):
@@ -110,7 +111,7 @@ def write_gguf(
             kv[f"{a}.final_logit_softcapping"] = s.softcap
     for key, value in {**kv, **(extra or {})}.items():
         if key not in skip_keys:
-            _add(wr, key, value)
+            add_value(wr, key, value)
     for name, arr in s.weights.items():
         wr.add_tensor(name, arr)
     wr.write_header_to_file()

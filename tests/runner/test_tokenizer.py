@@ -14,6 +14,7 @@ from registry.runner.bpe import BPETokenizer, byte_to_unicode
 from registry.runner.pretokenize import compiled, split, translate
 from registry.runner.spm import SPMTokenizer
 from registry.runner.tokenizer import MAX_VOCAB, TokenType, Vocab, partition_special
+from tests.runner.synthetic import add_value
 
 N, U, C, D, B = TokenType.NORMAL, TokenType.UNKNOWN, TokenType.CONTROL, TokenType.USER_DEFINED, TokenType.BYTE
 
@@ -192,16 +193,7 @@ def _write_bad_vocab_gguf(path: Path, bad: Mapping[str, object]) -> Path:
     }
     w = gguf.GGUFWriter(str(path), "llama")
     for k, v in {**good, **bad}.items():
-        if isinstance(v, str):
-            w.add_string(k, v)
-        elif isinstance(v, bool):
-            w.add_bool(k, v)
-        elif isinstance(v, float):
-            w.add_float32(k, v)
-        elif isinstance(v, int):
-            w.add_uint32(k, v)
-        else:
-            w.add_array(k, v)  # type: ignore[arg-type]
+        add_value(w, k, v)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
