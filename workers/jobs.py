@@ -14,7 +14,9 @@ The embedded runner (`workers.queue_embedded`, inside `registry serve`) and the
 distributed one (`workers.queue_procrastinate`, `registry worker`) differ only in where
 the queue lives and who picks jobs from it. A `TransientJobError` (rate limits, 5xx,
 resets, a file changed mid-read) is retried with backoff by both; any other error fails
-the job, visible in `GET /v1/jobs`.
+the job, visible in `GET /v1/jobs`. A job whose runs killed their worker
+`jobs.max_attempts` times is failed for good by its runner, and `end_lost_work` ends what it
+was for in the same way in both modes.
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry.api.launchers import JOB_STATES, JobInfo, JobQueue
 from registry.catalog.db import Database
@@ -37,9 +40,9 @@ from registry.hub.client import HubClient
 from registry.hub.errors import FileChanged, HubError
 from registry.hub.http import HubHttp
 from workers.crawl import CrawlReport, ReadOptions, index_repo
-from workers.crawl_jobs import enqueue_crawl, report_repo
+from workers.crawl_jobs import enqueue_crawl, fail_listing, report_repo
 from workers.schedule import Cron, Every, Schedule
-from workers.verify import run_verification
+from workers.verify import fail_lost_run, run_verification
 
 __all__ = [
     "JOB_STATES",
@@ -51,9 +54,11 @@ __all__ = [
     "TransientJobError",
     "crawl_job",
     "create_scheduled_crawl",
+    "end_lost_work",
     "index_repo_job",
     "schedule_cron",
     "verify_job",
+    "worker_died_message",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
@@ -166,17 +171,48 @@ async def create_scheduled_crawl(db: Database, settings: Settings, *, scheduled_
     async with db.sessions() as session, session.begin():
         if scheduled_at is not None:
             params["scheduled_at"] = scheduled_at
-            # A tick's row is recent: look among the newest scheduled crawls only.
-            recent = await session.scalars(
-                select(Crawl).where(Crawl.kind == "hub").order_by(Crawl.id.desc()).limit(200)
-            )
-            for row in recent:
-                if (row.parameters or {}).get("scheduled_at") == scheduled_at:
-                    return row.id
+            found = await _scheduled_crawl(session, scheduled_at)
+            if found is not None:
+                return found
         row = Crawl(kind="hub", status="running", parameters=params)
         session.add(row)
         await session.flush()
         return row.id
+
+
+async def _scheduled_crawl(session: AsyncSession, scheduled_at: int) -> int | None:
+    """The crawl row of a schedule tick, if one was committed."""
+    # A tick's row is recent: look among the newest scheduled crawls only.
+    recent = await session.scalars(
+        select(Crawl).where(Crawl.kind == "hub").order_by(Crawl.id.desc()).limit(200)
+    )
+    for row in recent:
+        if (row.parameters or {}).get("scheduled_at") == scheduled_at:
+            return row.id
+    return None
+
+
+def worker_died_message(runs: int, limit: int) -> str:
+    """Why a job whose every run killed its worker was failed for good."""
+    return f"the worker stopped during the job {runs} times (jobs.max_attempts = {limit})"
+
+
+async def end_lost_work(
+    session: AsyncSession, kind: str, args: Mapping[str, Any], job_id: int, error: str
+) -> None:
+    """End, in the caller's transaction, what a job failed for good by its runner (its runs
+    killed their worker `jobs.max_attempts` times) leaves unfinished: its crawl's listing
+    (else the sweep queues it again, attempts anew), its verification's row (else `running`
+    for ever). An index job's repo is the sweep's. Both runners call it, with the job's kind
+    (`crawl`, `index_repo`, `verify`) and arguments; a scheduled crawl's job names its tick."""
+    if kind == "crawl":
+        crawl_id = args.get("crawl_id")
+        if crawl_id is None and args.get("timestamp") is not None:
+            crawl_id = await _scheduled_crawl(session, int(args["timestamp"]))  # None: died before its row
+        if crawl_id is not None:
+            await fail_listing(session, int(crawl_id), job_id, error)
+    elif kind == "verify":
+        await fail_lost_run(session, int(args["verification_id"]), error)
 
 
 def schedule_cron(schedule: Schedule) -> str:

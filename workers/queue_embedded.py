@@ -21,7 +21,6 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry.api.launchers import CatalogJobs
 from registry.catalog import migrate
@@ -29,32 +28,22 @@ from registry.catalog.db import Database
 from registry.catalog.models import Job
 from registry.catalog.types import utcnow
 from registry.config import Settings
-from workers.crawl_jobs import fail_listing, sweep
+from workers.crawl_jobs import sweep
 from workers.jobs import (
     QUEUE_OF,
     JobContext,
     JobInfo,
     TransientJobError,
     crawl_job,
+    end_lost_work,
     index_repo_job,
     open_context,
     verify_job,
+    worker_died_message,
 )
-from workers.verify import fail_lost_run
 
 log = logging.getLogger(__name__)
 IDLE_POLL_S = 1.0  # also picks up retries whose wait ended
-
-
-async def _end_lost_work(session: AsyncSession, job: Job) -> None:
-    """What a job failed at start for good leaves unfinished ends with it, in the same
-    transaction: its crawl's listing (else the sweep queues it again, attempts anew), its
-    verification's row (else `running` for ever). An index job's repo is the sweep's."""
-    args = job.args or {}
-    if job.kind == "crawl":
-        await fail_listing(session, int(args["crawl_id"]), job.id, job.error or "")
-    elif job.kind == "verify":
-        await fail_lost_run(session, int(args["verification_id"]), job.error or "")
 
 
 class EmbeddedQueue:
@@ -142,11 +131,9 @@ class EmbeddedQueue:
                     job.status = "queued"
                     continue
                 job.status, job.finished_at = "failed", utcnow()
-                job.error = (
-                    f"the worker stopped during the job {job.attempts} times (jobs.max_attempts = {limit})"
-                )
+                job.error = worker_died_message(job.attempts, limit)
                 log.error("job %s (%s) failed: %s", job.id, job.kind, job.error)
-                await _end_lost_work(session, job)
+                await end_lost_work(session, job.kind, job.args or {}, job.id, job.error)
 
     async def _give_back(self) -> None:
         """Queue again, without counting the attempt, the jobs this pool stopped mid-run: being
