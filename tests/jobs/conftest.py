@@ -24,11 +24,14 @@ from sqlalchemy import select, text
 from registry.api.auth import hash_token
 from registry.catalog import migrate
 from registry.catalog.db import Database
-from registry.catalog.models import Artifact, Repo
+from registry.catalog.models import Artifact, Repo, Verification
+from registry.catalog.services import upsert_repo_snapshot
+from registry.catalog.snapshot import ArtifactRecord, RepoSnapshot, ShardRecord
 from registry.config import load_settings
 from registry.hub.client import HubClient
 from registry.hub.http import HttpOptions, HubHttp
 from tests.catalog.conftest import temp_databases  # noqa: F401  (session fixture)
+from tests.catalog.factories import make_facts
 from tests.fakehub import FakeHub, Fault
 from tests.fakehub.corpus import Corpus, synthetic_corpus
 from tests.fakehub.testing import FAST_RETRY, TOKEN
@@ -84,6 +87,20 @@ def reference(corpus: Corpus, tmp_path_factory: pytest.TempPathFactory) -> Snaps
             await db.dispose()
 
     return asyncio.run(crawl())
+
+
+async def add_verifications(db: Database, *statuses: str) -> tuple[int, list[int]]:
+    """A hub artifact in the catalog and one verification of it per status."""
+    shard = ShardRecord("tiny-Q8_0.gguf", size=1000, sha256="ab" * 32, header_bytes=100)
+    async with db.sessions() as session, session.begin():
+        await upsert_repo_snapshot(
+            session, RepoSnapshot("org/tiny-GGUF", "c" * 40, (ArtifactRecord(shard.path, (shard,), make_facts()),))
+        )
+    async with db.sessions() as session, session.begin():
+        artifact_id = (await session.scalars(select(Artifact.id))).one()
+        rows = [Verification(artifact_id=artifact_id, status=s) for s in statuses]
+        session.add_all(rows)
+    return artifact_id, [r.id for r in rows]
 
 
 def job_env(db_url: str, hub: FakeHub, data_dir: Path, **extra: str) -> dict[str, str]:

@@ -9,17 +9,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import update
 
 from registry.catalog import migrate
 from registry.catalog.db import Database
 from registry.catalog.models import Artifact, Job, Verification
-from registry.catalog.services import upsert_repo_snapshot
-from registry.catalog.snapshot import ArtifactRecord, RepoSnapshot, ShardRecord
 from registry.config import Settings, load_settings
-from tests.catalog.factories import make_facts
 from tests.fakehub.testing import TOKEN
-from tests.jobs.conftest import wait_for
+from tests.jobs.conftest import add_verifications, wait_for
 from workers.queue_embedded import EmbeddedQueue
 
 MAX_ATTEMPTS = 3
@@ -119,25 +116,11 @@ async def test_a_stopped_pool_gives_its_running_job_back_unused(tmp_path: Path, 
     assert (job.status, job.attempts, job.error) == ("queued", 0, None)
 
 
-async def _verifications(db: Database, *statuses: str) -> tuple[int, list[int]]:
-    """A hub artifact in the catalog and one verification of it per status."""
-    shard = ShardRecord("tiny-Q8_0.gguf", size=1000, sha256="ab" * 32, header_bytes=100)
-    async with db.sessions() as session, session.begin():
-        await upsert_repo_snapshot(
-            session, RepoSnapshot("org/tiny-GGUF", "c" * 40, (ArtifactRecord(shard.path, (shard,), make_facts()),))
-        )
-    async with db.sessions() as session, session.begin():
-        artifact_id = (await session.scalars(select(Artifact.id))).one()
-        rows = [Verification(artifact_id=artifact_id, status=s) for s in statuses]
-        session.add_all(rows)
-    return artifact_id, [r.id for r in rows]
-
-
 async def test_a_verification_whose_job_killed_its_process_max_attempts_times_ends_crashed(
     tmp_path: Path, db: Database
 ) -> None:
     queue = EmbeddedQueue(_settings(tmp_path), db)
-    artifact_id, (lost, judged) = await _verifications(db, "running", "passed")
+    artifact_id, (lost, judged) = await add_verifications(db, "running", "passed")
     # Both jobs' last allowed runs killed the process; `judged`'s after its row had its verdict.
     jobs = [await queue.enqueue_verify(v) for v in (lost, judged)]
     async with db.sessions() as session, session.begin():
