@@ -11,7 +11,10 @@ tasks on their queues (crawl, index, verify), with
 
 Stalled jobs: workers send heartbeats; `run_worker` also runs a loop that puts back the
 `doing` jobs of workers silent for `jobs.stalled_seconds` (a SIGKILLed or lost machine),
-so another worker runs them. Jobs are idempotent, so a rerun writes nothing twice.
+so another worker runs them. Jobs are idempotent, so a rerun writes nothing twice. A job
+whose dead run was its `jobs.max_attempts`-th (it kills every worker that takes it: the OS
+ending it for memory, say) ends failed instead, with its crawl or verification, as in the
+embedded queue.
 
 The API process uses the same app only to defer jobs and to read the job tables.
 """
@@ -25,9 +28,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import procrastinate
-from procrastinate.exceptions import AlreadyEnqueued
+from procrastinate.exceptions import AlreadyEnqueued, ConnectorException
+from procrastinate.jobs import Status
 from sqlalchemy import make_url
 
+from registry.catalog.db import Database
 from registry.config import Settings
 from workers.crawl_jobs import sweep
 from workers.jobs import (
@@ -37,10 +42,12 @@ from workers.jobs import (
     TransientJobError,
     crawl_job,
     create_scheduled_crawl,
+    end_lost_work,
     index_repo_job,
     open_context,
     schedule_cron,
     verify_job,
+    worker_died_message,
 )
 from workers.schedule import parse_schedule
 
@@ -214,25 +221,50 @@ def _info(row: dict[str, Any]) -> JobInfo:
     )  # fmt: skip
 
 
-async def retry_stalled_jobs(app: procrastinate.App, seconds_since_heartbeat: float) -> int:
-    """Put back the running jobs of workers silent for that long; returns how many."""
+async def retry_stalled_jobs(
+    app: procrastinate.App, db: Database, seconds_since_heartbeat: float, max_attempts: int
+) -> int:
+    """Put back the running jobs of workers silent for that long, or fail those whose dead
+    run was their `max_attempts`-th (and end their crawl or verification); returns how many
+    were put back."""
     n = 0
     for job in await app.job_manager.get_stalled_jobs(seconds_since_heartbeat=seconds_since_heartbeat):
+        assert job.id is not None
+        # procrastinate's `attempts` counts the runs that ended: the dead one is attempts + 1.
+        runs = job.attempts + 1
         try:
-            await app.job_manager.retry_job(job)
-        except Exception:  # another worker retried it first
-            log.debug("stalled job %s already retried", job.id, exc_info=True)
-        else:
-            log.warning("job %s (%s) of a stalled worker retried", job.id, job.task_name)
-            n += 1
+            if runs < max_attempts:
+                await app.job_manager.retry_job(job)
+                log.warning("job %s (%s) of a stalled worker retried", job.id, job.task_name)
+                n += 1
+            else:
+                await _fail_lost_job(app, db, job.id, job.task_name, job.task_kwargs, runs, max_attempts)
+        except ConnectorException:  # another worker retried or failed it first
+            log.debug("stalled job %s already handled", job.id, exc_info=True)
+        except Exception:  # the catalog: the job stays stalled and the next sweep tries again
+            log.exception("stalled job %s (%s) could not be failed", job.id, job.task_name)
     return n
 
 
-async def _stalled_loop(app: procrastinate.App, seconds: float) -> None:
+async def _fail_lost_job(
+    app: procrastinate.App, db: Database, job_id: int, task: str, args: dict[str, Any], runs: int, limit: int
+) -> None:
+    error = worker_died_message(runs, limit)
+    # The crawl or verification first: if this worker dies in between, the job is still
+    # stalled and the next sweep ends it (ending the row again changes nothing). The other
+    # order could leave a failed job with its crawl's listing queued again by the sweep.
+    async with db.sessions() as session, session.begin():
+        await end_lost_work(session, TASK_KIND.get(task, task), args, job_id, error)
+    await app.job_manager.finish_job_by_id_async(job_id, Status.FAILED, delete_job=False)
+    log.error("job %s (%s) failed: %s", job_id, task, error)
+
+
+async def _stalled_loop(app: procrastinate.App, db: Database, settings: Settings) -> None:
+    s = settings.jobs
     while True:
-        await asyncio.sleep(max(1.0, seconds / 2))
+        await asyncio.sleep(max(1.0, s.stalled_seconds / 2))
         try:
-            await retry_stalled_jobs(app, seconds)
+            await retry_stalled_jobs(app, db, s.stalled_seconds, s.max_attempts)
         except Exception:
             log.exception("retrying stalled jobs failed")
 
@@ -258,7 +290,7 @@ async def run_worker(
     s = settings.jobs
     app = build_app(settings, periodic_cron=periodic_cron)
     async with open_context(settings) as ctx, app.open_async():
-        stalled = asyncio.create_task(_stalled_loop(app, s.stalled_seconds))
+        stalled = asyncio.create_task(_stalled_loop(app, ctx.db, settings))
         swept = asyncio.create_task(_sweep_loop(ctx, ProcrastinateQueue(app), s.sweep_seconds))
         try:
             await app.run_worker_async(
