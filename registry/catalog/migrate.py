@@ -3,6 +3,13 @@
 The alembic scripts live in the top-level `migrations/` folder of the source tree, next to
 the `registry` package (the project is installed in editable mode). Commands run on a
 connection the caller opened, inside its event loop, through `config.attributes`.
+
+Every command runs in one transaction that first takes the database's migration lock, so
+processes that start together on an empty or old database (workers, `registry index`,
+`registry db upgrade`) migrate one after another: the others wait, then find the schema at
+head. PostgreSQL: the transaction-level advisory lock `MIGRATION_LOCK_KEY`. SQLite: the
+write lock, taken at `BEGIN IMMEDIATE` (its driver runs DDL outside any transaction
+otherwise, so two processes both created the first tables).
 """
 
 from __future__ import annotations
@@ -15,12 +22,16 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
+from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from registry.catalog.errors import CatalogError, SchemaMismatch
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+# pg_advisory_xact_lock key held while alembic runs: the bytes of "registry" as a bigint.
+# Anything else taking this key waits for a migration to end (and blocks it meanwhile).
+MIGRATION_LOCK_KEY = 0x7265_6769_7374_7279
 
 
 def alembic_config(migrations_dir: Path = MIGRATIONS_DIR) -> Config:
@@ -34,10 +45,20 @@ def alembic_config(migrations_dir: Path = MIGRATIONS_DIR) -> Config:
     return cfg
 
 
+def _take_migration_lock(connection: Connection) -> None:
+    """Wait for the migration lock; held until the connection's transaction ends."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+    elif connection.dialect.name == "sqlite":
+        connection.exec_driver_sql("BEGIN IMMEDIATE")  # waits up to the busy timeout
+
+
 async def _run(engine: AsyncEngine, fn: Callable[[Config], None]) -> None:
+    """`fn` on one connection, in one transaction under the migration lock."""
     cfg = alembic_config()
 
     def _sync(connection: Connection) -> None:
+        _take_migration_lock(connection)
         cfg.attributes["connection"] = connection
         fn(cfg)
 
@@ -86,14 +107,27 @@ def _is_known(revision: str) -> bool:
 
 async def ensure_schema(engine: AsyncEngine) -> bool:
     """Upgrade to head unless already there; True when a migration ran. A database that a
-    newer release migrated is refused (SchemaMismatch) instead of failing inside alembic."""
-    current = await current_revision(engine)
-    if current == head_revision():
-        return False
-    if current is not None and not _is_known(current):
-        raise _unknown(current)
-    await upgrade(engine)
-    return True
+    newer release migrated is refused (SchemaMismatch) instead of failing inside alembic.
+    Safe to call from several processes at once: one migrates, the others wait and return
+    False."""
+    head = head_revision()
+    if await current_revision(engine) == head:
+        return False  # the usual case: no lock taken
+    migrated = False
+
+    def _upgrade(cfg: Config) -> None:
+        nonlocal migrated
+        # Read again under the lock: another process may have migrated while this one waited.
+        current = MigrationContext.configure(cfg.attributes["connection"]).get_current_revision()
+        if current == head:
+            return
+        if current is not None and not _is_known(current):
+            raise _unknown(current)
+        command.upgrade(cfg, "head")
+        migrated = True
+
+    await _run(engine, _upgrade)
+    return migrated
 
 
 async def require_schema(engine: AsyncEngine) -> None:

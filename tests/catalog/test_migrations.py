@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,10 @@ from registry.catalog.search_index import FTS_TABLE, TRGM_INDEX
 from registry.cli import EXIT_ERROR, main
 from registry.config import DatabaseSettings, Settings
 from tests.catalog.conftest import TempDatabases
+from tests.catalog.migrate_child import ensure_schema_together
+
+PROCESSES = 4
+CHILD_GUARD_S = 300  # only against a child that died without answering
 
 
 async def _tables(url: str) -> set[str]:
@@ -120,3 +125,28 @@ async def test_serve_refuses_a_postgres_database_not_at_head(temp_databases: Tem
     with pytest.raises(SchemaMismatch, match=r"revision 0002.*registry db upgrade"):
         await server
     assert not started
+
+
+async def test_processes_starting_together_migrate_once(empty_db_url: str) -> None:
+    """Workers and `registry index` started at once on an empty database: one migrates, the
+    others wait for it and find the schema at head; none fails on a table another created."""
+    spawn = multiprocessing.get_context("spawn")
+    barrier, results = spawn.Barrier(PROCESSES), spawn.Queue()
+    children = [spawn.Process(target=ensure_schema_together, args=(empty_db_url, barrier, results))
+                for _ in range(PROCESSES)]  # fmt: skip
+    for child in children:
+        child.start()
+    try:
+        outcomes = [await asyncio.to_thread(results.get, True, CHILD_GUARD_S) for _ in children]
+    finally:
+        for child in children:
+            child.join()
+    assert sorted(outcomes, key=str) == [("ok", False)] * (PROCESSES - 1) + [("ok", True)]
+    engine = create_engine(empty_db_url)
+    try:
+        async with engine.connect() as conn:
+            versions = (await conn.execute(text("SELECT version_num FROM alembic_version"))).all()
+        assert [v for (v,) in versions] == [migrate.head_revision()]
+        await migrate.check(engine)
+    finally:
+        await engine.dispose()
