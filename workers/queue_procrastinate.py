@@ -32,6 +32,7 @@ from procrastinate.exceptions import AlreadyEnqueued, ConnectorException
 from procrastinate.jobs import Status
 from sqlalchemy import make_url
 
+from registry.catalog import migrate
 from registry.catalog.db import Database
 from registry.config import Settings
 from workers.crawl_jobs import sweep
@@ -286,19 +287,25 @@ async def run_worker(
     periodic_cron: str | None = None,
     install_signal_handlers: bool = True,
 ) -> None:
-    """`registry worker`: run jobs of `queues` until SIGINT/SIGTERM (or cancelled)."""
+    """`registry worker`: run jobs of `queues` until SIGINT/SIGTERM (or cancelled).
+
+    Refuses to start (SchemaMismatch) unless the catalog is at this release's head: like
+    the API processes, workers do not migrate PostgreSQL (`registry db upgrade` does, once
+    per release), and a worker on another schema would fail every job it took."""
     s = settings.jobs
     app = build_app(settings, periodic_cron=periodic_cron)
-    async with open_context(settings) as ctx, app.open_async():
-        stalled = asyncio.create_task(_stalled_loop(app, ctx.db, settings))
-        swept = asyncio.create_task(_sweep_loop(ctx, ProcrastinateQueue(app), s.sweep_seconds))
-        try:
-            await app.run_worker_async(
-                queues=list(queues), concurrency=concurrency, additional_context={CONTEXT_KEY: ctx},
-                update_heartbeat_interval=s.heartbeat_seconds, stalled_worker_timeout=s.stalled_seconds,
-                install_signal_handlers=install_signal_handlers,
-            )  # fmt: skip
-        finally:
-            stalled.cancel()
-            swept.cancel()
-            await asyncio.gather(stalled, swept, return_exceptions=True)
+    async with open_context(settings) as ctx:
+        await migrate.require_schema(ctx.db.engine)
+        async with app.open_async():
+            stalled = asyncio.create_task(_stalled_loop(app, ctx.db, settings))
+            swept = asyncio.create_task(_sweep_loop(ctx, ProcrastinateQueue(app), s.sweep_seconds))
+            try:
+                await app.run_worker_async(
+                    queues=list(queues), concurrency=concurrency, additional_context={CONTEXT_KEY: ctx},
+                    update_heartbeat_interval=s.heartbeat_seconds, stalled_worker_timeout=s.stalled_seconds,
+                    install_signal_handlers=install_signal_handlers,
+                )  # fmt: skip
+            finally:
+                stalled.cancel()
+                swept.cancel()
+                await asyncio.gather(stalled, swept, return_exceptions=True)

@@ -150,3 +150,36 @@ async def test_processes_starting_together_migrate_once(empty_db_url: str) -> No
         await migrate.check(engine)
     finally:
         await engine.dispose()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("revision", "message"),
+    [("0002", "0002, this registry needs"), ("f00dfeed0001", "f00dfeed0001, which this version")],
+)
+async def test_worker_refuses_a_postgres_database_not_at_head(
+    temp_databases: TempDatabases,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    revision: str,
+    message: str,
+) -> None:
+    """Workers do not migrate PostgreSQL (`registry db upgrade` does): on an older schema, or
+    one a newer release migrated, `registry worker` refuses to start with one line, as serve
+    does, instead of taking jobs and failing every one."""
+    url = temp_databases.new_url("postgresql")
+    engine = create_engine(url)
+    try:
+        await migrate.upgrade(engine, "0002")
+        if revision != "0002":
+            async with engine.begin() as conn:
+                await conn.execute(text("UPDATE alembic_version SET version_num = :r"), {"r": revision})
+    finally:
+        await engine.dispose()
+    monkeypatch.setenv("REGISTRY_DATABASE_URL", url)
+    monkeypatch.setenv("REGISTRY_JOBS_MODE", "distributed")
+    code = await asyncio.to_thread(main, ["worker"])
+    err = capsys.readouterr().err
+    assert code == EXIT_ERROR
+    assert err.startswith(f"registry: worker: schema_mismatch: the database is at schema revision {message}")
+    assert len(err.strip().splitlines()) == 1
