@@ -276,12 +276,14 @@ def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
                 print(f"{a.status:<8} {a.repo}  {a.path}" + (f"  ({a.error})" if a.error else ""))
         for path in report.skipped:
             print(f"registry: index: {path}: no such file or folder", file=sys.stderr)
+        for failed in report.failed:
+            print(f"registry: index: {failed['repo']}: not written: {failed['error']}", file=sys.stderr)
         repos = len({a.repo for a in report.artifacts})
         print(
             f"{len(report.artifacts)} artifact(s) in {repos} repo(s), {report.errors} with errors",
             file=sys.stderr,
         )
-        return EXIT_ERROR if report.skipped else EXIT_OK
+        return EXIT_ERROR if report.skipped or report.failed else EXIT_OK
 
     return _catalog_call("index", work)
 

@@ -14,6 +14,8 @@ are marked gone). Files given one by one, and cache layouts (a cache holds only 
 downloaded, not the whole hub repo), only add or refresh their own artifacts and do not
 record the repo's revision as indexed, so a hub crawl still indexes the repo in full.
 Unreadable and hostile files become error rows; the rest of the folder is still indexed.
+A repo whose rows the database refuses is an error of the run and the other repos are still
+written; a database that fails as a whole (unreachable, full, its schema broken) ends the run.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from sqlalchemy import exc as sa_exc
 from sqlalchemy import select
 
 from registry.catalog import migrate
@@ -72,6 +75,7 @@ class IndexReport:
     artifacts: list[IndexedArtifact] = field(default_factory=list)
     results: list[UpsertResult] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # arguments that are neither file nor folder
+    failed: list[dict[str, str]] = field(default_factory=list)  # repos not written: {repo, path, error}
 
     @property
     def errors(self) -> int:
@@ -278,9 +282,21 @@ async def index_paths(
     scanner = TemplateScanner()  # one sandbox pool and scan cache for the whole run
     try:
         for repo in repos:
-            snap = await build_snapshot(db, repo, limits, first_window, scanner)
-            async with db.sessions() as session, session.begin():
-                report.results.append(await upsert_repo_snapshot(session, snap))
+            repo_id = repo.repo_id
+            try:
+                snap = await build_snapshot(db, repo, limits, first_window, scanner)
+                repo_id = snap.repo_id
+                async with db.sessions() as session, session.begin():
+                    report.results.append(await upsert_repo_snapshot(session, snap))
+            except Exception as exc:
+                if _database_down(exc):
+                    raise
+                # This repo's rows were refused (a constraint, a value, a bug in its upsert):
+                # the transaction rolled back, and the other folders still get indexed.
+                log.exception("local crawl %s: %s was not written", crawl.id, repo_id)
+                error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                report.failed.append({"repo": repo_id, "path": "", "error": error})
+                continue
             report.artifacts += [
                 IndexedArtifact(snap.repo_id, a.path, "indexed" if a.facts else "error",
                                 f"{a.error.code}: {a.error.message}" if a.error else None)
@@ -298,15 +314,29 @@ async def index_paths(
     return report
 
 
+def _database_down(exc: Exception) -> bool:
+    """A failure of the database as a whole rather than of one repo's rows: it cannot be
+    reached, the connection broke, it is full or locked, its schema is broken (what the
+    DB-API calls operational and interface errors)."""
+    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(
+        exc, sa_exc.OperationalError | sa_exc.InterfaceError | sa_exc.DisconnectionError | OSError
+    )
+
+
 async def _finish(
     db: Database, crawl_id: int, report: IndexReport, repos: int, *, failure: BaseException | None = None
 ) -> None:
-    errors = [{"repo": a.repo, "path": a.path, "error": a.error} for a in report.artifacts if a.error]
+    errors = report.failed + [
+        {"repo": a.repo, "path": a.path, "error": a.error} for a in report.artifacts if a.error
+    ]
     if failure is not None:
         errors.insert(0, {"repo": "", "path": "", "error": f"{type(failure).__name__}: {failure}"})
     async with db.sessions() as session, session.begin():
         crawl = await session.get_one(Crawl, crawl_id)
         crawl.status = "finished" if failure is None else "failed"
         crawl.finished_at = utcnow()
-        crawl.counters = {"repos": repos, "artifacts": len(report.artifacts), "errors": report.errors}
+        crawl.counters = {"repos": repos, "artifacts": len(report.artifacts), "errors": report.errors,
+                          "failed": len(report.failed)}  # fmt: skip
         crawl.errors = storable(errors[:100])
