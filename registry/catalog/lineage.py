@@ -11,7 +11,8 @@ import functools
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from sqlalchemy import BindParameter, Select, bindparam, exists, or_, select
+from sqlalchemy import BindParameter, Select, String, any_, bindparam, exists, or_, select
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry.catalog.models import LINEAGE_RELATIONS, LINEAGE_SOURCES, LineageEdge, Repo
@@ -97,16 +98,28 @@ class EdgeView(NamedTuple):
 
 
 @functools.cache
-def _level_statement(down: bool) -> Select[str, str, str, str, bool]:
+def _level_statement(down: bool, dialect: str) -> Select[str, str, str, str, bool]:
     """The edges of one step of a walk: those leaving the frontier's repos, in the order a
-    walk reports them, at most `n` (an expanding list and a limit: both bound parameters)."""
+    walk reports them, at most `n` (the frontier and the limit are bound parameters).
+
+    On PostgreSQL the frontier is one array parameter, so every step of every walk is the
+    same statement, prepared once per connection; an expanding IN list is a new statement
+    text for every frontier size, and asyncpg prepared each one anew. bench.search's depth-5
+    walk of its popular family (30,000 repos; 1,000 of its 3,992 edges): 175 ms with the
+    list, 6.2 with the array, where the recursive CTE this replaced took 29 for all 3,992
+    (this walk, uncapped: 18.5). SQLite has no arrays and takes the list: 4.0 ms capped,
+    19 uncapped, the CTE 28."""
     e = LineageEdge
     start_col = e.parent_repo_id if down else e.child_repo_id
+    if dialect == "postgresql":
+        in_frontier = start_col == any_(bindparam("frontier", type_=postgresql.ARRAY(String)))
+    else:
+        in_frontier = start_col.in_(bindparam("frontier", expanding=True))
     # The child of an edge is always a catalog row; the parent may be a repo never indexed.
     parent_known = exists().where(Repo.repo_id == e.parent_repo_id)
     return (
         select(e.child_repo_id, e.parent_repo_id, e.relation, e.source, parent_known)
-        .where(start_col.in_(bindparam("frontier", expanding=True)))
+        .where(in_frontier)
         .order_by(e.child_repo_id, e.parent_repo_id, e.relation, e.source)
         .limit(bindparam("n"))
     )
@@ -136,7 +149,7 @@ async def _walk(session: AsyncSession, repo_id: str, max_depth: int, down: bool,
     for depth in range(1, max(1, min(max_depth, MAX_DEPTH)) + 1):
         room = max_edges - len(edges)
         params = {"frontier": frontier, "n": room + 1}
-        rows = (await conn.execute(_level_statement(down), params)).all()
+        rows = (await conn.execute(_level_statement(down, conn.dialect.name), params)).all()
         for child, parent, relation, source, known in rows[:room]:
             edges.append(EdgeView(child, parent, relation, source, depth, True, bool(known)))
         if len(rows) > room:
