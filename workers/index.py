@@ -98,10 +98,33 @@ def _lmstudio_layout(parts: tuple[str, ...]) -> tuple[str, int] | None:
 
 
 def _walk(folder: Path) -> list[Path]:
-    found = []
-    for dirpath, dirnames, filenames in os.walk(folder, onerror=lambda e: log.warning("skipping %s", e)):
-        dirnames.sort()
-        found += [Path(dirpath, f) for f in sorted(filenames) if f.lower().endswith(".gguf")]
+    """The `.gguf` names under `folder` in name order, without following linked folders.
+
+    A loop over a stack, not os.walk: Python 3.11's os.walk recurses once per level, and a
+    tree deeper than the recursion limit raised RecursionError out of the whole run.
+    """
+    found: list[Path] = []
+    stack = [folder]
+    while stack:
+        top = stack.pop()
+        try:
+            with os.scandir(top) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            log.warning("skipping %s", exc)
+            continue
+        subfolders = []
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False
+            if not is_dir:
+                if entry.name.lower().endswith(".gguf"):
+                    found.append(top / entry.name)
+            elif not entry.is_symlink():  # a linked folder may loop back: never followed
+                subfolders.append(top / entry.name)
+        stack += reversed(subfolders)
     return found
 
 

@@ -229,3 +229,17 @@ async def test_file_and_folder_names_that_are_not_utf8(db: Database, tmp_path: P
     async with db.sessions() as session:
         [crawl, _] = (await session.scalars(select(Crawl).order_by(Crawl.id))).all()
     assert crawl.status == "finished"
+
+
+async def test_a_folder_deeper_than_the_recursion_limit(db: Database, tmp_path: Path) -> None:
+    """A walk that recursed once per level raised RecursionError out of the whole run."""
+    deep = tmp_path / "deep"
+    deep.mkdir()
+    for _ in range(1200):  # one mkdir at a time: os.makedirs recurses per level too
+        deep = deep / "d"
+        deep.mkdir()
+    write_gguf(deep / "bottom.gguf")
+    write_gguf(tmp_path / "deep" / "top.gguf")
+    report = await index_paths(db, [tmp_path / "deep"])
+    paths = {a.path: a.status for a in report.artifacts}
+    assert paths == {"d/" * 1200 + "bottom.gguf": "indexed", "top.gguf": "indexed"}
