@@ -233,13 +233,19 @@ async def test_file_and_folder_names_that_are_not_utf8(db: Database, tmp_path: P
 
 async def test_a_folder_deeper_than_the_recursion_limit(db: Database, tmp_path: Path) -> None:
     """A walk that recursed once per level raised RecursionError out of the whole run."""
-    deep = tmp_path / "deep"
-    deep.mkdir()
+    levels = [tmp_path / "deep"]
     for _ in range(1200):  # one mkdir at a time: os.makedirs recurses per level too
-        deep = deep / "d"
-        deep.mkdir()
-    write_gguf(deep / "bottom.gguf")
-    write_gguf(tmp_path / "deep" / "top.gguf")
-    report = await index_paths(db, [tmp_path / "deep"])
-    paths = {a.path: a.status for a in report.artifacts}
-    assert paths == {"d/" * 1200 + "bottom.gguf": "indexed", "top.gguf": "indexed"}
+        levels.append(levels[-1] / "d")
+    try:
+        for level in levels:
+            level.mkdir()
+        write_gguf(levels[-1] / "bottom.gguf")
+        write_gguf(levels[0] / "top.gguf")
+        report = await index_paths(db, [levels[0]])
+        paths = {a.path: a.status for a in report.artifacts}
+        assert paths == {"d/" * 1200 + "bottom.gguf": "indexed", "top.gguf": "indexed"}
+    finally:  # bottom up: pytest's own clean-up of tmp_path recurses too
+        (levels[-1] / "bottom.gguf").unlink(missing_ok=True)
+        for level in reversed(levels[1:]):
+            level.rmdir()
+
