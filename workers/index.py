@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import logging
 import os
 import stat
@@ -90,6 +91,12 @@ def _hub_layout(parts: tuple[str, ...]) -> tuple[str, str, int] | None:
     return None
 
 
+def _no_exist_marker(parts: tuple[str, ...]) -> bool:
+    """`models--org--name/.no_exist/<rev>/<file>`: an empty file by which the HF cache
+    remembers that the hub has no such file. Not a model, not even a broken one."""
+    return any(p.startswith("models--") and q == ".no_exist" for p, q in itertools.pairwise(parts))
+
+
 def _lmstudio_layout(parts: tuple[str, ...]) -> tuple[str, int] | None:
     for i in range(len(parts) - 4):
         if parts[i].lower() in LMSTUDIO_DIRS and parts[i + 1] == "models":
@@ -144,6 +151,8 @@ def discover(arguments: Sequence[str | os.PathLike[str]]) -> tuple[list[LocalRep
             continue
         for file in files:
             parts = file.parts
+            if whole and _no_exist_marker(parts):
+                continue
             if hub := _hub_layout(parts):
                 repo_id, revision, cut = hub
                 key: tuple[str, str | None, Path] = (repo_id, revision, Path(*parts[:cut]))

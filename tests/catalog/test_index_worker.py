@@ -249,3 +249,16 @@ async def test_a_folder_deeper_than_the_recursion_limit(db: Database, tmp_path: 
         for level in reversed(levels[1:]):
             level.rmdir()
 
+
+async def test_hf_cache_no_exist_markers_are_not_models(db: Database, tmp_path: Path) -> None:
+    """The HF cache records files the hub does not have as empty files under `.no_exist`;
+    walking the cache made each one an error row of a pseudo-repo `local/<cache folder>`."""
+    repo = tmp_path / "hub" / "models--TheOrg--Some-GGUF"
+    write_gguf(repo / "snapshots" / "abc123" / "m.gguf")
+    (repo / ".no_exist" / "abc123").mkdir(parents=True)
+    (repo / ".no_exist" / "abc123" / "m-Q8_0.gguf").write_bytes(b"")
+    report = await index_paths(db, [tmp_path / "hub"])
+    assert [(a.repo, a.path, a.status) for a in report.artifacts] == [
+        ("TheOrg/Some-GGUF", "m.gguf", "indexed")
+    ]
+    assert set(await artifacts(db)) == {("TheOrg/Some-GGUF", "m.gguf")}
