@@ -187,16 +187,21 @@ def _mtime(path: Path) -> float:
 
 
 def _one_revision_per_repo(repos: Iterable[LocalRepo]) -> list[LocalRepo]:
-    by_id: dict[str, list[LocalRepo]] = {}
+    """Of the snapshots in one HF cache repo folder, the one `refs/main` names, else the newest.
+
+    Chosen per cache folder, not per repo id: an LM Studio folder or a second cache of the
+    same org/name holds other files, and dropping them lost those files from the index.
+    """
+    chosen: list[LocalRepo] = []
+    snapshots: dict[Path, list[LocalRepo]] = {}
     for repo in repos:
-        by_id.setdefault(repo.repo_id, []).append(repo)
-    chosen = []
-    for candidates in by_id.values():
-        if len(candidates) > 1 and candidates[0].source == "hub":
-            main = _read_text(candidates[0].root.parent.parent / "refs" / "main")
-            candidates.sort(key=lambda r: (r.revision == main, _mtime(r.root)))
-            candidates = candidates[-1:]
-        chosen += candidates
+        if repo.source == "hub" and repo.revision is not None:  # .../models--org--name/snapshots/REV
+            snapshots.setdefault(repo.root.parent.parent, []).append(repo)
+        else:
+            chosen.append(repo)
+    for folder, candidates in snapshots.items():
+        main = _read_text(folder / "refs" / "main")
+        chosen.append(max(candidates, key=lambda r: (r.revision == main, _mtime(r.root))))
     return chosen
 
 

@@ -262,3 +262,22 @@ async def test_hf_cache_no_exist_markers_are_not_models(db: Database, tmp_path: 
         ("TheOrg/Some-GGUF", "m.gguf", "indexed")
     ]
     assert set(await artifacts(db)) == {("TheOrg/Some-GGUF", "m.gguf")}
+
+
+async def test_hf_cache_and_lmstudio_copies_of_one_repo_are_both_indexed(
+    db: Database, tmp_path: Path
+) -> None:
+    """Choosing one snapshot per repo id dropped every other folder of that org/name: the
+    LM Studio file was not indexed and not reported."""
+    hf = tmp_path / "hf" / "models--TheOrg--Some-GGUF"
+    write_gguf(hf / "snapshots" / "aaa111" / "q4.gguf")
+    write_gguf(hf / "snapshots" / "bbb222" / "old.gguf")  # not the revision refs/main names
+    (hf / "refs").mkdir()
+    (hf / "refs" / "main").write_text("aaa111")
+    write_gguf(tmp_path / "home" / ".lmstudio" / "models" / "TheOrg" / "Some-GGUF" / "q8.gguf")
+    report = await index_paths(db, [tmp_path / "hf", tmp_path / "home"])
+    assert sorted((a.repo, a.path, a.status) for a in report.artifacts) == [
+        ("TheOrg/Some-GGUF", "q4.gguf", "indexed"),
+        ("TheOrg/Some-GGUF", "q8.gguf", "indexed"),
+    ]
+    assert set(await artifacts(db)) == {("TheOrg/Some-GGUF", "q4.gguf"), ("TheOrg/Some-GGUF", "q8.gguf")}
