@@ -281,3 +281,18 @@ async def test_hf_cache_and_lmstudio_copies_of_one_repo_are_both_indexed(
         ("TheOrg/Some-GGUF", "q8.gguf", "indexed"),
     ]
     assert set(await artifacts(db)) == {("TheOrg/Some-GGUF", "q4.gguf"), ("TheOrg/Some-GGUF", "q8.gguf")}
+
+
+async def test_a_shard_announcing_a_huge_set_gets_a_short_error(db: Database, tmp_path: Path) -> None:
+    """The error listed every missing shard number: 99998 of them, a 700 KB message stored
+    in the row and printed by the CLI, for one file name."""
+    write_gguf(tmp_path / "huge" / "m-00001-of-99999.gguf", split=(0, 2, 1))
+    write_gguf(tmp_path / "huge" / "m-00002-of-00003.gguf", split=(1, 3, 1))
+    report = await index_paths(db, [tmp_path / "huge"])
+    errors = {a.path: a.error or "" for a in report.artifacts}
+    assert errors["m-00001-of-99999.gguf"].endswith(
+        "99998 of 99999 shards missing: 2, 3, 4, 5, 6 and 99993 more"
+    )
+    assert errors["m-00002-of-00003.gguf"].endswith("2 of 3 shards missing: 1, 3")
+    row = (await artifacts(db))["local/huge", "m-00001-of-99999.gguf"]
+    assert row.status == "error" and len(row.error_message or "") < 200
