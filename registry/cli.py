@@ -273,11 +273,12 @@ def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
             if args.json:
                 print(json.dumps({"repo": a.repo, "path": a.path, "status": a.status, "error": a.error}))
             else:
-                print(f"{a.status:<8} {a.repo}  {a.path}" + (f"  ({a.error})" if a.error else ""))
+                line = f"{a.status:<8} {a.repo}  {a.path}" + (f"  ({a.error})" if a.error else "")
+                print(_shown(line))
         for path in report.skipped:
-            print(f"registry: index: {path}: no such file or folder", file=sys.stderr)
+            print(_shown(f"registry: index: {path}: no such file or folder"), file=sys.stderr)
         for failed in report.failed:
-            print(f"registry: index: {failed['repo']}: not written: {failed['error']}", file=sys.stderr)
+            print(_shown(f"registry: index: {failed['repo']}: not written: {failed['error']}"), file=sys.stderr)
         repos = len({a.repo for a in report.artifacts})
         print(
             f"{len(report.artifacts)} artifact(s) in {repos} repo(s), {report.errors} with errors",
@@ -286,6 +287,14 @@ def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_ERROR if report.skipped or report.failed else EXIT_OK
 
     return _catalog_call("index", work)
+
+
+def _shown(text: str) -> str:
+    """File names for a terminal: a newline or an escape sequence in a name must not forge or
+    erase lines, and a name that is not UTF-8 must not crash the print once the work is done."""
+    from registry.gguf.summary import visible
+
+    return visible(text.encode(errors="backslashreplace").decode())
 
 
 def _limits(settings: Settings) -> Limits:

@@ -73,7 +73,7 @@ def facts_json(
 _CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
 
 
-def _visible(text: str) -> str:
+def visible(text: str) -> str:
     return text.translate(_CONTROLS)
 
 
@@ -91,7 +91,7 @@ def _size(n_bytes: int | None) -> str:
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
-    rows = [[_visible(c) for c in r] for r in rows]
+    rows = [[visible(c) for c in r] for r in rows]
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
 
     def fmt(cells: Sequence[str]) -> str:
@@ -121,7 +121,7 @@ def _lines(facts: Facts, template_findings: Sequence[Mapping[str, Any]] | None =
 
     def add(label: str, value: str | None) -> None:
         if value:
-            lines.append((label, _visible(value)))
+            lines.append((label, visible(value)))
 
     add("name", f.name)
     add("architecture", f.architecture)
