@@ -6,8 +6,9 @@ Each argument is a file or a folder (walked recursively). Files are assigned to 
   (when a cache holds several snapshots of a repo, the one `refs/main` names, else the newest);
 * LM Studio `.../.lmstudio/models/org/name/...` (also `lm-studio`, `lmstudio`) -> `org/name`;
 * anything else -> the pseudo-repo `local/<folder name>` of the folder given (a single file
-  given: its parent folder), `source = 'local'`, its revision a fingerprint of names,
-  sizes and mtimes, so re-indexing an unchanged folder writes nothing.
+  given: its parent folder, and a shard given brings the other shards next to it),
+  `source = 'local'`, its revision a fingerprint of names, sizes and mtimes, so re-indexing
+  an unchanged folder writes nothing.
 
 A folder given whole is a complete snapshot of its `local/...` repo (files no longer there
 are marked gone). Files given one by one, and cache layouts (a cache holds only what was
@@ -43,7 +44,7 @@ from registry.catalog.snapshot import ArtifactError, ArtifactRecord, RepoSnapsho
 from registry.catalog.types import utcnow
 from registry.gguf.errors import GGUFError
 from registry.gguf.facts import derive_facts
-from registry.gguf.filename import ShardGroup, group_shards
+from registry.gguf.filename import ShardGroup, group_shards, parse_shard
 from registry.gguf.limits import Limits
 from registry.hub.local import DEFAULT_FIRST_WINDOW, LocalHeader, read_header
 from workers.templates import TemplateScanner, scanner_scope
@@ -135,6 +136,18 @@ def _walk(folder: Path) -> list[Path]:
     return found
 
 
+def _with_sibling_shards(file: Path) -> list[Path]:
+    """A file given by name, and the other shards of its split set found next to it: one
+    shard alone is an artifact with the others "missing" when they are right there."""
+    parsed = parse_shard(file.name)
+    if parsed is None:
+        return [file]
+    stem, index, count = parsed
+    tail = file.name[len(stem) + 6 :]  # "-of-NNNNN.gguf" as written
+    siblings = (file.with_name(f"{stem}-{i:05d}{tail}") for i in range(1, count + 1) if i != index)
+    return [file, *(p for p in siblings if os.path.lexists(p))]
+
+
 def discover(arguments: Sequence[str | os.PathLike[str]]) -> tuple[list[LocalRepo], list[str]]:
     """Assign every GGUF file under the arguments to a repo (no file is opened here)."""
     repos: dict[tuple[str, str | None, Path], LocalRepo] = {}
@@ -145,7 +158,7 @@ def discover(arguments: Sequence[str | os.PathLike[str]]) -> tuple[list[LocalRep
         if base.is_dir():
             files, whole = _walk(base), True
         elif base.is_file() or base.is_symlink() or base.name.lower().endswith(".gguf"):
-            files, whole = [base], False
+            files, whole = _with_sibling_shards(base), False
         else:
             skipped.append(str(arg))
             continue

@@ -296,3 +296,19 @@ async def test_a_shard_announcing_a_huge_set_gets_a_short_error(db: Database, tm
     assert errors["m-00002-of-00003.gguf"].endswith("2 of 3 shards missing: 1, 3")
     row = (await artifacts(db))["local/huge", "m-00001-of-99999.gguf"]
     assert row.status == "error" and len(row.error_message or "") < 200
+
+
+async def test_one_shard_given_by_name_brings_its_set(db: Database, tmp_path: Path) -> None:
+    """`registry index big-00002-of-00003.gguf` stored an error row claiming shards 1 and 3
+    missing, while they were next to it."""
+    folder = tmp_path / "split"
+    for i in range(3):
+        write_gguf(folder / f"big-{i + 1:05d}-of-00003.gguf", split=(i, 3, 3))
+    write_gguf(folder / "half-00001-of-00002.gguf", split=(0, 2, 2))
+    report = await index_paths(db, [folder / "big-00002-of-00003.gguf", folder / "half-00001-of-00002.gguf"])
+    assert [(a.path, a.status) for a in report.artifacts] == [
+        ("big-00001-of-00003.gguf", "indexed"),
+        ("half-00001-of-00002.gguf", "error"),
+    ]
+    big = (await artifacts(db))["local/split", "big-00001-of-00003.gguf"]
+    assert (big.shard_count, big.parameter_count) == (3, 96)
