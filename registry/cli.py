@@ -276,7 +276,8 @@ def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
                 line = f"{a.status:<8} {a.repo}  {a.path}" + (f"  ({a.error})" if a.error else "")
                 print(_shown(line))
         for path in report.skipped:
-            print(_shown(f"registry: index: {path}: no such file or folder"), file=sys.stderr)
+            why = "not a .gguf file" if os.path.lexists(path) else "no such file or folder"
+            print(_shown(f"registry: index: {path}: {why}"), file=sys.stderr)
         for failed in report.failed:
             print(_shown(f"registry: index: {failed['repo']}: not written: {failed['error']}"), file=sys.stderr)
         repos = len({a.repo for a in report.artifacts})

@@ -76,7 +76,7 @@ class IndexedArtifact:
 class IndexReport:
     artifacts: list[IndexedArtifact] = field(default_factory=list)
     results: list[UpsertResult] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)  # arguments that are neither file nor folder
+    skipped: list[str] = field(default_factory=list)  # arguments that are neither .gguf file nor folder
     failed: list[dict[str, str]] = field(default_factory=list)  # repos not written: {repo, path, error}
 
     @property
@@ -157,7 +157,7 @@ def discover(arguments: Sequence[str | os.PathLike[str]]) -> tuple[list[LocalRep
         base = Path(arg).expanduser().absolute()
         if base.is_dir():
             files, whole = _walk(base), True
-        elif base.is_file() or base.is_symlink() or base.name.lower().endswith(".gguf"):
+        elif base.name.lower().endswith(".gguf"):  # even a FIFO or a dangling link: an error row
             files, whole = _with_sibling_shards(base), False
         else:
             skipped.append(str(arg))

@@ -312,3 +312,14 @@ async def test_one_shard_given_by_name_brings_its_set(db: Database, tmp_path: Pa
     ]
     big = (await artifacts(db))["local/split", "big-00001-of-00003.gguf"]
     assert (big.shard_count, big.parameter_count) == (3, 96)
+
+
+async def test_a_file_argument_that_is_not_gguf_is_skipped(db: Database, tmp_path: Path) -> None:
+    """`registry index notes.txt` stored an empty pseudo-repo `local/<folder>` and said nothing."""
+    (tmp_path / "loose").mkdir()
+    notes = tmp_path / "loose" / "notes.txt"
+    notes.write_text("not a model")
+    report = await index_paths(db, [notes])
+    assert (report.artifacts, report.skipped) == ([], [str(notes)])
+    async with db.sessions() as session:
+        assert (await session.scalars(select(Repo))).all() == []

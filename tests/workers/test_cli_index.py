@@ -33,3 +33,17 @@ def test_names_with_control_characters_and_undecodable_bytes(
         "indexed  local/models  ok.gguf",
     ]
     assert "\x1b" not in err and "gone\\x1b]52;c;x\\x07: no such file or folder" in err
+
+
+def test_a_file_that_is_not_gguf_is_reported(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("REGISTRY_DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path / 'catalog.db'}")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model.bin").write_bytes(b"GGUF")
+    assert main(["index", "model.bin", "missing.gguf", "missing-folder"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[:2] == [
+        "registry: index: model.bin: not a .gguf file",
+        "registry: index: missing-folder: no such file or folder",
+    ]
