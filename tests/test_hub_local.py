@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -116,3 +118,30 @@ def test_file_shrinking_while_read(
     monkeypatch.setattr(os, "fstat", stale_fstat)
     with pytest.raises(TruncatedFile, match="ended at byte 3000000 while being read"):
         read_header(cut, first_window=1 << 20)
+
+
+def test_fifo_swapped_in_after_the_stat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A regular file when measured, a FIFO by the time it is opened: a plain open blocks
+    until some writer comes, for ever in an indexing run."""
+    regular = tmp_path / "regular.gguf"
+    regular.write_bytes(b"")
+    fifo = tmp_path / "x.gguf"
+    os.mkfifo(fifo)
+    real_stat = os.stat
+
+    def stale_stat(path: str, *args: Any, **kwargs: Any) -> os.stat_result:
+        return real_stat(regular if path == str(fifo) else path, *args, **kwargs)
+
+    # A writer that comes once any reader opens, so that without the fix the read ends
+    # (at end of file, with the wrong error) instead of hanging the suite.
+    writer = threading.Thread(target=lambda: open(fifo, "wb").close(), daemon=True)
+    writer.start()
+    monkeypatch.setattr(os, "stat", stale_stat)
+    try:
+        with pytest.raises(LocalReadError, match="not a regular file"):
+            read_header(fifo)
+    finally:
+        monkeypatch.undo()
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # held until the writer got its open
+        writer.join()
+        os.close(reader)

@@ -85,8 +85,14 @@ def read_header(
             # Opening a FIFO blocks until a writer comes; a device may never end. Neither
             # is a model file, so neither is opened.
             raise LocalReadError("not a regular file", path=name)
-        with open(name, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        # Non-blocking, and checked again once open: a FIFO put in the file's place since the
+        # stat above would otherwise block this open for ever.
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK)
+        with open(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise LocalReadError("not a regular file", path=name)
+            size = st.st_size
             buf = bytearray(f.read(min(first_window, size, limits.max_header_bytes)))
             reads = 1
             while True:
