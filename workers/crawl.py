@@ -122,7 +122,7 @@ async def _read_artifact(
     remote: list[RemoteHeader] = []
     try:
         if not group.complete:
-            raise GGUFError(f"split model incomplete: shards {list(group.missing)} of {group.count} missing")
+            raise GGUFError(group.incomplete_reason())
         first = opts.first_window or http.options.first_window
         remote = list(
             await asyncio.gather(

@@ -258,14 +258,7 @@ def _read_group(
     ]
     try:
         if not group.complete:
-            # A name may announce 99999 shards: list a few, not a message of hundreds of KiB.
-            missing = group.missing
-            shown = ", ".join(map(str, missing[:5])) + (
-                f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-            )
-            raise GGUFError(
-                f"split model incomplete: {len(missing)} of {group.count} shards missing: {shown}"
-            )
+            raise GGUFError(group.incomplete_reason())
         for rel, size in zip(group.paths, sizes, strict=True):
             if size is None:  # a FIFO or device would block or never end: never open one
                 raise GGUFError(f"{rel}: not a regular file", field="path")

@@ -221,6 +221,13 @@ class ShardGroup:
         present = set(self.indices)
         return tuple(i for i in range(1, self.count + 1) if i not in present)
 
+    def incomplete_reason(self) -> str:
+        """Why an incomplete set cannot be read: how many shards are missing and the first
+        few of them (a name may announce 99,999 shards; the reason stays one short line)."""
+        missing = self.missing
+        shown = ", ".join(map(str, missing[:5])) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        return f"split model incomplete: {len(missing)} of {self.count} shards missing: {shown}"
+
 
 def group_shards(paths: Iterable[str]) -> list[ShardGroup]:
     """Group file paths into artifacts: single files, and complete or incomplete split sets.

@@ -19,7 +19,8 @@ from registry.hub.client import HubClient
 from registry.hub.http import HttpOptions, HubHttp, first_window_for
 from tests.catalog.conftest import TempDatabases, temp_databases  # noqa: F401  (session fixture)
 from tests.fakehub import FakeHub, Fault, RepoFile, sample_corpus
-from tests.fakehub.corpus import SynthBlob
+from tests.fakehub.corpus import BytesBlob, Corpus, SynthBlob
+from tests.fakehub.corpus import Repo as HubRepo
 from tests.fakehub.testing import FAST_RETRY, TOKEN, Sleeps
 from workers.crawl import CrawlParams, crawl_hub, index_repo
 from workers.crawl_jobs import enqueue_crawl
@@ -228,6 +229,21 @@ async def test_bad_files_become_error_rows(db: Database, hub: FakeHub) -> None:
     artifacts = await _artifacts(db)
     vision = artifacts[("other/vision-GGUF", "vision-Q4_0.gguf")]
     assert vision.status == "error" and vision.error_code == "gated_repo"
+
+
+async def test_a_split_set_announcing_huge_counts_gets_a_short_error(db: Database) -> None:
+    # One shard of a set its name says has 99,999: the row says so in one short line, where
+    # it listed every missing shard number (700 KB).
+    repo = HubRepo("org/huge-split-GGUF", [RepoFile("m-00001-of-99999.gguf", BytesBlob(b"GGUF" + bytes(60)))])
+    async with FakeHub(Corpus([repo]), tokens={TOKEN}) as fake:
+        client, http = _clients(fake)
+        async with http:
+            result = await index_repo(db, client, http, repo.repo_id)
+        assert fake.requests_to("cdn") == []  # nothing of an incomplete set is read
+    assert result is not None and result.written == 1
+    (artifact,) = (await _artifacts(db)).values()
+    assert artifact.status == "error" and artifact.error_message is not None
+    assert artifact.error_message.endswith("99998 of 99999 shards missing: 2, 3, 4, 5, 6 and 99993 more")
 
 
 async def test_explicit_repos_and_known_revision(db: Database, hub: FakeHub) -> None:
