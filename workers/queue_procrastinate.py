@@ -34,6 +34,7 @@ from sqlalchemy import make_url
 
 from registry.catalog import migrate
 from registry.catalog.db import Database
+from registry.catalog.errors import SchemaMismatch
 from registry.config import Settings
 from workers.crawl_jobs import sweep
 from workers.jobs import (
@@ -291,12 +292,16 @@ async def run_worker(
 
     Refuses to start (SchemaMismatch) unless the catalog is at this release's head: like
     the API processes, workers do not migrate PostgreSQL (`registry db upgrade` does, once
-    per release), and a worker on another schema would fail every job it took."""
+    per release), and a worker on another schema would fail every job it took. Refuses too
+    when procrastinate's tables are missing (`registry db upgrade` in distributed mode
+    creates them), which procrastinate itself reports as a bare database error."""
     s = settings.jobs
     app = build_app(settings, periodic_cron=periodic_cron)
     async with open_context(settings) as ctx:
         await migrate.require_schema(ctx.db.engine)
         async with app.open_async():
+            if not await app.check_connection_async():
+                raise SchemaMismatch("the job queue's tables are missing: run `registry db upgrade`")
             stalled = asyncio.create_task(_stalled_loop(app, ctx.db, settings))
             swept = asyncio.create_task(_sweep_loop(ctx, ProcrastinateQueue(app), s.sweep_seconds))
             try:
