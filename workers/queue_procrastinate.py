@@ -14,7 +14,8 @@ Stalled jobs: workers send heartbeats; `run_worker` also runs a loop that puts b
 so another worker runs them. Jobs are idempotent, so a rerun writes nothing twice. A job
 whose dead run was its `jobs.max_attempts`-th (it kills every worker that takes it: the OS
 ending it for memory, say) ends failed instead, with its crawl or verification, as in the
-embedded queue.
+embedded queue. Every worker sweeps, so each job is locked and checked to be still that
+stalled run before it is put back or failed (`handle_stalled_job`).
 
 The API process uses the same app only to defer jobs and to read the job tables.
 """
@@ -28,9 +29,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import procrastinate
-from procrastinate.exceptions import AlreadyEnqueued, ConnectorException
-from procrastinate.jobs import Status
-from sqlalchemy import make_url
+from procrastinate.exceptions import AlreadyEnqueued
+from procrastinate.jobs import Job
+from sqlalchemy import make_url, text
 
 from registry.catalog import migrate
 from registry.catalog.db import Database
@@ -229,36 +230,67 @@ async def retry_stalled_jobs(
     """Put back the running jobs of workers silent for that long, or fail those whose dead
     run was their `max_attempts`-th (and end their crawl or verification); returns how many
     were put back."""
+    stalled = await app.job_manager.get_stalled_jobs(seconds_since_heartbeat=seconds_since_heartbeat)
     n = 0
-    for job in await app.job_manager.get_stalled_jobs(seconds_since_heartbeat=seconds_since_heartbeat):
-        assert job.id is not None
-        # procrastinate's `attempts` counts the runs that ended: the dead one is attempts + 1.
-        runs = job.attempts + 1
-        try:
-            if runs < max_attempts:
-                await app.job_manager.retry_job(job)
-                log.warning("job %s (%s) of a stalled worker retried", job.id, job.task_name)
-                n += 1
-            else:
-                await _fail_lost_job(app, db, job.id, job.task_name, job.task_kwargs, runs, max_attempts)
-        except ConnectorException:  # another worker retried or failed it first
-            log.debug("stalled job %s already handled", job.id, exc_info=True)
-        except Exception:  # the catalog: the job stays stalled and the next sweep tries again
-            log.exception("stalled job %s (%s) could not be failed", job.id, job.task_name)
+    for job in stalled:
+        n += await handle_stalled_job(db, job, seconds_since_heartbeat, max_attempts)
     return n
 
 
-async def _fail_lost_job(
-    app: procrastinate.App, db: Database, job_id: int, task: str, args: dict[str, Any], runs: int, limit: int
-) -> None:
-    error = worker_died_message(runs, limit)
-    # The crawl or verification first: if this worker dies in between, the job is still
-    # stalled and the next sweep ends it (ending the row again changes nothing). The other
-    # order could leave a failed job with its crawl's listing queued again by the sweep.
-    async with db.sessions() as session, session.begin():
-        await end_lost_work(session, TASK_KIND.get(task, task), args, job_id, error)
-    await app.job_manager.finish_job_by_id_async(job_id, Status.FAILED, delete_job=False)
-    log.error("job %s (%s) failed: %s", job_id, task, error)
+async def handle_stalled_job(
+    db: Database, job: Job, seconds_since_heartbeat: float, max_attempts: int
+) -> int:
+    """Retry or fail one job `get_stalled_jobs` listed, if it is still that stalled run;
+    1 when it was put back.
+
+    Every worker sweeps, so by now another sweeper may have retried the job and a live
+    worker taken it; procrastinate's own retry accepts any `doing` job and would put that
+    running job back (a second worker then runs it too). So the job's row is locked and
+    checked first, and changed in the same transaction of the catalog's database (which
+    holds procrastinate's tables): the crawl or verification a failed job leaves ends with
+    it, or neither does and the next sweep tries again."""
+    assert job.id is not None
+    # procrastinate's `attempts` counts the runs that ended: the dead one is attempts + 1.
+    runs = job.attempts + 1
+    try:
+        async with db.sessions() as session, session.begin():
+            locked = await session.execute(
+                text(_LOCK_STILL_STALLED),
+                {"id": job.id, "attempts": job.attempts, "secs": seconds_since_heartbeat},
+            )
+            if locked.first() is None:
+                log.debug("stalled job %s already handled", job.id)
+                return 0
+            if runs < max_attempts:
+                await session.execute(text(_RETRY_JOB), {"id": job.id})
+            else:
+                error = worker_died_message(runs, max_attempts)
+                await end_lost_work(session, TASK_KIND.get(job.task_name, job.task_name), job.task_kwargs,
+                                    job.id, error)  # fmt: skip
+                await session.execute(text(_FAIL_JOB), {"id": job.id})
+    except Exception:  # the database: the job stays stalled and the next sweep tries again
+        log.exception("stalled job %s (%s) could not be retried or failed", job.id, job.task_name)
+        return 0
+    if runs < max_attempts:
+        log.warning("job %s (%s) of a stalled worker retried", job.id, job.task_name)
+        return 1
+    log.error("job %s (%s) failed: %s", job.id, job.task_name, worker_died_message(runs, max_attempts))
+    return 0
+
+
+# The run the sweep listed is still there and still stalled: `doing`, no run ended since
+# (every retry and finish adds one to attempts) and its worker gone or silent.
+_LOCK_STILL_STALLED = """
+SELECT j.id FROM procrastinate_jobs j
+ WHERE j.id = :id AND j.status = 'doing' AND j.attempts = :attempts
+   AND (j.worker_id IS NULL OR EXISTS (
+        SELECT 1 FROM procrastinate_workers w
+         WHERE w.id = j.worker_id AND w.last_heartbeat < now() - make_interval(secs => :secs)))
+   FOR UPDATE OF j
+"""
+# What procrastinate's job manager runs for retry_job (now) and finish_job (failed, kept).
+_RETRY_JOB = "SELECT procrastinate_retry_job_v2(:id, now(), NULL, NULL, NULL)"
+_FAIL_JOB = "SELECT procrastinate_finish_job_v1(:id, 'failed', false)"
 
 
 async def _stalled_loop(app: procrastinate.App, db: Database, settings: Settings) -> None:

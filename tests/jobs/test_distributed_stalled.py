@@ -4,7 +4,8 @@ not retried for ever.
 A worker takes jobs as procrastinate's worker does and dies with them (its heartbeat is set
 in the past), then the stalled-job sweep runs; again and again. A job killed fewer than
 `jobs.max_attempts` times is put back as before; at the limit it ends failed, and its crawl
-or verification ends as in the embedded queue.
+or verification ends as in the embedded queue. Every worker sweeps: a sweeper acting on a
+list read a moment earlier changes nothing once the job is no longer that stalled run.
 """
 
 from __future__ import annotations
@@ -24,7 +25,13 @@ from tests.catalog.conftest import TempDatabases
 from tests.jobs.conftest import add_verifications
 from workers.crawl_jobs import resume_orphaned_crawls
 from workers.jobs import create_scheduled_crawl
-from workers.queue_procrastinate import ProcrastinateQueue, apply_schema, build_app, retry_stalled_jobs
+from workers.queue_procrastinate import (
+    ProcrastinateQueue,
+    apply_schema,
+    build_app,
+    handle_stalled_job,
+    retry_stalled_jobs,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -120,3 +127,64 @@ async def test_a_job_that_killed_its_worker_max_attempts_times_fails_with_its_cr
         assert (crawl.status, crawl.pending_jobs, crawl.counters["listing_failed"]) == ("failed", 0, 1)
         assert crawl.finished_at is not None
         assert [e["error"] for e in crawl.errors] == [f"job_failed: listing job {job_id}: {STOPPED}"]
+
+
+async def _job_row(app: procrastinate.App, job_id: int) -> tuple[str, int, int | None]:
+    row = await app.connector.execute_query_one_async(
+        "SELECT status::text AS status, attempts, worker_id FROM procrastinate_jobs WHERE id = %(id)s",
+        id=job_id,
+    )
+    return row["status"], row["attempts"], row["worker_id"]
+
+
+async def test_a_sweeper_acting_on_a_stale_list_leaves_a_job_another_worker_took_since(
+    catalog: tuple[Settings, Database],
+) -> None:
+    """Sweeper A lists the stalled job; sweeper B retries it first and a live worker takes
+    it; then A acts on its list: the job runs on, with that worker, and is not put back."""
+    settings, db = catalog
+    _, (verification,) = await add_verifications(db, "running")
+    app = build_app(settings)
+    async with app.open_async():
+        job_id = await ProcrastinateQueue(app).enqueue_verify(verification)
+        assert await _take_all_and_die(app) == [job_id]
+        seen_by_a = list(await app.job_manager.get_stalled_jobs(seconds_since_heartbeat=STALLED_S))
+        assert [j.id for j in seen_by_a] == [job_id]
+
+        assert await retry_stalled_jobs(app, db, STALLED_S, MAX_ATTEMPTS) == 1  # sweeper B
+        live = await app.job_manager.register_worker()  # its heartbeat is fresh
+        taken = await app.job_manager.fetch_job(None, live)
+        assert taken is not None and taken.id == job_id
+        assert await _job_row(app, job_id) == ("doing", 1, live)
+
+        put_back = [await handle_stalled_job(db, j, STALLED_S, MAX_ATTEMPTS) for j in seen_by_a]
+        assert await _job_row(app, job_id) == ("doing", 1, live)
+        assert put_back == [0]
+        assert await retry_stalled_jobs(app, db, STALLED_S, MAX_ATTEMPTS) == 0  # not stalled now
+
+
+async def test_a_job_whose_worker_answers_again_before_the_sweep_acts_is_neither_retried_nor_failed(
+    catalog: tuple[Settings, Database],
+) -> None:
+    """The sweep listed a job at its last allowed run, then its worker's heartbeat came back
+    (a paused machine, not a dead one): the job and its verification run on."""
+    settings, db = catalog
+    _, (verification,) = await add_verifications(db, "running")
+    app = build_app(settings)
+    async with app.open_async():
+        job_id = await ProcrastinateQueue(app).enqueue_verify(verification)
+        for _ in range(MAX_ATTEMPTS - 1):
+            assert await _take_all_and_die(app) == [job_id]
+            assert await retry_stalled_jobs(app, db, STALLED_S, MAX_ATTEMPTS) == 1
+        assert await _take_all_and_die(app) == [job_id]
+        listed = list(await app.job_manager.get_stalled_jobs(seconds_since_heartbeat=STALLED_S))
+        assert [(j.id, j.attempts + 1) for j in listed] == [(job_id, MAX_ATTEMPTS)]  # its last run
+        _, _, worker = await _job_row(app, job_id)
+        assert worker is not None
+        await app.job_manager.update_heartbeat(worker)
+
+        put_back = [await handle_stalled_job(db, j, STALLED_S, MAX_ATTEMPTS) for j in listed]
+        assert await _job_row(app, job_id) == ("doing", MAX_ATTEMPTS - 1, worker)
+        assert put_back == [0]
+    async with db.sessions() as session:
+        assert (await session.get_one(Verification, verification)).status == "running"
