@@ -251,7 +251,8 @@ def _add_index(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
         help="add local GGUF files and folders to the catalog (no network)",
         description="Index GGUF files and folders (recursively) into the catalog. Hugging Face and LM Studio "
         "cache layouts keep their org/name; other folders become the pseudo-repo local/<folder>. "
-        "Unreadable files are recorded with their error. Creates or migrates the database when needed.",
+        "Unreadable files are recorded with their error; a folder with a subfolder that cannot be listed "
+        "marks nothing gone. Creates or migrates the database when needed.",
     )
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.add_argument("--json", action="store_true", help="print one JSON object per artifact")
@@ -280,12 +281,14 @@ def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
             print(_shown(f"registry: index: {path}: {why}"), file=sys.stderr)
         for failed in report.failed:
             print(_shown(f"registry: index: {failed['repo']}: not written: {failed['error']}"), file=sys.stderr)
+        for unread in report.unreadable:  # its folder was indexed as a partial snapshot: nothing gone
+            print(_shown(f"registry: index: {unread['path']}: {unread['error']}"), file=sys.stderr)
         repos = len({a.repo for a in report.artifacts})
         print(
             f"{len(report.artifacts)} artifact(s) in {repos} repo(s), {report.errors} with errors",
             file=sys.stderr,
         )
-        return EXIT_ERROR if report.skipped or report.failed else EXIT_OK
+        return EXIT_ERROR if report.skipped or report.failed or report.unreadable else EXIT_OK
 
     return _catalog_call("index", work)
 

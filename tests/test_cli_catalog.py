@@ -13,6 +13,7 @@ from registry.catalog import migrate
 from registry.catalog.search import encode_cursor
 from registry.cli import main
 from tests.catalog.conftest import empty_db_url, postgresql_url, sqlite_url, temp_databases
+from tests.filemodes import file_modes_enforced
 
 __all__ = ["empty_db_url", "postgresql_url", "sqlite_url", "temp_databases"]  # fixtures used here
 
@@ -94,6 +95,19 @@ def test_search_errors(url: str, models: Path, capsys: pytest.CaptureFixture[str
     assert code == 2 and "invalid_query" in err
     code, _, err = run(capsys, "index", str(models / "missing"))
     assert code == 1 and "no such file or folder" in err
+
+
+def test_index_says_which_folder_it_could_not_read(
+    url: str, models: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (models / "locked").mkdir(mode=0)
+    try:
+        with file_modes_enforced():
+            code, out, err = run(capsys, "index", str(models))
+    finally:
+        (models / "locked").chmod(0o755)
+    assert code == 1 and f"{models / 'locked'}: folder not read: Permission denied" in err
+    assert out.count("indexed ") == 2  # the rest of the folder is indexed all the same
 
 
 @pytest.mark.parametrize(

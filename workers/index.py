@@ -10,8 +10,9 @@ Each argument is a file or a folder (walked recursively). Files are assigned to 
   `source = 'local'`, its revision a fingerprint of names, sizes and mtimes, so re-indexing
   an unchanged folder writes nothing.
 
-A folder given whole is a complete snapshot of its `local/...` repo (files no longer there
-are marked gone). Files given one by one, and cache layouts (a cache holds only what was
+A folder given whole, and read whole, is a complete snapshot of its `local/...` repo (files
+no longer there are marked gone); a subfolder that cannot be listed makes it a partial one
+(nothing gone) and is an error of the run. Files given one by one, and cache layouts (a cache holds only what was
 downloaded, not the whole hub repo), only add or refresh their own artifacts and do not
 record the repo's revision as indexed, so a hub crawl still indexes the repo in full.
 Unreadable and hostile files become error rows; the rest of the folder is still indexed.
@@ -77,6 +78,7 @@ class IndexReport:
     artifacts: list[IndexedArtifact] = field(default_factory=list)
     results: list[UpsertResult] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # arguments that are neither .gguf file nor folder
+    unreadable: list[dict[str, str]] = field(default_factory=list)  # folders not listed: {path, error}
     failed: list[dict[str, str]] = field(default_factory=list)  # repos not written: {repo, path, error}
 
     @property
@@ -105,13 +107,15 @@ def _lmstudio_layout(parts: tuple[str, ...]) -> tuple[str, int] | None:
     return None
 
 
-def _walk(folder: Path) -> list[Path]:
-    """The `.gguf` names under `folder` in name order, without following linked folders.
+def _walk(folder: Path) -> tuple[list[Path], list[tuple[Path, OSError]]]:
+    """The `.gguf` names under `folder` in name order, without following linked folders, and
+    the folders that could not be listed (with why): a walk that has any is not the whole tree.
 
     A loop over a stack, not os.walk: Python 3.11's os.walk recurses once per level, and a
     tree deeper than the recursion limit raised RecursionError out of the whole run.
     """
     found: list[Path] = []
+    unread: list[tuple[Path, OSError]] = []
     stack = [folder]
     while stack:
         top = stack.pop()
@@ -119,7 +123,8 @@ def _walk(folder: Path) -> list[Path]:
             with os.scandir(top) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError as exc:
-            log.warning("skipping %s", exc)
+            log.warning("folder not read: %s", exc)
+            unread.append((top, exc))
             continue
         subfolders = []
         for entry in entries:
@@ -133,7 +138,7 @@ def _walk(folder: Path) -> list[Path]:
             elif not entry.is_symlink():  # a linked folder may loop back: never followed
                 subfolders.append(top / entry.name)
         stack += reversed(subfolders)
-    return found
+    return found, unread
 
 
 def _with_sibling_shards(file: Path) -> list[Path]:
@@ -148,15 +153,24 @@ def _with_sibling_shards(file: Path) -> list[Path]:
     return [file, *(p for p in siblings if os.path.lexists(p))]
 
 
-def discover(arguments: Sequence[str | os.PathLike[str]]) -> tuple[list[LocalRepo], list[str]]:
-    """Assign every GGUF file under the arguments to a repo (no file is opened here)."""
+def discover(
+    arguments: Sequence[str | os.PathLike[str]],
+) -> tuple[list[LocalRepo], list[str], list[dict[str, str]]]:
+    """Assign every GGUF file under the arguments to a repo (no file is opened here).
+
+    Also returns the arguments skipped and the folders that could not be listed
+    (`{path, error}`); a folder with an unlisted part is not a complete snapshot.
+    """
     repos: dict[tuple[str, str | None, Path], LocalRepo] = {}
     skipped = []
+    unreadable = []
     for arg in arguments:
         # absolute() and not resolve(): HF cache files are symlinks whose path is the layout.
         base = Path(arg).expanduser().absolute()
+        unread: list[tuple[Path, OSError]] = []
         if base.is_dir():
-            files, whole = _walk(base), True
+            (files, unread), whole = _walk(base), True
+            unreadable += [{"path": str(p), "error": f"folder not read: {_why(exc)}"} for p, exc in unread]
         elif base.name.lower().endswith(".gguf"):  # even a FIFO or a dangling link: an error row
             files, whole = _with_sibling_shards(base), False
         else:
@@ -179,10 +193,15 @@ def discover(arguments: Sequence[str | os.PathLike[str]]) -> tuple[list[LocalRep
                 key = (f"local/{root.name or 'root'}", None, root)
                 repo = repos.setdefault(key, LocalRepo(key[0], root, pseudo=True))
             # A cache holds the files someone downloaded, not the whole hub repo: only a local
-            # folder given whole is a complete snapshot whose missing files are gone.
-            repo.complete = repo.pseudo and repo.complete and whole and repo.root == base
+            # folder given whole, and read whole, is a complete snapshot whose missing files
+            # are gone (a subfolder unreadable for a moment must not lose its models).
+            repo.complete = repo.pseudo and repo.complete and whole and not unread and repo.root == base
             repo.files.append(file.relative_to(repo.root).as_posix())
-    return _one_revision_per_repo(repos.values()), skipped
+    return _one_revision_per_repo(repos.values()), skipped, unreadable
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
 
 
 def _read_text(path: Path) -> str | None:
@@ -324,8 +343,8 @@ async def index_paths(
     """Index files and folders; creates or migrates the database first when needed."""
     await migrate.ensure_schema(db.engine)
     limits = limits or Limits()
-    repos, skipped = discover(arguments)
-    report = IndexReport(skipped=skipped)
+    repos, skipped, unreadable = discover(arguments)
+    report = IndexReport(skipped=skipped, unreadable=unreadable)
     async with db.sessions() as session, session.begin():
         crawl = Crawl(kind="local", parameters={"paths": [storable_text(os.fspath(a)) for a in arguments]})
         session.add(crawl)
@@ -378,9 +397,11 @@ def _database_down(exc: Exception) -> bool:
 async def _finish(
     db: Database, crawl_id: int, report: IndexReport, repos: int, *, failure: BaseException | None = None
 ) -> None:
-    errors = report.failed + [
-        {"repo": a.repo, "path": a.path, "error": a.error} for a in report.artifacts if a.error
-    ]
+    errors = (
+        report.failed
+        + [{"repo": "", **u} for u in report.unreadable]
+        + [{"repo": a.repo, "path": a.path, "error": a.error} for a in report.artifacts if a.error]
+    )
     if failure is not None:
         errors.insert(0, {"repo": "", "path": "", "error": f"{type(failure).__name__}: {failure}"})
     async with db.sessions() as session, session.begin():
@@ -388,5 +409,5 @@ async def _finish(
         crawl.status = "finished" if failure is None else "failed"
         crawl.finished_at = utcnow()
         crawl.counters = {"repos": repos, "artifacts": len(report.artifacts), "errors": report.errors,
-                          "failed": len(report.failed)}  # fmt: skip
+                          "failed": len(report.failed), "unreadable": len(report.unreadable)}  # fmt: skip
         crawl.errors = storable(errors[:100])

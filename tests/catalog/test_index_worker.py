@@ -14,6 +14,7 @@ from registry.catalog.models import Artifact, Crawl, Facts, QuantMix, Repo, Shar
 from registry.catalog.search import SearchQuery, search
 from registry.catalog.services import upsert_repo_snapshot
 from tests.catalog.factories import artifact, make_snapshot
+from tests.filemodes import file_modes_enforced
 from workers.index import discover, index_paths
 
 gguf = pytest.importorskip("gguf")
@@ -131,6 +132,35 @@ async def test_removed_file_is_gone_and_file_argument_is_partial(db: Database, t
     assert a.exists()
 
 
+async def test_an_unreadable_subfolder_marks_nothing_gone(db: Database, tmp_path: Path) -> None:
+    """A subfolder the walk could not list was only logged, the folder still counted as a
+    complete snapshot, and the models indexed from that subfolder before became gone."""
+    folder = tmp_path / "shelf"
+    write_gguf(folder / "top.gguf")
+    write_gguf(folder / "sub" / "inner.gguf")
+    await index_paths(db, [folder])
+    (folder / "sub").chmod(0)
+    try:
+        with file_modes_enforced():
+            report = await index_paths(db, [folder])
+    finally:
+        (folder / "sub").chmod(0o755)
+    rows = await artifacts(db)
+    assert {p: r.status for (_, p), r in rows.items()} == {"top.gguf": "indexed", "sub/inner.gguf": "indexed"}
+    unread = {"path": str(folder / "sub"), "error": "folder not read: Permission denied"}
+    assert report.unreadable == [unread]
+    async with db.sessions() as session:
+        crawl = (await session.scalars(select(Crawl).order_by(Crawl.id.desc()))).first()
+    assert crawl is not None and crawl.status == "finished"
+    assert crawl.errors == [{"repo": "", **unread}]
+    assert crawl.counters["unreadable"] == 1
+    # Read whole again, the folder is a complete snapshot once more: a removed file is gone.
+    (folder / "top.gguf").unlink()
+    await index_paths(db, [folder])
+    rows = await artifacts(db)
+    assert {p: r.status for (_, p), r in rows.items()} == {"top.gguf": "gone", "sub/inner.gguf": "indexed"}
+
+
 async def test_unreadable_entries_do_not_stop_the_folder(db: Database, tmp_path: Path) -> None:
     folder = tmp_path / "mixed"
     write_gguf(folder / "ok.gguf")
@@ -159,9 +189,9 @@ def test_cache_layouts(tmp_path: Path) -> None:
     write_gguf(lms / "q.gguf")
     plain = write_gguf(tmp_path / "loose" / "x.gguf")
 
-    repos, skipped = discover([tmp_path / "hf", tmp_path / "home", plain, tmp_path / "nope"])
+    repos, skipped, unreadable = discover([tmp_path / "hf", tmp_path / "home", plain, tmp_path / "nope"])
     by_id = {r.repo_id: r for r in repos}
-    assert skipped == [str(tmp_path / "nope")]
+    assert (skipped, unreadable) == ([str(tmp_path / "nope")], [])
     hub = by_id["TheOrg/Some-Model-GGUF"]
     assert (hub.revision, hub.files, hub.source, hub.complete) == ("aaa111", ["m.gguf"], "hub", False)
     lms_repo = by_id["lmstudio-community/Qwen-GGUF"]
