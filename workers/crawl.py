@@ -235,20 +235,17 @@ async def known_revisions(db: Database, repo_ids: Sequence[str]) -> dict[str, st
 
 async def candidates(client: HubClient, params: CrawlParams) -> AsyncIterator[RepoSummary]:
     """The repos a crawl looks at, each once, in order of first mention: its explicit ids,
-    or the hub's GGUF listing. A listing sorted by lastModified names a repo again when it
-    changes while the listing is paged."""
+    or the hub's GGUF listing. `limit` counts repos: an id named twice is one of them."""
     if params.repos:
-        # `limit` counts repos: an id named twice is one of them.
         for repo_id in list(dict.fromkeys(params.repos))[: params.limit]:
             yield RepoSummary(repo_id=repo_id)  # no sha: always looked at
         return
-    seen: set[str] = set()
+    # The client gives each repo once and counts `limit` in distinct repos: a listing sorted
+    # by lastModified names a repo again when it changes while the listing is paged.
     async for summary in client.list_gguf_repos(
         search=params.search, author=params.author, limit=params.limit, sort="last_modified"
     ):
-        if summary.repo_id not in seen:
-            seen.add(summary.repo_id)
-            yield summary
+        yield summary
 
 
 async def crawl_hub(

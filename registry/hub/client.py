@@ -358,11 +358,13 @@ class HubClient:
         sort: Sort | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[RepoSummary]:
-        """Repos tagged gguf; pages are fetched only as the caller iterates.
+        """Repos tagged gguf, each once; pages are fetched only as the caller iterates.
 
         `sort` is descending (`downloads`, `likes`, `last_modified`, `created_at`,
-        `trending_score`). `limit` is sent both as the page size and kept as a cap on the
-        total, so a limited listing is one request up to the hub's page maximum.
+        `trending_score`). `limit` is sent as the page size, so a limited listing is one
+        request up to the hub's page maximum, and kept as a cap on the distinct repos given:
+        a listing paged while its repos change (sorted by lastModified) names a repo on two
+        pages, and the repeat must not take the place of a repo further on.
         """
         params: list[tuple[str, str]] = [("filter", "gguf")]
         if author:
@@ -376,16 +378,23 @@ class HubClient:
         params += [("expand", f) for f in _LIST_FIELDS]
         url: str | None = f"{self.endpoint}/api/models?{urlencode(params)}"
         seen: set[str] = set()
+        given: set[str] = set()
         left = limit
         while url is not None and (left is None or left > 0):
             if url in seen:
                 raise e.InvalidResponse("the listing's next page is a page it already gave", url=url)
             seen.add(url)
             items, nxt = await self._retrying(functools.partial(self._page, url))
-            for item in items if left is None else items[:left]:
-                yield summary_from(item, url)
-            if left is not None:
-                left -= len(items)
+            for item in items:
+                summary = summary_from(item, url)
+                if summary.repo_id in given:
+                    continue
+                given.add(summary.repo_id)
+                yield summary
+                if left is not None:
+                    left -= 1
+                    if left == 0:
+                        break
             url = nxt
 
     def _page(self, url: str) -> tuple[list[Any], str | None]:

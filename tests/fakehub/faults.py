@@ -19,6 +19,7 @@ FaultKind = Literal[
     "short_range",
     "change",
     "next_link",
+    "overlap",
     "body",
     "gzip",
     "big_body",

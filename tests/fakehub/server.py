@@ -66,6 +66,7 @@ class FakeHub:
         faults: Faults | Iterable[Fault] | None = None,
         tokens: Iterable[str] = ("hf_test_token",),
         page_size: int = 100,
+        max_page: int = MAX_PAGE,
         host: str = "127.0.0.1",
         port: int = 0,
         cdn_port: int = 0,
@@ -74,7 +75,8 @@ class FakeHub:
         self.corpus = corpus
         self.faults = faults if isinstance(faults, Faults) else Faults(list(faults or []))
         self.tokens = set(tokens)
-        self.page_size = page_size
+        self.page_size = page_size  # a listing page without a `limit`
+        self.max_page = max_page  # the most one page holds, whatever `limit` asks (the Hub: 1000)
         self.host = host
         self._ports = (port, cdn_port)
         self.record = record
@@ -295,7 +297,7 @@ class FakeHub:
                 return self._error(rec, 400, f"invalid sort {sort!r}")
             repos.sort(key=lambda r: getattr(r, key), reverse=q.get("direction", "-1") == "-1")
         try:
-            size = min(int(q.get("limit", self.page_size)), MAX_PAGE)
+            size = min(int(q.get("limit", self.page_size)), self.max_page)
             start = int(base64.urlsafe_b64decode(q["cursor"]).decode()) if "cursor" in q else 0
         except ValueError:
             return self._error(rec, 400, "bad limit or cursor")
@@ -307,8 +309,11 @@ class FakeHub:
         if link is not None:  # a broken cursor (the page itself) or a link to another server
             headers["Link"] = f'<{link.link or self.endpoint + request.path_qs}>; rel="next"'
         elif start + size < len(repos):
+            # "overlap": the next page starts one entry early, as an offset cursor does when a
+            # repo moved to the top of a lastModified listing while it was paged.
+            step = size - 1 if size > 1 and any(f.kind == "overlap" for f in hit) else size
             nxt = [(k, v) for k, v in q.items() if k != "cursor"]
-            nxt.append(("cursor", base64.urlsafe_b64encode(str(start + size).encode()).decode()))
+            nxt.append(("cursor", base64.urlsafe_b64encode(str(start + step).encode()).decode()))
             headers["Link"] = f'<{self.endpoint}/api/models?{urlencode(nxt)}>; rel="next"'
         rec.status = 200
         return web.json_response(body, headers=headers)

@@ -77,6 +77,19 @@ async def test_listing_is_incremental_and_limited() -> None:
         assert page.query["limit"] == "120"
 
 
+async def test_limit_counts_distinct_repos_when_pages_overlap() -> None:
+    """Pages that repeat a repo (an offset cursor over a listing that changed) must not use
+    up the limit: `limit` repos, each once, and no page more than needed."""
+    async with FakeHub(_many(10), max_page=3, faults=[Fault("overlap", route="api", times=None)]) as hub:
+        client = HubClient(hub.endpoint)
+        everything = await _ids(client)
+        assert len(everything) == len(set(everything)) == 10
+        hub.requests.clear()
+        ids = await _ids(client, limit=5)
+        assert ids == everything[:5]
+        assert len(hub.requests_to("api")) == 2  # [0, 1, 2] then [2, 3, 4]
+
+
 async def test_listing_filters_and_sort() -> None:
     async with FakeHub(_many(250), page_size=40) as hub:
         client = HubClient(hub.endpoint)
@@ -111,7 +124,7 @@ async def test_listing_next_link_to_another_host_gets_no_token() -> None:
     async with FakeHub(_many(5)) as other, FakeHub(_many(3), tokens={TOKEN}) as hub:
         hub.faults.add(Fault("next_link", route="api", link=f"{other.endpoint}/api/models?filter=gguf"))
         ids = await _ids(HubClient(hub.endpoint, TOKEN))
-        assert len(ids) == 8
+        assert len(ids) == 5  # both pages read; the other hub's first three names repeat this one's
         [mine] = hub.requests_to("api")
         [theirs] = other.requests_to("api")
         assert mine.authorization

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -219,6 +220,24 @@ async def test_a_listing_that_names_a_repo_twice_counts_it_once_in_both_modes(
     assert counters["listed"] == counters["indexed"] == 1
     assert queued == [tiny.repo_id]
     assert {k: row.counters[k] for k in counters} == counters
+
+
+async def test_limit_counts_a_repo_on_two_pages_once_in_both_modes(tmp_path: Path) -> None:
+    """A repo on two pages (a lastModified listing whose repos changed while it was paged)
+    used up two of `limit`, so fewer distinct repos than asked were crawled."""
+    async with FakeHub(sample_corpus(), tokens={TOKEN}, max_page=2) as hub:
+        client, _ = _clients(hub)
+        order = [r.repo_id async for r in client.list_gguf_repos(sort="last_modified")]
+        hub.requests.clear()
+        hub.faults.add(Fault("overlap", route="api", repo="", times=None))  # page 2 repeats page 1's last
+        counters, row, queued = await _both_modes(tmp_path, hub, CrawlParams(limit=3))
+        api = hub.requests_to("api")
+    assert queued == order[:3]
+    assert counters["listed"] == counters["indexed"] == 3 and counters["failed"] == 0
+    assert {k: row.counters[k] for k in counters} == counters
+    pages = [r for r in api if not r.repo]
+    assert len(pages) == 4 and all(p.query["limit"] == "3" for p in pages)  # two pages per mode
+    assert Counter(r.repo for r in api if r.repo) == {repo_id: 2 for repo_id in order[:3]}  # once per mode
 
 
 async def test_bad_files_become_error_rows(db: Database, hub: FakeHub) -> None:
