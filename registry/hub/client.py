@@ -43,6 +43,9 @@ _LIST_FIELDS = ("sha", "lastModified", "downloads", "likes", "tags", "gated", "p
 _SORT_PARAM = {"created_at": "createdAt", "last_modified": "lastModified", "trending_score": "trendingScore"}
 # A page of the hub's maximum 1000 repos with the fields above is a few hundred KiB.
 MAX_PAGE_BYTES = 32 * 1024 * 1024
+# Pages in a row that may name only repos already given before the listing is refused: an
+# overlapping page repeats a few, a real page of nothing new does not come twice in a row.
+MAX_STALE_PAGES = 3
 # Repo info lists every file with its size and LFS sha256, about 250 bytes each: a repo of
 # 100,000 files (more than the hub advises) is about 25 MiB.
 MAX_INFO_BYTES = 32 * 1024 * 1024
@@ -380,21 +383,29 @@ class HubClient:
         seen: set[str] = set()
         given: set[str] = set()
         left = limit
+        stale = 0  # pages in a row that named no repo not given before
         while url is not None and (left is None or left > 0):
             if url in seen:
                 raise e.InvalidResponse("the listing's next page is a page it already gave", url=url)
             seen.add(url)
             items, nxt = await self._retrying(functools.partial(self._page, url))
+            stale += 1
             for item in items:
                 summary = summary_from(item, url)
                 if summary.repo_id in given:
                     continue
+                stale = 0
                 given.add(summary.repo_id)
                 yield summary
                 if left is not None:
                     left -= 1
                     if left == 0:
                         break
+            if stale >= MAX_STALE_PAGES and nxt is not None:
+                # Each next page a new URL, yet nothing new on it: paged for ever otherwise.
+                raise e.InvalidResponse(
+                    f"the listing gave {stale} pages in a row without a repo it had not given", url=url
+                )
             url = nxt
 
     def _page(self, url: str) -> tuple[list[Any], str | None]:

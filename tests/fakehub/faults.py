@@ -20,6 +20,7 @@ FaultKind = Literal[
     "change",
     "next_link",
     "overlap",
+    "repeat",
     "body",
     "gzip",
     "big_body",

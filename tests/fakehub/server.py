@@ -308,6 +308,11 @@ class FakeHub:
         link = next((f for f in hit if f.kind == "next_link"), None)
         if link is not None:  # a broken cursor (the page itself) or a link to another server
             headers["Link"] = f'<{link.link or self.endpoint + request.path_qs}>; rel="next"'
+        elif any(f.kind == "repeat" for f in hit):
+            # "repeat": the next page is this page again under a new URL, without end.
+            again = int(q.get("again", "0")) + 1
+            nxt = [(k, v) for k, v in q.items() if k != "again"] + [("again", str(again))]
+            headers["Link"] = f'<{self.endpoint}/api/models?{urlencode(nxt)}>; rel="next"'
         elif start + size < len(repos):
             # "overlap": the next page starts one entry early, as an offset cursor does when a
             # repo moved to the top of a lastModified listing while it was paged.

@@ -14,7 +14,7 @@ import pytest
 
 from registry.config import HubSettings
 from registry.hub import client as client_module
-from registry.hub.client import HubClient, RepoFile, RepoInfo, RepoSummary
+from registry.hub.client import MAX_STALE_PAGES, HubClient, RepoFile, RepoInfo, RepoSummary
 from registry.hub.errors import (
     HubTimeout,
     InvalidResponse,
@@ -118,6 +118,23 @@ async def test_listing_link_back_to_a_read_page_is_an_error_not_a_loop() -> None
         assert "already" in info.value.message
         assert len(ids) == 20 == len(set(ids))  # pages 1 and 2, each once
         assert len(hub.requests_to("api")) == 2
+
+
+async def test_listing_of_new_urls_with_nothing_new_is_an_error_not_endless() -> None:
+    # Page 2, then the same repos again ten times, each under a new URL (then page 3: a
+    # listing that never gives up pages through all of it rather than for ever).
+    async with FakeHub(_many(30), page_size=10) as hub:
+        hub.faults.add(Fault("repeat", route="api", skip=1, times=10))
+        client = HubClient(hub.endpoint)
+        ids: list[str] = []
+        with pytest.raises(InvalidResponse) as info:
+            async for summary in client.list_gguf_repos():
+                ids.append(summary.repo_id)
+                if len(ids) > 30:
+                    break
+        assert "without a repo it had not given" in info.value.message
+        assert len(ids) == 20 == len(set(ids))  # pages 1 and 2; page 2 came back three more times
+        assert len(hub.requests_to("api")) == 2 + MAX_STALE_PAGES
 
 
 async def test_listing_next_link_to_another_host_gets_no_token() -> None:
