@@ -105,17 +105,22 @@ async def test_listing_filters_and_sort() -> None:
         assert hub.requests_to("api")[-1].query["filter"] == "gguf"
 
 
+async def _listed_until_refused(client: HubClient, most: int = 30) -> tuple[list[str], InvalidResponse]:
+    """The repo ids a listing gives (at most `most` + 1) before it raises InvalidResponse."""
+    ids: list[str] = []
+    with pytest.raises(InvalidResponse) as info:
+        async for summary in client.list_gguf_repos():
+            ids.append(summary.repo_id)
+            if len(ids) > most:
+                break
+    return ids, info.value
+
+
 async def test_listing_link_back_to_a_read_page_is_an_error_not_a_loop() -> None:
     async with FakeHub(_many(30), page_size=10) as hub:
         hub.faults.add(Fault("next_link", route="api", skip=1, times=None))  # page 2 links to itself
-        client = HubClient(hub.endpoint)
-        ids: list[str] = []
-        with pytest.raises(InvalidResponse) as info:
-            async for summary in client.list_gguf_repos():
-                ids.append(summary.repo_id)
-                if len(ids) > 30:
-                    break
-        assert "already" in info.value.message
+        ids, error = await _listed_until_refused(HubClient(hub.endpoint))
+        assert "already" in error.message
         assert len(ids) == 20 == len(set(ids))  # pages 1 and 2, each once
         assert len(hub.requests_to("api")) == 2
 
@@ -125,14 +130,8 @@ async def test_listing_of_new_urls_with_nothing_new_is_an_error_not_endless() ->
     # listing that never gives up pages through all of it rather than for ever).
     async with FakeHub(_many(30), page_size=10) as hub:
         hub.faults.add(Fault("repeat", route="api", skip=1, times=10))
-        client = HubClient(hub.endpoint)
-        ids: list[str] = []
-        with pytest.raises(InvalidResponse) as info:
-            async for summary in client.list_gguf_repos():
-                ids.append(summary.repo_id)
-                if len(ids) > 30:
-                    break
-        assert "without a repo it had not given" in info.value.message
+        ids, error = await _listed_until_refused(HubClient(hub.endpoint))
+        assert "without a repo it had not given" in error.message
         assert len(ids) == 20 == len(set(ids))  # pages 1 and 2; page 2 came back three more times
         assert len(hub.requests_to("api")) == 2 + MAX_STALE_PAGES
 
