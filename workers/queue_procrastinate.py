@@ -312,6 +312,13 @@ async def _sweep_loop(ctx: JobContext, queue: ProcrastinateQueue, seconds: float
         await asyncio.sleep(every)
 
 
+async def require_queue_tables(app: procrastinate.App) -> None:
+    """SchemaMismatch unless procrastinate's tables exist (`app` open): without them every
+    enqueue and every fetch fails with a bare database error."""
+    if not await app.check_connection_async():
+        raise SchemaMismatch("the job queue's tables are missing: run `registry db upgrade`")
+
+
 async def run_worker(
     settings: Settings,
     queues: Iterable[str],
@@ -332,8 +339,7 @@ async def run_worker(
     async with open_context(settings) as ctx:
         await migrate.require_schema(ctx.db.engine)
         async with app.open_async():
-            if not await app.check_connection_async():
-                raise SchemaMismatch("the job queue's tables are missing: run `registry db upgrade`")
+            await require_queue_tables(app)
             stalled = asyncio.create_task(_stalled_loop(app, ctx.db, settings))
             swept = asyncio.create_task(_sweep_loop(ctx, ProcrastinateQueue(app), s.sweep_seconds))
             try:

@@ -41,10 +41,11 @@ def check_mode(settings: Settings) -> str:
 @contextlib.asynccontextmanager
 async def open_queue(settings: Settings, db: Database) -> AsyncIterator[JobQueue]:
     if check_mode(settings) == "distributed":
-        from workers.queue_procrastinate import ProcrastinateQueue, build_app
+        from workers.queue_procrastinate import ProcrastinateQueue, build_app, require_queue_tables
 
         app = build_app(settings)
         async with app.open_async():
+            await require_queue_tables(app)  # the API would answer every crawl and verify with a 500
             yield ProcrastinateQueue(app)
     else:
         from workers.queue_embedded import EmbeddedQueue
