@@ -326,6 +326,30 @@ def _status_error(resp: httpx2.Response) -> e.HubError:
     )
 
 
+def _get_json(
+    url: str,
+    token: str | None,
+    timeout: float | None,
+    *,
+    what: str,
+    cap: int,
+    error: Callable[[httpx2.Response], e.HubError],
+    error_from: int,
+    params: Mapping[str, str] | None = None,
+) -> tuple[Any, httpx2.Response]:
+    """A GET of JSON (blocking): the body decoded up to `cap` bytes and parsed, and the
+    response for its headers. A status of `error_from` or above becomes `error(resp)`."""
+    headers = {**build_hf_headers(token=token or False), "Accept-Encoding": ACCEPT_ENCODING}
+    with get_session().stream("GET", url, params=params, headers=headers, timeout=timeout) as resp:
+        if not 200 <= resp.status_code < error_from:
+            raise error(resp)
+        body = _read(resp, cap, f"a {what}", url)
+    try:
+        return json.loads(body), resp
+    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, or nested too deep
+        raise e.InvalidResponse(f"the {what} is not JSON: {type(exc).__name__}: {exc}", url=url) from exc
+
+
 class HubClient:
     """Typed async access to a hub's API (any server speaking the Hugging Face Hub API)."""
 
@@ -412,23 +436,14 @@ class HubClient:
         """One listing page (blocking): its items and the next page's URL, if any."""
         # The token goes to the configured hub only, wherever a next link points.
         token = self._token if origin(url) == origin(self.endpoint) else None
-        headers = {**build_hf_headers(token=token or False), "Accept-Encoding": ACCEPT_ENCODING}
-        with get_session().stream("GET", url, headers=headers, timeout=self._timeout) as resp:
-            if not 200 <= resp.status_code < 300:
-                raise _status_error(resp)
-            body = _read(resp, MAX_PAGE_BYTES, "a listing page", url)
-            nxt = resp.links.get("next", {}).get("url")
-            where = str(resp.url)
-        try:
-            items = json.loads(body)
-        except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, or nested too deep
-            raise e.InvalidResponse(
-                f"the listing page is not JSON: {type(exc).__name__}: {exc}", url=where
-            ) from exc
+        items, resp = _get_json(url, token, self._timeout, what="listing page", cap=MAX_PAGE_BYTES,
+                                error=_status_error, error_from=300)  # fmt: skip
+        where = str(resp.url)
         if not isinstance(items, list):
             raise e.InvalidResponse(
                 f"the listing page is a JSON {type(items).__name__}, not a list", url=where
             )
+        nxt = resp.links.get("next", {}).get("url")
         return items, urljoin(where, nxt) if nxt else None
 
     async def repo_info(self, repo_id: str, revision: str | None = None) -> RepoInfo:
@@ -441,21 +456,11 @@ class HubClient:
 
     def _info(self, url: str) -> Any:
         """The repo info at `url` (blocking), as JSON."""
-        # `url` is on the configured hub.
-        headers = {**build_hf_headers(token=self._token or False), "Accept-Encoding": ACCEPT_ENCODING}
-        with get_session().stream(
-            "GET", url, params=_INFO_PARAMS, headers=headers, timeout=self._timeout
-        ) as resp:
-            # Redirects are followed; a 3xx left (no Location) is read as a body, as by HfApi.
-            if resp.status_code >= 400:
-                raise _info_error(resp)
-            body = _read(resp, MAX_INFO_BYTES, "a repo info", url)
-        try:
-            return json.loads(body)
-        except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, or nested too deep
-            raise e.InvalidResponse(
-                f"the repo info is not JSON: {type(exc).__name__}: {exc}", url=url
-            ) from exc
+        # `url` is on the configured hub. Redirects are followed; a 3xx left (no Location)
+        # is read as a body, as by HfApi.
+        info, _ = _get_json(url, self._token, self._timeout, what="repo info", cap=MAX_INFO_BYTES,
+                            error=_info_error, error_from=400, params=_INFO_PARAMS)  # fmt: skip
+        return info
 
     async def _retrying(self, fn: Callable[[], T]) -> T:
         """`fn` in a worker thread, again while it fails transiently, within the retry policy."""
