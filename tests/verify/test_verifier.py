@@ -145,6 +145,16 @@ async def test_in_process_verifier_from_settings(tmp_path: Path) -> None:
     assert row is not None and row.status == "skipped" and row.finished_at is not None
 
 
+def _slow_cdn(first: int) -> list[Fault]:
+    """A slow CDN: the first body breaks off after `first` bytes, every later range request
+    brings 64 KiB more, each 0.1 s late."""
+    return [
+        Fault("reset", route="cdn", after_bytes=first),
+        Fault("short_range", route="cdn", after_bytes=64 << 10, times=None),
+        Fault("latency", route="cdn", delay=0.1, times=None),
+    ]
+
+
 async def test_a_verification_cancelled_mid_download_ends_failed_cancelled(
     db: Database, tmp_path: Path
 ) -> None:
@@ -152,13 +162,8 @@ async def test_a_verification_cancelled_mid_download_ends_failed_cancelled(
     blob = BytesBlob(data, lfs=True)
     repo = Repo("org/tiny-GGUF", [RepoFile("tiny-Q8_0.gguf", blob)])
     artifact_id, row_id = await _hub_verification(db, repo)
-    # A slow CDN: the first body breaks off after 2 MiB, every later range brings 64 KiB more.
-    slow = [
-        Fault("reset", route="cdn", after_bytes=2 << 20),
-        Fault("short_range", route="cdn", after_bytes=64 << 10, times=None),
-        Fault("latency", route="cdn", delay=0.1, times=None),
-    ]
-    async with FakeHub(Corpus([repo]), tokens={TOKEN}, faults=slow) as hub:
+    # The first body breaks off after 2 MiB, every later range brings 64 KiB more.
+    async with FakeHub(Corpus([repo]), tokens={TOKEN}, faults=_slow_cdn(first=2 << 20)) as hub:
         settings = make_settings(tmp_path, hub.endpoint)
         partial = settings.cache_dir / "partial" / blob.sha256
         task = asyncio.create_task(run_verification(db, settings, row_id))
@@ -189,13 +194,8 @@ async def test_a_second_cancel_does_not_interrupt_the_record_of_the_first(
     try:
         repo = Repo("org/stalled-GGUF", [RepoFile("tiny-Q8_0.gguf", BytesBlob(b"GGUF" + bytes(4 << 20), lfs=True))])
         _, row_id = await _hub_verification(db, repo)
-        # A slow CDN, 64 KiB a request: the verification is mid-download when it is cancelled.
-        slow = [
-            Fault("reset", route="cdn", after_bytes=64 << 10),
-            Fault("short_range", route="cdn", after_bytes=64 << 10, times=None),
-            Fault("latency", route="cdn", delay=0.1, times=None),
-        ]
-        async with FakeHub(Corpus([repo]), tokens={TOKEN}, faults=slow) as hub:
+        # 64 KiB a request: the verification is mid-download when it is cancelled.
+        async with FakeHub(Corpus([repo]), tokens={TOKEN}, faults=_slow_cdn(first=64 << 10)) as hub:
             task = asyncio.create_task(run_verification(db, make_settings(tmp_path, hub.endpoint), row_id))
 
             async def downloading() -> bool:
