@@ -17,6 +17,7 @@ from typing import Any, overload
 import numpy as np
 
 from registry.gguf.model import Endianness
+from registry.gguf.strings import string_offsets
 from registry.gguf.types import SCALAR_FORMATS, ValueType
 
 _NUMPY_CODES: dict[ValueType, str] = {
@@ -196,20 +197,21 @@ class GGUFArray:
     def _element_offsets(self) -> np.ndarray[Any, np.dtype[np.int64]]:
         """Start of every element plus the end of the last, built once."""
         if self._offsets is None:
-            # Each start depends on the previous length, so this cannot be vectorised; an
+            if self.element_type is ValueType.STRING:
+                # The numpy walk over the length prefixes (registry.gguf.strings): ~2 ms
+                # for a 262k-token vocabulary, against ~40 ms for a Python loop.
+                self._offsets = string_offsets(
+                    self._buf, self._start, self.count, self.length_width, self.endianness == "big"
+                )
+                return self._offsets
+            # Arrays of arrays: each start depends on the previous one's nested walk; an
             # array('q') append loop is the cheapest way to collect the starts in Python.
             starts = array("q")
             append = starts.append
             pos = self._start
-            if self.element_type is ValueType.STRING:
-                buf, unpack, lw = self._buf, self._len_struct.unpack_from, self.length_width
-                for _ in range(self.count):
-                    append(pos)
-                    pos += lw + unpack(buf, pos)[0]
-            else:
-                for _ in range(self.count):
-                    append(pos)
-                    pos = element_end(self._buf, pos, ValueType.ARRAY, self.endianness, self.length_width)
+            for _ in range(self.count):
+                append(pos)
+                pos = element_end(self._buf, pos, ValueType.ARRAY, self.endianness, self.length_width)
             append(pos)
             self._offsets = np.frombuffer(starts, dtype=np.int64)
         return self._offsets

@@ -25,11 +25,12 @@ error (or NeedMoreData with the same position and mean) as a walk from the start
 from __future__ import annotations
 
 import struct
+from array import array
 from typing import Any
 
 import numpy as np
 
-__all__ = ["walk_strings"]
+__all__ = ["string_offsets", "walk_strings"]
 
 # Below this many elements left, numpy's per-call overhead (~25 calls, ~30 us a window)
 # costs more than the Python loop (~60-100 ns an element).
@@ -58,13 +59,21 @@ _WORD_DTYPES: dict[int, np.dtype[Any]] = {4: np.dtype(np.uint32), 8: np.dtype(np
 
 
 def walk_strings(
-    buf: bytes, start: int, count: int, length_width: int, big_endian: bool, max_len: int
+    buf: bytes,
+    start: int,
+    count: int,
+    length_width: int,
+    big_endian: bool,
+    max_len: int,
+    starts: list[np.ndarray[Any, np.dtype[np.int64]]] | None = None,
 ) -> tuple[int, int]:
     """Walk an array of `count` strings at `start` in `buf`: (elements walked, end).
 
     Stops early only at the first element whose length prefix does not fit in `buf`, whose
     length is above `max_len`, or whose bytes run past the end of `buf`; it then returns
-    that element's index and offset, for the caller's checked walk to report.
+    that element's index and offset, for the caller's checked walk to report. With
+    `starts`, the start offset of every element walked is appended to it, in order, as
+    int64 arrays (their concatenation has one entry per element walked).
     """
     lw = length_width
     unpack = _LENGTH_STRUCTS[(">" if big_endian else "<", lw)].unpack_from
@@ -73,17 +82,33 @@ def walk_strings(
     while done < count:
         left = count - done
         if left < _MIN_VECTOR_COUNT or n - pos < _MIN_WINDOW:
-            done, pos, _ = _walk_loop(buf, pos, done, count, n, lw, unpack, max_len)
+            done, pos, _ = _walk_loop(buf, pos, done, count, n, lw, unpack, max_len, starts)
             return done, pos
         # Size the window from the mean element so far: scanning far past the array's end
         # is wasted work, falling short costs one more window.
         mean = (pos - start) / done if done else lw + _FIRST_GUESS
         size = min(_WINDOW, max(_MIN_WINDOW, int(left * mean * _WINDOW_SLACK)))
         stop = min(n, pos + size)
-        done, pos, fault = _walk_window(buf, pos, stop, done, count, lw, big_endian, unpack, max_len)
+        done, pos, fault = _walk_window(buf, pos, stop, done, count, lw, big_endian, unpack, max_len, starts)
         if fault:
             break
     return done, pos
+
+
+def string_offsets(
+    buf: bytes, start: int, count: int, length_width: int, big_endian: bool
+) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """Start of every element of an array of `count` strings at `start`, plus its end.
+
+    For an array already walked whole (a parsed header's): one entry per element, then the
+    array's end. Raises ValueError when the array does not fit in `buf`.
+    """
+    starts: list[np.ndarray[Any, np.dtype[np.int64]]] = []
+    done, end = walk_strings(buf, start, count, length_width, big_endian, 2**64, starts)
+    if done < count:
+        raise ValueError(f"string array at {start} ends after element {done} of {count}")
+    starts.append(np.array([end], dtype=np.int64))
+    return np.concatenate(starts)
 
 
 def _walk_loop(
@@ -95,19 +120,29 @@ def _walk_loop(
     lw: int,
     unpack: Any,
     max_len: int,
+    starts: list[np.ndarray[Any, np.dtype[np.int64]]] | None = None,
 ) -> tuple[int, int, bool]:
     """Walk elements one by one while they start before `stop`: (done, pos, fault)."""
     n = len(buf)
+    walked = array("q") if starts is not None else None
+    fault = False
     while done < count and pos < stop:
         if pos + lw > n:
-            return done, pos, True
+            fault = True
+            break
         size = unpack(buf, pos)[0]
         end = pos + lw + size
         if size > max_len or end > n:
-            return done, pos, True
+            fault = True
+            break
+        if walked is not None:
+            walked.append(pos)
         pos = end
         done += 1
-    return done, pos, False
+    if walked:
+        assert starts is not None
+        starts.append(np.frombuffer(walked, dtype=np.int64))
+    return done, pos, fault
 
 
 def _candidates(
@@ -182,13 +217,14 @@ def _walk_window(
     big_endian: bool,
     unpack: Any,
     max_len: int,
+    starts: list[np.ndarray[Any, np.dtype[np.int64]]] | None = None,
 ) -> tuple[int, int, bool]:
     """Walk from the element at `pos` until one starts at or after `stop`: (done, pos, fault)."""
     n = len(buf)
     cand, ends = _candidates(buf, pos, stop, lw, big_endian, max_len)
     total = len(cand)
     if not total:
-        return _walk_loop(buf, pos, done, count, stop, lw, unpack, max_len)
+        return _walk_loop(buf, pos, done, count, stop, lw, unpack, max_len, starts)
     # Links that fail: candidate k does not lead to candidate k + 1. The last candidate
     # always ends a stretch.
     breaks = np.flatnonzero(ends[:-1] != cand[1:])
@@ -202,7 +238,7 @@ def _walk_window(
     while done < count and pos < stop:
         stretches += 1
         if stretches * _BREAKS_PER_LOOP > done - first + 4 * _BREAKS_PER_LOOP:
-            return _walk_loop(buf, pos, done, count, stop, lw, unpack, max_len)
+            return _walk_loop(buf, pos, done, count, stop, lw, unpack, max_len, starts)
         if j < total and int(cand[j]) == pos:
             # pos is an element start and a candidate: follow the proven chain to the next
             # break, or as far as the array goes.
@@ -213,9 +249,13 @@ def _walk_window(
             if end > n:
                 # Only a stretch's last element can end past the buffer (every other one
                 # ends at the next candidate, inside the window): it is the fault.
+                if starts is not None and steps > 1:
+                    starts.append(cand[j:last])
                 done += steps - 1
                 pos = int(cand[last])
                 return done, pos, True
+            if starts is not None:
+                starts.append(cand[j : last + 1])
             done += steps
             pos = end
             j = last + 1
@@ -226,7 +266,7 @@ def _walk_window(
         # pos is an element start the candidates missed: walk one by one up to the next
         # candidate (or the window's end) and look it up again.
         target = int(cand[j]) if j < total else stop
-        done, pos, fault = _walk_loop(buf, pos, done, count, target, lw, unpack, max_len)
+        done, pos, fault = _walk_loop(buf, pos, done, count, target, lw, unpack, max_len, starts)
         if fault:
             return done, pos, True
         if j < total and pos != int(cand[j]):

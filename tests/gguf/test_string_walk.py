@@ -46,6 +46,15 @@ def ref_walk(buf: bytes, start: int, count: int, lw: int, big: bool, max_len: in
     return count, pos
 
 
+def walk_with_starts(
+    buf: bytes, start: int, count: int, lw: int, big: bool, max_len: int
+) -> tuple[tuple[int, int], list[int]]:
+    """walk_strings' result and the element starts it collected, as one list."""
+    parts: list[Any] = []
+    result = strings.walk_strings(buf, start, count, lw, big, max_len, parts)
+    return result, [int(x) for part in parts for x in part]
+
+
 def encode(items: list[bytes], lw: int, big: bool) -> bytes:
     order = "big" if big else "little"
     return b"".join(len(s).to_bytes(lw, order) + s for s in items)
@@ -161,11 +170,14 @@ def test_walk_matches_reference_at_every_cut(case: str, lw: int, big: bool) -> N
     start, count = len(head), len(items)
     bounds = boundaries(items, start, lw)
     assert strings.walk_strings(buf, start, count, lw, big, 2**64) == (count, bounds[-1])
+    assert list(strings.string_offsets(buf, start, count, lw, big)) == bounds
     for cut in cuts(bounds, lw, rng):
         part = buf[:cut]
         for max_len in (2**70, 300):
             expect = ref_walk(part, start, count, lw, big, max_len)
             assert strings.walk_strings(part, start, count, lw, big, max_len) == expect, (cut, max_len)
+            # The starts collected are those of exactly the elements walked.
+            assert walk_with_starts(part, start, count, lw, big, max_len) == (expect, bounds[: expect[0]])
 
 
 @pytest.mark.usefixtures("windows")
@@ -231,9 +243,12 @@ def test_random_arrays(
     strings._MIN_VECTOR_COUNT, strings._MIN_WINDOW, strings._WINDOW = 1, 1, window
     try:
         got = strings.walk_strings(buf, 0, len(items), lw, big, max_len)
+        got_with, starts = walk_with_starts(buf, 0, len(items), lw, big, max_len)
     finally:
         strings._MIN_VECTOR_COUNT, strings._MIN_WINDOW, strings._WINDOW = saved
-    assert got == ref_walk(buf, 0, len(items), lw, big, max_len)
+    expect = ref_walk(buf, 0, len(items), lw, big, max_len)
+    assert got == got_with == expect
+    assert starts == boundaries(items, 0, lw)[: expect[0]]
 
 
 def test_memory_is_bounded_by_the_window() -> None:
@@ -384,3 +399,31 @@ def test_string_lengths_follow_the_file_byte_order() -> None:
     be = struct.pack(">Q", 5) + b"hello"
     assert strings.walk_strings(be, 0, 1, 8, True, 2**64) == (1, 13)
     assert strings.walk_strings(be, 0, 1, 8, False, 2**64) == (0, 0)
+
+
+def test_indexing_a_real_vocabulary_matches_iterating_it(sample_model_path: Path) -> None:
+    """GGUFArray's element offsets come from the numpy walk: every token read by index is
+    the token iteration decodes, and the offsets end where the array does."""
+    with sample_model_path.open("rb") as f:
+        data = f.read(8 * 1024 * 1024)
+    header = parse_header(data)
+    for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges"):
+        field = header.fields.get(key)
+        if field is None:
+            continue
+        arr = field.value
+        assert isinstance(arr, GGUFArray)
+        listed = arr.to_list()
+        assert [arr[i] for i in range(len(arr))] == listed
+        assert arr[-1] == listed[-1]
+        offsets = arr._element_offsets()
+        assert len(offsets) == len(arr) + 1
+        assert int(offsets[0]) == arr.offset and int(offsets[-1]) == arr.offset + arr.nbytes
+
+
+@pytest.mark.parametrize(("lw", "big"), FORMATS, ids=FORMAT_IDS)
+def test_offsets_of_an_array_that_does_not_fit_are_refused(lw: int, big: bool) -> None:
+    items = vocab(random.Random(11), 1000)
+    buf = encode(items, lw, big)
+    with pytest.raises(ValueError, match="ends after element 999 of 1000"):
+        strings.string_offsets(buf[:-1], 0, len(items), lw, big)
