@@ -193,7 +193,9 @@ class VerifySettings:
     )
     concurrency: int = _setting(
         1,
-        "Verifications run at once by `registry serve`; each needs a model's memory. At least 1.",
+        "Verifications the embedded job pool of `registry serve` runs at once, within jobs.concurrency; "
+        "each needs a model's memory. In the distributed mode, size `registry worker --queues verify "
+        "--concurrency N` instead. At least 1.",
     )
 
     def __post_init__(self) -> None:

@@ -9,7 +9,9 @@ it was for: its crawl (else the sweep would queue its listing again, with attemp
 its verification (`crashed`); a pool that stops on its own (serve shutting down) gives its
 jobs back without using up an attempt.
 Each enqueue commits its row before the pool is woken, and a per-repo or per-artifact
-`lock` keeps one job of each queued or running at a time.
+`lock` keeps one job of each queued or running at a time. At most `verify.concurrency` of
+the pool's `jobs.concurrency` workers run a verification at once (each needs a model's
+memory); while that many run, the others take only crawl and index jobs.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class EmbeddedQueue:
         self._wake = asyncio.Event()
         self._claim = asyncio.Lock()  # one claimer at a time: SQLite has no SKIP LOCKED
         self._claimed: set[int] = set()  # jobs of this pool whose end is not recorded yet
+        self._verifying = 0  # verify jobs this pool runs now, at most verify.concurrency
 
     # -- JobQueue -----------------------------------------------------------------------------
 
@@ -170,7 +173,12 @@ class EmbeddedQueue:
             try:
                 row = await self._next()
                 if row is not None:
-                    await self._execute(ctx, row)
+                    try:
+                        await self._execute(ctx, row)
+                    finally:
+                        if row.kind == "verify":
+                            self._verifying -= 1
+                            self._wake.set()  # a queued verification may start now
                     continue
             except Exception:
                 # The catalog failed the claim or the job's record (locked, disk full, a
@@ -183,13 +191,16 @@ class EmbeddedQueue:
 
     async def _next(self) -> Job | None:
         async with self._claim, self.db.sessions() as session, session.begin():
-            row = await session.scalar(
-                select(Job).where(Job.status == "queued", Job.run_after <= utcnow()).order_by(Job.id).limit(1)
-            )
+            query = select(Job).where(Job.status == "queued", Job.run_after <= utcnow())
+            if self._verifying >= self.settings.verify.concurrency:
+                query = query.where(Job.kind != "verify")
+            row = await session.scalar(query.order_by(Job.id).limit(1))
             if row is not None:
                 row.status, row.started_at, row.attempts = "running", utcnow(), row.attempts + 1
                 self._claimed.add(row.id)
-            return row
+        if row is not None and row.kind == "verify":  # counted once the claim is committed
+            self._verifying += 1
+        return row
 
     async def _execute(self, ctx: JobContext, row: Job) -> None:
         status, error, run_after = "done", None, None

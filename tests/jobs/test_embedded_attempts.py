@@ -1,5 +1,6 @@
 """Attempts of embedded jobs across restarts: a job that kills its process is not run for ever,
-and a pool that stops on its own does not use up its jobs' attempts."""
+and a pool that stops on its own does not use up its jobs' attempts. And how many
+verifications the pool runs at once."""
 
 from __future__ import annotations
 
@@ -138,3 +139,45 @@ async def test_a_verification_whose_job_killed_its_process_max_attempts_times_en
     assert f"stopped during the job {MAX_ATTEMPTS} times" in row.details["message"]
     assert art.verification_status == "failed"  # as when the check process dies
     assert (kept.status, kept.reason) == ("passed", None)
+
+
+async def test_the_pool_runs_at_most_verify_concurrency_verifications_at_once(
+    tmp_path: Path, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verify.concurrency bounds verifications (each needs a model's memory) within
+    jobs.concurrency; the other workers still take crawl and index jobs meanwhile."""
+    running: list[str] = []
+    most = 0
+    index_ran_during_verify = False
+
+    async def fake_verify(ctx: object, verification_id: int) -> None:
+        nonlocal most
+        running.append("verify")
+        most = max(most, running.count("verify"))
+        await asyncio.sleep(0.3)
+        running.remove("verify")
+
+    async def fake_index(ctx: object, repo_id: str, *args: object, **kwargs: object) -> None:
+        nonlocal index_ran_during_verify
+        index_ran_during_verify = index_ran_during_verify or "verify" in running
+
+    monkeypatch.setattr("workers.queue_embedded.verify_job", fake_verify)
+    monkeypatch.setattr("workers.queue_embedded.index_repo_job", fake_index)
+    settings = load_settings(env={"REGISTRY_GENERAL_DATA_DIR": str(tmp_path), "REGISTRY_CONFIG": "",
+                                  "REGISTRY_HUB_ENDPOINT": "http://127.0.0.1:9",
+                                  "REGISTRY_JOBS_CONCURRENCY": "3", "REGISTRY_VERIFY_CONCURRENCY": "1"})  # fmt: skip
+    queue = EmbeddedQueue(settings, db)
+    jobs = [await queue.enqueue_verify(v) for v in (1, 2, 3)]
+    jobs.append(await queue.enqueue_index_repo("org/other-GGUF"))
+
+    async def all_done() -> bool:
+        return [(await _job(db, j)).status for j in jobs if j is not None] == ["done"] * 4
+
+    pool = asyncio.create_task(queue.run())
+    try:
+        await wait_for(all_done, 30, "every job to end")
+    finally:
+        pool.cancel()
+        await asyncio.gather(pool, return_exceptions=True)
+    assert most == 1
+    assert index_ran_during_verify
