@@ -121,6 +121,7 @@ async def test_a_launcher_failure_marks_the_crawl_failed(make_api: MakeApi) -> N
     api = await make_api(launcher=FailingLauncher())
     reply = await api.post("/v1/crawls", json={"source": "hub"}, headers=AUTH)
     assert reply.status == 503
+    assert reply.body["error"]["details"]["component"] == "crawler"  # as the OpenAPI 503 promises
     crawl = await api.get(f"/v1/crawls/{reply.body['error']['details']['crawl_id']}")
     assert crawl.body["status"] == "failed" and crawl.body["finished_at"] is not None
     assert "queue down" not in str(reply.body)
@@ -203,3 +204,20 @@ def test_protocol_shapes() -> None:
             return ()
 
     assert not isinstance(Sources(), CrawlLauncher)
+
+
+class ForgetfulVerifier:
+    """A verifier that returns an id it never recorded (a worker bug)."""
+
+    async def enqueue(self, artifact_id: int) -> int:
+        return 424242
+
+
+@pytest.mark.usefixtures("catalog")
+@SQLITE_ONLY
+async def test_a_verifier_that_records_nothing_is_a_503_naming_it(make_api: MakeApi) -> None:
+    api = await make_api(verifier=ForgetfulVerifier())
+    artifact_id = (await api.get("/v1/artifacts?limit=1")).body["items"][0]["id"]
+    reply = await api.post("/v1/verifications", json={"artifact_id": artifact_id}, headers=AUTH)
+    assert reply.status == 503
+    assert reply.body["error"]["details"]["component"] == "verifier"  # as the OpenAPI 503 promises

@@ -40,6 +40,7 @@ async def test_readyz_when_database_is_unreachable(aiohttp_client: AioClient, ca
         await broken.dispose()
     assert reply.status == 503
     assert reply.body["error"]["code"] == "unavailable"
+    assert reply.body["error"]["details"]["component"] == "database"  # as the OpenAPI 503 promises
     assert "127.0.0.1" not in json.dumps(reply.body)  # connection details stay in the log
     assert any("readiness check failed" in r.getMessage() for r in caplog.records)
 

@@ -59,7 +59,9 @@ async def start_crawl(request: web.Request) -> web.Response:
     except Exception:
         log.exception("crawl launcher failed", extra={"request_id": request.get(REQUEST_ID_KEY)})
         await _mark_failed(request, row.id, "the crawl worker did not accept the crawl")
-        raise ServiceUnavailable("the crawl worker did not accept the crawl", details={"crawl_id": row.id}) from None
+        raise ServiceUnavailable(
+            "the crawl worker did not accept the crawl", details={"component": "crawler", "crawl_id": row.id}
+        ) from None
     request.app[METRICS_KEY].crawls_started.inc(row.kind)
     body = present.crawl(row)
     return json_response(body, status=202, headers={"Location": body["url"]})

@@ -35,7 +35,7 @@ async def readyz(request: web.Request) -> web.Response:
     except Exception as exc:
         # The reason goes to the log, not the client: it may name hosts or credentials.
         log.warning("readiness check failed: %r", exc, extra={"request_id": request.get(REQUEST_ID_KEY)})
-        raise ServiceUnavailable("the database is not reachable", details={"check": "database"}) from None
+        raise ServiceUnavailable("the database is not reachable", details={"component": "database", "check": "database"}) from None
     return json_response({"status": "ready", "checks": {"database": "ok"}})
 
 

@@ -45,7 +45,10 @@ async def start_verification(request: web.Request) -> web.Response:
     async with request.app[SESSIONMAKER_KEY]() as session:
         row = await session.get(Verification, verification_id)
     if row is None:  # the verifier promised a row; a missing one is a worker bug
-        raise ServiceUnavailable("the verification worker did not record the verification")
+        raise ServiceUnavailable(
+            "the verification worker did not record the verification",
+            details={"component": "verifier", "verification_id": verification_id},
+        )
     body = present.verification(row)
     return json_response(body, status=202, headers={"Location": body["url"]})
 
