@@ -489,7 +489,8 @@ def _add_run(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
             a.add_argument("--text-file", required=True, metavar="FILE")
         else:
             a.add_argument("--prompt", required=True)
-            a.add_argument("-n", type=int, default=16, metavar="N", help="tokens to generate (default 16)")
+            a.add_argument("-n", type=_int_in(0, INT64_MAX), default=16, metavar="N",
+                           help="tokens to generate (default 16)")  # fmt: skip
     return "run", _cmd_run
 
 
@@ -516,7 +517,8 @@ def _cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             out = greedy_generate(model, ids, args.n, stop=() if eos is None else (eos,))
             elapsed = time.perf_counter() - t0
             doc = {"tokens": out, "text": tokenizer.decode(out), "tokens_per_second": len(out) / elapsed}
-    except (GGUFError, RunnerError, CheckFailed, OSError, ValueError) as exc:
+    except (GGUFError, RunnerError, CheckFailed, OSError, ValueError, MemoryError) as exc:
+        # MemoryError: e.g. -n so large that the key/value cache cannot be allocated
         print(f"registry: run {args.action}: {args.path}: {exc}", file=sys.stderr)
         return EXIT_ERROR
     if args.json:
@@ -714,7 +716,7 @@ def _add_worker(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
         "distributed and a PostgreSQL database.url; run `registry db upgrade` first.",
     )
     p.add_argument("--queues", metavar="Q,...", help="comma-separated queues (default: jobs.queues)")
-    p.add_argument("--concurrency", type=int, metavar="N", help="jobs at once (default: jobs.concurrency)")
+    p.add_argument("--concurrency", type=_positive_int, metavar="N", help="jobs at once (default: jobs.concurrency)")
     return "worker", _cmd_worker
 
 
@@ -738,7 +740,7 @@ def _cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     concurrency = args.concurrency or settings.jobs.concurrency
 
     async def work() -> int:
-        await run_worker(settings, queues, max(1, concurrency))
+        await run_worker(settings, queues, concurrency)
         return EXIT_OK
 
     return _catalog_call("worker", work)

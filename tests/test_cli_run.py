@@ -56,6 +56,7 @@ def test_generate_equals_llama_cpp_greedy(smollm2_path: Path, capsys: pytest.Cap
         ["run", "perplexity", "{model}", "--text-file", "{missing}"],
         ["run", "generate", "{notgguf}", "--prompt", "x"],
         ["run", "perplexity", "{model}", "--text-file", "{one_token}"],
+        ["run", "generate", "{model}", "--prompt", "x", "-n", "10000000000"],  # no memory for its cache
     ],
 )
 def test_errors_are_one_line(

@@ -32,6 +32,9 @@ def _exit_code(argv: list[str]) -> int:
         (["search", "--min-context", "99999999999999999999"], "--min-context"),
         (["serve", "--port", "99999"], "--port"),
         (["serve", "--port", "-1"], "--port"),
+        (["worker", "--concurrency", "0"], "--concurrency"),  # was taken as "the default"
+        (["worker", "--concurrency", "-2"], "--concurrency"),  # was taken as 1
+        (["run", "generate", "model.gguf", "--prompt", "x", "-n", "-3"], "-n"),
     ],
 )
 def test_out_of_range_numbers_are_refused_before_anything_runs(
