@@ -204,7 +204,12 @@ def _catalog_call(name: str, work: Callable[[], Coroutine[Any, Any, int]]) -> in
 
 
 def _add_db(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
-    p = sub.add_parser("db", help="create, migrate or inspect the catalog database schema")
+    p = sub.add_parser(
+        "db",
+        help="create, migrate or inspect the catalog database schema",
+        description="Migrate the catalog database (database.url) with alembic and print its revision. "
+        "upgrade also applies procrastinate's job queue schema when jobs.mode = distributed.",
+    )
     p.add_argument("action", choices=["upgrade", "downgrade", "current"])
     p.add_argument(
         "revision", nargs="?", help="target revision (upgrade: default head; downgrade: e.g. -1, base)"
@@ -252,9 +257,11 @@ def _add_index(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
         description="Index GGUF files and folders (recursively) into the catalog. Hugging Face and LM Studio "
         "cache layouts keep their org/name; other folders become the pseudo-repo local/<folder>. "
         "Unreadable files are recorded with their error; a folder with a subfolder that cannot be listed "
-        "marks nothing gone. Creates or migrates the database when needed.",
+        "marks nothing gone. Creates or migrates the database when needed. Exit status: 0 (bad files "
+        "included: they are error rows), or 1 when a path is missing or not a .gguf file, a subfolder cannot be "
+        "listed or a repo cannot be written.",
     )
-    p.add_argument("paths", nargs="+", metavar="PATH")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="a .gguf file or a folder")
     p.add_argument("--json", action="store_true", help="print one JSON object per artifact")
     return "index", _cmd_index
 
@@ -335,24 +342,26 @@ def _add_search(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument(
         "text", nargs="?", metavar="TEXT", help="words to find in repo id, names, tags, description"
     )
-    p.add_argument("--architecture")
-    p.add_argument("--license")
+    p.add_argument("--architecture", metavar="A", help="general.architecture, e.g. llama")
+    p.add_argument("--license", metavar="L", help="the file's license, else the repo card's")
     p.add_argument("--file-type", metavar="T", help="file type label, e.g. Q4_K_M")
     p.add_argument(
         "--tensor-type", metavar="T", help="has at least one tensor of this ggml type, e.g. IQ2_XS"
     )
-    p.add_argument("--min-params", type=_param_count, metavar="N", help="e.g. 7B, 1.5B, 500M, 7e9")
-    p.add_argument("--max-params", type=_param_count, metavar="N")
+    p.add_argument("--min-params", type=_param_count, metavar="N", help="at least N parameters, e.g. 7B, 1.5B, 500M, 7e9")
+    p.add_argument("--max-params", type=_param_count, metavar="N", help="at most N parameters")
     p.add_argument("--size-label", metavar="L", help="e.g. 7B, 8x7B")
-    p.add_argument("--min-context", type=_int_in(0, INT64_MAX), metavar="N")
+    p.add_argument("--min-context", type=_int_in(0, INT64_MAX), metavar="N", help="context length at least N")
     p.add_argument("--descendant-of", metavar="REPO", help="only repos below REPO in the lineage graph")
     p.add_argument("--template-severity", metavar="S",
                    help="chat template has a safety finding at least this severe: info, low, medium, high "
                    "or critical")  # fmt: skip
-    p.add_argument("--status", default="indexed", choices=["indexed", "error", "gone", "all"])
+    p.add_argument("--status", default="indexed", choices=["indexed", "error", "gone", "all"],
+                   help="artifact status; all for every one (default: indexed)")  # fmt: skip
     p.add_argument("--sort", default="downloads", metavar="KEY",
-                   help="downloads, likes, last_modified, parameter_count, file_size or name; add :asc or :desc")  # fmt: skip
-    p.add_argument("--limit", type=int, default=20, metavar="N")
+                   help="downloads, likes, last_modified (or modified), parameter_count (or params), file_size "
+                   "(or size) or name; add :asc or :desc (default: downloads, most first)")
+    p.add_argument("--limit", type=int, default=20, metavar="N", help="results per page, 1 to 200 (default: 20)")  # fmt: skip
     p.add_argument("--cursor", metavar="C", help="the `next` cursor of the previous page")
     p.add_argument("--json", action="store_true", help='print {"items": [...], "next": cursor-or-null}')
     return "search", _cmd_search
@@ -541,7 +550,8 @@ def _add_crawl(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
         help="crawl a hub: index the headers of every changed GGUF repo",
         description="List GGUF repos on the hub, and for each one whose revision changed since the last "
         "crawl read every GGUF file's header by range requests and index it. One failing repo is recorded "
-        "and the crawl goes on. Creates or migrates the database when needed.",
+        "and the crawl goes on. Creates or migrates the database when needed. Exit status: 0 when the crawl "
+        "finished, 1 when it failed (e.g. the listing could not be read).",
     )
     p.add_argument("--endpoint", metavar="URL", help="hub to crawl for this run (default: hub.endpoint)")
     p.add_argument("--search", metavar="Q", help="only repos matching the hub's search term")
@@ -631,9 +641,12 @@ def _crawl_summary(doc: dict[str, Any]) -> str:
 def _add_serve(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p = sub.add_parser(
         "serve",
-        help="run the REST API with in-process crawls and the crawl schedule",
-        description="Serve the catalog API until SIGINT/SIGTERM. POST /v1/crawls runs crawls in this process; "
-        "[schedule] crawl runs them periodically. A SQLite database is created or migrated at start.",
+        help="run the REST API (embedded mode: with the job pool and the crawl schedule)",
+        description="Serve the catalog API until SIGINT/SIGTERM. With jobs.mode = embedded, crawls and "
+        "verifications posted to the API run in this process's job pool and [schedule] crawl runs them "
+        "periodically; with jobs.mode = distributed the API only queues them for `registry worker`. A SQLite "
+        "database is created or migrated at start; PostgreSQL must already be at the current schema "
+        "(`registry db upgrade`).",
     )
     p.add_argument("--host", help="address to listen on (default: api.host)")
     p.add_argument("--port", type=_int_in(0, 65535), help="TCP port (default: api.port; 0 picks a free one)")
@@ -747,9 +760,11 @@ def _cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _add_jobs(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
-    p = sub.add_parser("jobs", help="list jobs: queued, running, failed and done (either mode)")
-    p.add_argument("--status", choices=["queued", "running", "failed", "done"])
-    p.add_argument("--limit", type=_int_in(1, INT64_MAX), default=50, metavar="N")
+    p = sub.add_parser("jobs", help="list jobs: queued, running, failed and done (either mode)",
+                       description="List crawl, index_repo and verify jobs, newest first.")  # fmt: skip
+    p.add_argument("--status", choices=["queued", "running", "failed", "done"], help="only jobs in this state")
+    p.add_argument("--limit", type=_int_in(1, INT64_MAX), default=50, metavar="N",
+                   help="list at most N jobs (default: 50)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object per job")
     return "jobs", _cmd_jobs
 
