@@ -126,8 +126,9 @@ class HubSettings:
 class ScheduleSettings:
     crawl: str = _setting(
         "",
-        "When `registry serve` crawls the hub: `every 6h` (units s, m, h, d), a 5-field cron expression "
-        "in UTC such as `0 */6 * * *`, or empty for no scheduled crawls.",
+        "When to crawl the hub (`registry serve` in the embedded mode, the workers in the distributed one): "
+        "`every 6h` (units s, m, h, d; at least 60 s), a 5-field cron expression in UTC such as `0 */6 * * *`, "
+        "or empty for no scheduled crawls.",
     )
     search: str = _setting("", "Search term of the scheduled crawl (empty: every GGUF repo).")
     author: str = _setting("", "Only repos of this user or organization in the scheduled crawl (empty: any).")

@@ -218,9 +218,10 @@ async def end_lost_work(
 def schedule_cron(schedule: Schedule) -> str:
     """The schedule as the cron text procrastinate's periodic tasks take.
 
-    Cron expressions pass through. `every N<unit>` becomes a cron when N divides the next
-    unit (`every 15m` -> `*/15 * * * *`, `every 6h` -> `0 */6 * * *`); other intervals
-    cannot be written as a cron and are refused with the nearest cron to use instead.
+    Cron expressions pass through. `every N<unit>` becomes a cron when it is whole minutes
+    dividing an hour, whole hours dividing a day or whole days (`every 15m` -> `*/15 * * * *`,
+    `every 6h` -> `0 */6 * * *`, `every 2d` -> `0 0 */2 * *`); other intervals cannot be
+    written as a cron and are refused with a message saying which intervals work.
     """
     if isinstance(schedule, Cron):
         return schedule.text

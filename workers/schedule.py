@@ -2,9 +2,9 @@
 
 `parse_schedule` turns the `[schedule]` settings text into a `Schedule` with one method,
 `next_after(moment)`. `run_schedule` is a plain async loop that sleeps until the next
-moment and awaits the job; the embedded `registry serve` runs it as a task, and a
-distributed mode can reuse `parse_schedule` to register the same periodic jobs with its
-queue. Cron expressions are read in UTC, as a server's schedule should not move with the
+moment and awaits the job; the embedded `registry serve` runs it as a task, and the
+distributed mode's workers register the same schedule as a procrastinate periodic task
+(`workers.jobs.schedule_cron`). Cron expressions are read in UTC, as a server's schedule should not move with the
 machine's time zone or jump at daylight saving changes.
 """
 
