@@ -12,8 +12,8 @@ One verification of one artifact (every shard of a split model):
    (`workers.verify_checks`).
 
 The result is a `VerifyResult`; `run_verification` is the job function that writes it to
-the catalog's `verifications` row (the same plain async function runs in-process under
-`registry serve` and, later, from a queue).
+the catalog's `verifications` row (the same plain async function runs as the `verify` job
+of either runner: the embedded pool of `registry serve`, or `registry worker`).
 """
 
 from __future__ import annotations
@@ -464,8 +464,9 @@ async def _record(db: Database, verification_id: int, artifact_id: int | None, r
 
 @contextlib.asynccontextmanager
 async def in_process_verifier(settings: Settings) -> AsyncIterator[TaskVerifier]:
-    """The Verifier `registry serve` passes to the API: verifications as tasks of the
-    server process, `verify.concurrency` at a time, over a database of its own.
+    """A Verifier without a job queue, for embedding the API in another program
+    (`registry serve` passes a `QueueVerifier` over its job queue): verifications as tasks
+    of this process, `verify.concurrency` at a time, over a database of its own.
 
     Pass `verifier.resume` as a background job of serve so that rows a stopped server
     left queued or running are picked up once the schema is in place."""

@@ -1,4 +1,4 @@
-"""Opaque keyset cursors for the lists the API pages itself (crawls).
+"""Opaque keyset cursors for the lists the API pages itself (crawls, jobs).
 
 Artifact search cursors come from the catalog; this is only for id-ordered lists.
 """

@@ -1,6 +1,6 @@
 """The catalog schema: typed SQLAlchemy 2 models.
 
-Layout decisions (see also README "Catalog"):
+Layout decisions (see also the package doc, `registry/catalog/__init__.py`):
 
 * A local folder is a pseudo-repo: `repos.source = 'local'` and a repo id `local/<folder>`
   (Hugging Face and LM Studio cache layouts keep their real `org/name`).

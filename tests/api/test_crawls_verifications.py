@@ -1,4 +1,4 @@
-"""Starting and watching crawls; verifications until the verifier exists."""
+"""Starting and watching crawls and verifications."""
 
 from __future__ import annotations
 
@@ -168,7 +168,7 @@ async def test_id_cursor_beyond_a_bigint_is_refused(api: ApiClient, path: str) -
     assert reply.body["error"]["details"]["parameter"] == "cursor"
 
 
-async def test_verifications_answer_503_until_the_verifier_exists(api: ApiClient) -> None:
+async def test_verifications_answer_503_without_a_verifier(api: ApiClient) -> None:
     for reply in (
         await api.post("/v1/verifications", json={"artifact_id": 1}, headers=AUTH),
         await api.get("/v1/verifications/1"),

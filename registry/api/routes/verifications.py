@@ -1,7 +1,9 @@
 """Queue and read verifications.
 
-The verify worker is not built yet; until a `Verifier` is passed to `create_app` both
-routes answer 503 saying so, so clients can code against the final URLs today.
+`POST /v1/verifications` asks the `Verifier` passed to `create_app` (under `registry serve`,
+the job queue of either mode) to record a `queued` row and run it; the row then follows
+the run to its verdict. An app built without a verifier answers both routes with 503
+(`details.component`: `verifier`).
 """
 
 from __future__ import annotations
