@@ -60,6 +60,13 @@ async def test_openapi_document_is_valid_and_covers_every_route(api: ApiClient) 
 
 
 @SQLITE_ONLY
+async def test_openapi_documents_the_location_of_what_a_post_creates(api: ApiClient) -> None:
+    paths = (await api.get("/openapi.json")).body["paths"]
+    for path in ("/v1/crawls", "/v1/verifications"):
+        assert "Location" in paths[path]["post"]["responses"]["202"]["headers"], path
+
+
+@SQLITE_ONLY
 async def test_metrics_count_requests_per_route(api: ApiClient) -> None:
     await api.get("/healthz")
     await api.get("/v1/crawls/12345")
