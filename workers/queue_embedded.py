@@ -8,7 +8,7 @@ it for memory, say) ends `failed` instead of running again at every start, and s
 it was for: its crawl (else the sweep would queue its listing again, with attempts anew) or
 its verification (`crashed`); a pool that stops on its own (serve shutting down) gives its
 jobs back without using up an attempt.
-Each enqueue commits its row before the pool is woken, and a per-repo or per-artifact
+Each enqueue commits its row before the pool is woken, and a per-repo or per-verification
 `lock` keeps one job of each queued or running at a time. At most `verify.concurrency` of
 the pool's `jobs.concurrency` workers run a verification at once (each needs a model's
 memory); while that many run, the others take only crawl and index jobs.

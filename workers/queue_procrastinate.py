@@ -3,8 +3,8 @@
 `build_app(settings)` registers the three job functions of `workers.jobs` as procrastinate
 tasks on their queues (crawl, index, verify), with
 
-- a per-repo / per-artifact `queueing_lock` (one job waiting) and `lock` (one running), so
-  two crawls that overlap never read the same repo twice at once;
+- a per-repo / per-verification `queueing_lock` (one job waiting) and `lock` (one running),
+  so two crawls that overlap never read the same repo twice at once;
 - a RetryStrategy retrying `TransientJobError` with exponential backoff;
 - the `[schedule] crawl` setting as a periodic task (cron; `every 6h` is converted), run by
   procrastinate's periodic deferrer in every worker and deduplicated in the database.
@@ -153,7 +153,7 @@ class ProcrastinateQueue:
         try:
             return await self.app.configure_task(task, lock=lock, queueing_lock=lock).defer_async(**kwargs)
         except AlreadyEnqueued:
-            return None  # the same repo or artifact is already waiting: that job will do
+            return None  # the same repo or verification is already waiting: that job will do
 
     async def enqueue_crawl(self, crawl_id: int) -> int | None:
         return await self._defer("registry.crawl", None, crawl_id=crawl_id)

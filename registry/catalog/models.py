@@ -376,7 +376,7 @@ class Job(Base):
     """One job of the embedded runner: the row is the queue, so a restarted server resumes it.
 
     The distributed mode keeps its jobs in procrastinate's own tables instead. `lock` is the
-    queueing lock: at most one queued or running job per repo or artifact.
+    queueing lock: at most one queued or running job per repo or verification.
     """
 
     __tablename__ = "jobs"
