@@ -233,8 +233,8 @@ class JobsSettings:
     )
     retry_wait: int = _setting(
         2,
-        "Seconds before a job's first retry after a transient error; each further wait is longer "
-        "(exponential). 0 or more.",
+        "Seconds before a job's first retry after a transient error; each further wait is twice as long. "
+        "0 or more.",
     )
     stalled_seconds: float = _setting(
         30.0,

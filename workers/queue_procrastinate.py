@@ -5,7 +5,8 @@ tasks on their queues (crawl, index, verify), with
 
 - a per-repo / per-verification `queueing_lock` (one job waiting) and `lock` (one running),
   so two crawls that overlap never read the same repo twice at once;
-- a RetryStrategy retrying `TransientJobError` with exponential backoff;
+- a RetryStrategy retrying `TransientJobError` after `jobs.retry_wait` seconds, doubling
+  the wait at each retry, as the embedded queue does;
 - the `[schedule] crawl` setting as a periodic task (cron; `every 6h` is converted), run by
   procrastinate's periodic deferrer in every worker and deduplicated in the database.
 
@@ -80,6 +81,17 @@ def _ctx(context: procrastinate.JobContext) -> JobContext:
     return ctx
 
 
+class DoublingRetry(procrastinate.RetryStrategy):
+    """`wait` seconds before the first retry, twice as long before each next one: the
+    embedded queue's backoff. procrastinate's own `exponential_wait` waits
+    exponential_wait ** (attempt + 1) seconds: 10, 100, 1000... for a `jobs.retry_wait` of 10."""
+
+    def get_retry_decision(self, *, exception: BaseException, job: Job) -> procrastinate.RetryDecision | None:
+        if super().get_retry_decision(exception=exception, job=job) is None:
+            return None
+        return procrastinate.RetryDecision(retry_in={"seconds": self.wait * 2**job.attempts})
+
+
 def build_app(settings: Settings, *, periodic_cron: str | None = None) -> procrastinate.App:
     """The procrastinate app with the registry's tasks. `periodic_cron` overrides the cron of
     the scheduled crawl (tests use a 6-field cron with seconds)."""
@@ -91,9 +103,7 @@ def build_app(settings: Settings, *, periodic_cron: str | None = None) -> procra
     # max_attempts counts the retries after it, and retries without end when it is 0.
     retries = max(0, s.max_attempts - 1)
     retry: procrastinate.RetryStrategy | bool = (
-        procrastinate.RetryStrategy(
-            max_attempts=retries, exponential_wait=max(2, s.retry_wait), retry_exceptions={TransientJobError}
-        )
+        DoublingRetry(max_attempts=retries, wait=s.retry_wait, retry_exceptions={TransientJobError})
         if retries
         else False
     )

@@ -180,3 +180,31 @@ async def test_a_verification_commits_its_row_then_queues_one_job(queue: Embedde
         row = await session.get_one(Verification, verification_id)
         assert row.status == "queued"
     await queue.db.dispose()
+
+
+@pytest.mark.parametrize("retry_wait", [0, 1, 5, 30])
+def test_distributed_retries_wait_as_the_embedded_ones(retry_wait: int) -> None:
+    """jobs.retry_wait seconds before the first retry, doubling after: 30 s used to become
+    30, 900, 27000 s in the distributed mode, and 0 or 1 became 2, 4, 8."""
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from workers.queue_procrastinate import build_app
+
+    settings = load_settings(env={"REGISTRY_CONFIG": "", "REGISTRY_JOBS_MODE": "distributed",
+                                  "REGISTRY_DATABASE_URL": "postgresql+asyncpg://nobody@127.0.0.1:1/none",
+                                  "REGISTRY_JOBS_RETRY_WAIT": str(retry_wait), "REGISTRY_JOBS_MAX_ATTEMPTS": "4"})  # fmt: skip
+    strategy = build_app(settings).tasks["registry.index_repo"].retry_strategy
+    assert strategy is not None
+    waits = []
+    for attempts in range(4):  # procrastinate's attempts: earlier runs of the job
+        job = cast(Any, SimpleNamespace(attempts=attempts))
+        decision = strategy.get_retry_decision(exception=TransientJobError("429"), job=job)
+        if decision is None:
+            waits.append(None)
+        else:
+            assert decision.retry_at is not None
+            waits.append(round((decision.retry_at - datetime.now(UTC)).total_seconds()))
+    embedded = [retry_wait * 2 ** (run - 1) for run in (1, 2, 3)]  # queue_embedded's wait before run + 1
+    assert waits == [*embedded, None]
