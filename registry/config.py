@@ -153,7 +153,9 @@ class ApiSettings:
         "(start crawls and verifications). Empty means no writes are allowed.",
     )
     private_reads: bool = _setting(False, "Require a bearer token for reads too (health probes stay open).")
-    max_limit: int = _setting(100, "Largest page size a client may ask for with `limit`.")
+    max_limit: int = _setting(
+        100, "Largest page size a client may ask for with `limit` (artifact search stops at 200). At least 1."
+    )
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -178,12 +180,13 @@ class VerifySettings:
     memory_cap_bytes: int = _setting(
         8 * 1024**3,
         "Address-space limit (RLIMIT_AS) of the child process that dequantizes and runs a model. "
-        "Memory maps count against it, so leave room for the file size plus the float32 weights.",
+        "Memory maps count against it, so leave room for the file size plus the float32 weights. 0 sets no "
+        "cap. 0 or more.",
     )
     perplexity_threshold: float = _setting(
         100.0, "A model whose perplexity on the built-in English paragraph is above this fails."
     )
-    n_generate: int = _setting(8, "Tokens generated greedily from the built-in prompt.")
+    n_generate: int = _setting(8, "Tokens generated greedily from the built-in prompt. 0 or more.")
     chunk_bytes: int = _setting(
         64 * 1024 * 1024,
         "Most float32 bytes held at once while computing weight statistics, shared by the threads "
@@ -205,7 +208,8 @@ class VerifySettings:
         if self.chunk_bytes <= 0:
             raise ConfigError(f"verify.chunk_bytes must be positive, got {self.chunk_bytes}")
         _at_least("verify", self, 1, "concurrency")
-        _at_least("verify", self, 0, "cache_max_bytes")
+        # A negative n_generate failed every model as invalid_model; a negative cap meant no cap.
+        _at_least("verify", self, 0, "cache_max_bytes", "n_generate", "memory_cap_bytes")
         _seconds("verify", self, "timeout_seconds")
         if math.isnan(self.perplexity_threshold):  # no perplexity is above nan: every model passed
             raise ConfigError("verify.perplexity_threshold must be a number, got nan")

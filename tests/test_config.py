@@ -87,6 +87,9 @@ def test_default_file_in_working_directory(tmp_path: Path, monkeypatch: pytest.M
         ("[jobs]\nmax_attempts = 0\n", {}, "jobs.max_attempts must be at least 1"),
         ("[jobs]\nretry_wait = -1\n", {}, "jobs.retry_wait must be at least 0"),
         ("[verify]\ncache_max_bytes = -1\n", {}, "verify.cache_max_bytes must be at least 0"),
+        # -1 tokens failed every verification as invalid_model; a cap of -1 set none.
+        ("", {"REGISTRY_VERIFY_N_GENERATE": "-1"}, "verify.n_generate must be at least 0"),
+        ("[verify]\nmemory_cap_bytes = -1\n", {}, "verify.memory_cap_bytes must be at least 0"),
         # inf overflowed aiohttp's clock, nan never timed out or never waited, a negative
         # read timeout raised out of the crawl.
         ("[hub]\nconnect_timeout = nan\n", {}, "hub.connect_timeout must be finite seconds above 0"),
@@ -122,6 +125,7 @@ def test_bad_values(tmp_path: Path, text: str, env: dict[str, str], needle: str)
         "[jobs]\nretry_wait = 0\nconcurrency = 1\nmax_attempts = 1\nmode = 'distributed'\n",
         "[database]\nsqlite_inline_read_ms = 0.0\n",
         "[verify]\ncache_max_bytes = 0\nperplexity_threshold = inf\n",
+        "[verify]\nn_generate = 0\nmemory_cap_bytes = 0\n",
     ],
 )
 def test_values_at_the_edge_of_their_range_load(tmp_path: Path, text: str) -> None:
