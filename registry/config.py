@@ -79,13 +79,15 @@ class HubSettings:
     token: str = _setting("", "Access token for the hub; sent only to the endpoint host, never to a CDN.")
     first_window: int = _setting(
         2 * 1024 * 1024,
-        "Bytes fetched by the first range request of a file header.",
+        "Bytes fetched by the first range request of a file header. At least 1.",
     )
-    max_header_bytes: int = _setting(64 * 1024 * 1024, "Largest header fetched per file before giving up.")
+    max_header_bytes: int = _setting(
+        64 * 1024 * 1024, "Largest header fetched per file before giving up. At least 1."
+    )
     shard_window: int = _setting(
         256 * 1024,
         "Bytes fetched by the first range request of files without a vocabulary: shards 2..N of a split "
-        "model, projectors (mmproj) and LoRA adapters, told by their file names.",
+        "model, projectors (mmproj) and LoRA adapters, told by their file names. At least 1.",
     )
     per_host_concurrency: int = _setting(
         8,
@@ -118,6 +120,8 @@ class HubSettings:
 
     def __post_init__(self) -> None:
         _at_least("hub", self, 1, "per_host_concurrency", "crawl_concurrency", "max_attempts")
+        # 0 or less failed every read as an internal error instead of refusing the setting.
+        _at_least("hub", self, 1, "first_window", "shard_window", "max_header_bytes")
         _seconds("hub", self, "connect_timeout", "read_timeout")
         _seconds("hub", self, "backoff_base", "backoff_max", "max_retry_wait", zero=True)
 
@@ -137,10 +141,14 @@ class ScheduleSettings:
 
 @dataclass(frozen=True)
 class ParserSettings:
-    max_string_length: int = _setting(16 * 1024 * 1024, "Longest metadata string accepted.")
-    max_array_length: int = _setting(16 * 1024 * 1024, "Most elements in one metadata array.")
-    max_kv_count: int = _setting(1_000_000, "Most metadata keys in one file.")
-    max_tensor_count: int = _setting(1_000_000, "Most tensors in one file.")
+    max_string_length: int = _setting(16 * 1024 * 1024, "Longest metadata string accepted. 0 or more.")
+    max_array_length: int = _setting(16 * 1024 * 1024, "Most elements in one metadata array. 0 or more.")
+    max_kv_count: int = _setting(1_000_000, "Most metadata keys in one file. 0 or more.")
+    max_tensor_count: int = _setting(1_000_000, "Most tensors in one file. 0 or more.")
+
+    def __post_init__(self) -> None:
+        # A negative limit failed every read as an internal error instead of refusing the setting.
+        _at_least("parser", self, 0, "max_string_length", "max_array_length", "max_kv_count", "max_tensor_count")
 
 
 @dataclass(frozen=True)

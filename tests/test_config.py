@@ -90,6 +90,10 @@ def test_default_file_in_working_directory(tmp_path: Path, monkeypatch: pytest.M
         # -1 tokens failed every verification as invalid_model; a cap of -1 set none.
         ("", {"REGISTRY_VERIFY_N_GENERATE": "-1"}, "verify.n_generate must be at least 0"),
         ("[verify]\nmemory_cap_bytes = -1\n", {}, "verify.memory_cap_bytes must be at least 0"),
+        # These failed every header read as an internal error.
+        ("", {"REGISTRY_HUB_FIRST_WINDOW": "0"}, "hub.first_window must be at least 1"),
+        ("[hub]\nshard_window = -1\n", {}, "hub.shard_window must be at least 1"),
+        ("[parser]\nmax_kv_count = -1\n", {}, "parser.max_kv_count must be at least 0"),
         # inf overflowed aiohttp's clock, nan never timed out or never waited, a negative
         # read timeout raised out of the crawl.
         ("[hub]\nconnect_timeout = nan\n", {}, "hub.connect_timeout must be finite seconds above 0"),
