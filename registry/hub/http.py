@@ -22,6 +22,7 @@ Rules this module keeps, each proved by a test against the fake hub:
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import email.utils
 import functools
@@ -131,7 +132,10 @@ class _File:
 
     url: str
     final: str
-    buf: bytearray = field(default_factory=bytearray)
+    # The bytes read so far, as received: joined only when the parser needs them
+    # (`data`), so each byte is copied once between the socket and the parser.
+    parts: list[bytes] = field(default_factory=list)
+    have: int = 0  # their total length
     file_size: int | None = None
     expected_size: int | None = None  # from the hub's file listing, when known
     etag: str | None = None
@@ -142,6 +146,16 @@ class _File:
     http_requests: int = 0
     retries: int = 0
     waited: float = 0.0
+
+    def add(self, chunks: list[builtins.bytes], n: int) -> None:
+        self.parts += chunks
+        self.have += n
+
+    def data(self) -> builtins.bytes:
+        """Everything read so far, as one bytes object (kept joined for the next call)."""
+        if len(self.parts) != 1:
+            self.parts = [b"".join(self.parts)]
+        return self.parts[0]
 
     def close_stream(self) -> None:
         if self.stream is not None:
@@ -261,17 +275,17 @@ class HubHttp:
             while True:
                 await self._fill(f, target, window)
                 try:
-                    header = parse(bytes(f.buf), file_size=f.file_size, limits=limits)
+                    header = parse(f.data(), file_size=f.file_size, limits=limits)
                 except NeedMoreData as need:
                     target = self._next_target(f, need, budget, margin)
                     if f.stream is not None:
                         # A stream costs no round trips: step a window at a time, so an
                         # estimate that runs high never makes us read far past the header.
-                        target = min(target, len(f.buf) + window)
+                        target = min(target, f.have + window)
                     continue
                 return RemoteHeader(
                     header=header,
-                    file_size=f.file_size if f.file_size is not None else len(f.buf),
+                    file_size=f.file_size if f.file_size is not None else f.have,
                     bytes_fetched=f.bytes,
                     requests=f.requests,
                     etag=f.etag,
@@ -285,7 +299,7 @@ class HubHttp:
             f.close_stream()
 
     def _next_target(self, f: _File, need: NeedMoreData, budget: int, margin: int) -> int:
-        have = len(f.buf)
+        have = f.have
         if f.file_size is not None and have >= f.file_size:
             # The parser asks for bytes beyond the end of the file.
             raise TruncatedFile(
@@ -310,10 +324,10 @@ class HubHttp:
         return target
 
     async def _fill(self, f: _File, target: int, window: int) -> None:
-        while len(f.buf) < target and (f.file_size is None or len(f.buf) < f.file_size):
+        while f.have < target and (f.file_size is None or f.have < f.file_size):
             if f.stream is not None:
                 try:
-                    chunk = await self._read_stream(f, min(_CHUNK, target - len(f.buf)))
+                    chunk = await self._read_stream(f, min(_CHUNK, target - f.have))
                 except HubError as exc:
                     # The stream broke: go on with range requests (and their retries)
                     # from where it stopped, unless retries are spent.
@@ -322,15 +336,15 @@ class HubHttp:
                     f.retries += 1
                     continue
                 if not chunk:
-                    f.file_size = len(f.buf)  # the whole file arrived: it ends here
+                    f.file_size = f.have  # the whole file arrived: it ends here
                     return
-                f.buf += chunk
+                f.add([chunk], len(chunk))
                 continue
             end = target if f.file_size is None else min(target, f.file_size)
-            await self._with_retries(f, functools.partial(self._range_once, f, len(f.buf), end))
+            await self._with_retries(f, functools.partial(self._range_once, f, f.have, end))
             if f.stream is not None:
                 # The server just ignored Range: from here on read a window at a time.
-                target = min(target, len(f.buf) + window)
+                target = min(target, f.have + window)
 
     async def _read_stream(self, f: _File, n: int) -> bytes:
         assert f.stream is not None
@@ -388,15 +402,15 @@ class HubHttp:
                 # Content-Range announces; the caller's loop asks for the rest.
                 last = self._check_range(f, resp, start, etag)
                 want = min(end, last + 1) - start
-                data = await self._read_body(resp, want, f)
-                if len(data) < want:
+                chunks, got = await self._read_body(resp, want, f)
+                if got < want:
                     raise TruncatedBody(
-                        f"got {len(data)} of {want} bytes at offset {start}",
+                        f"got {got} of {want} bytes at offset {start}",
                         url=f.final,
                         status=206,
                         request_id=resp.headers.get("X-Request-Id"),
                     )
-                f.buf += data
+                f.add(chunks, got)
             elif resp.status == 200:
                 self._check_version(f, etag, resp)
                 length = resp.headers.get("Content-Length")
@@ -423,7 +437,8 @@ class HubHttp:
                 raise FileChanged("the file is now shorter than what was already read", url=f.url)
             n -= len(chunk)
 
-    async def _read_body(self, resp: aiohttp.ClientResponse, want: int, f: _File) -> bytes:
+    async def _read_body(self, resp: aiohttp.ClientResponse, want: int, f: _File) -> tuple[list[bytes], int]:
+        """At most `want` bytes of the body, as the chunks received, and their total."""
         # Never trust Content-Length: read at most what was asked for.
         parts: list[bytes] = []
         got = 0
@@ -434,7 +449,7 @@ class HubHttp:
             parts.append(chunk)
             got += len(chunk)
         f.bytes += got
-        return b"".join(parts)
+        return parts, got
 
     def _check_range(self, f: _File, resp: aiohttp.ClientResponse, start: int, etag: str | None) -> int:
         """Validate a 206; returns the last byte offset it carries."""
