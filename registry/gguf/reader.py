@@ -96,17 +96,35 @@ _DEFAULT_MERGES_PER_TOKEN = 1.0
 _PREAMBLE, _KVS, _TENSORS = 0, 1, 2
 
 
+class ParseProgress:
+    """What the attempts on shorter prefixes of one file have walked already.
+
+    A reader that grows its buffer and parses again after each `NeedMoreData` passes the
+    same object to every attempt: a string array cut by the end of an earlier buffer is
+    walked on from the element where that walk stopped, not again from its start (the
+    first window of a large vocabulary ends inside it). Valid only while each buffer
+    starts with the previous one's bytes and the limits stay the same.
+    """
+
+    __slots__ = ("strings",)
+
+    def __init__(self) -> None:
+        self.strings: dict[int, tuple[int, int]] = {}  # array start -> (elements walked, offset)
+
+
 def parse_header(
     data: bytes | bytearray | memoryview,
     *,
     file_size: int | None = None,
     limits: Limits | None = None,
+    progress: ParseProgress | None = None,
 ) -> GGUFHeader:
     """Parse the header at the start of `data`, the first bytes of a GGUF file.
 
     Raises `NeedMoreData` when `data` ends before the header and the file may go on, and a
     `GGUFError` subclass for anything wrong with the file. When `file_size` is given and
-    `data` holds the whole file, running out of bytes is a `TruncatedFile`.
+    `data` holds the whole file, running out of bytes is a `TruncatedFile`. `progress`
+    carries walks from one attempt to the next (see `ParseProgress`).
 
     A non-`bytes` input is copied once, so that arrays in the result cannot change if the
     caller later mutates its buffer (a few MiB copy in about a millisecond).
@@ -117,7 +135,7 @@ def parse_header(
             raise ValueError(f"file_size must be >= 0, got {file_size}")
         if len(buf) > file_size:
             buf = buf[:file_size]
-    return _Parser(buf, file_size, limits or DEFAULT_LIMITS).parse()
+    return _Parser(buf, file_size, limits or DEFAULT_LIMITS, progress).parse()
 
 
 def next_window(exc: NeedMoreData, *, margin: int) -> int:
@@ -128,8 +146,11 @@ def next_window(exc: NeedMoreData, *, margin: int) -> int:
 class _Parser:
     """One parse over one buffer. Holds the position bookkeeping used for estimates."""
 
-    def __init__(self, buf: bytes, file_size: int | None, limits: Limits) -> None:
+    def __init__(
+        self, buf: bytes, file_size: int | None, limits: Limits, progress: ParseProgress | None = None
+    ) -> None:
         self.limits = limits
+        self.progress = progress
         # Bytes past max_header_bytes are never looked at, so a read past it fails the
         # same way whether or not the caller sent them.
         self.buf = buf if len(buf) <= limits.max_header_bytes else buf[: limits.max_header_bytes]
@@ -485,10 +506,15 @@ class _Parser:
         """
         # The buffer is already cut at file_size and max_header_bytes, so an element that
         # ends inside it passes the checks of _declared too.
+        walked = self.progress.strings if self.progress is not None else None
+        resume = walked.get(start) if walked is not None else None
         done, pos = walk_strings(
-            self.buf, start, count, self.lw, self.endianness == "big", self.limits.max_string_length
-        )
+            self.buf, start, count, self.lw, self.endianness == "big", self.limits.max_string_length,
+            resume=resume,
+        )  # fmt: skip
         if done < count:
+            if walked is not None:
+                walked[start] = (done, pos)  # every element before `done` is complete and checked
             return self._skip_strings_checked(start, count, field, done, pos)
         if field == _TOKENS_KEY and count:
             self.vocab_mean = (pos - start) / count - self.lw

@@ -66,6 +66,7 @@ def walk_strings(
     big_endian: bool,
     max_len: int,
     starts: list[np.ndarray[Any, np.dtype[np.int64]]] | None = None,
+    resume: tuple[int, int] | None = None,
 ) -> tuple[int, int]:
     """Walk an array of `count` strings at `start` in `buf`: (elements walked, end).
 
@@ -73,12 +74,14 @@ def walk_strings(
     length is above `max_len`, or whose bytes run past the end of `buf`; it then returns
     that element's index and offset, for the caller's checked walk to report. With
     `starts`, the start offset of every element walked is appended to it, in order, as
-    int64 arrays (their concatenation has one entry per element walked).
+    int64 arrays (their concatenation has one entry per element walked). `resume`, the
+    (elements walked, offset) of an earlier walk of the same array over a prefix of `buf`,
+    starts there instead of at the first element (`starts` then begins at that element).
     """
     lw = length_width
     unpack = _LENGTH_STRUCTS[(">" if big_endian else "<", lw)].unpack_from
     n = len(buf)
-    pos, done = start, 0
+    done, pos = resume if resume is not None else (0, start)
     while done < count:
         left = count - done
         if left < _MIN_VECTOR_COUNT or n - pos < _MIN_WINDOW:

@@ -38,7 +38,7 @@ import aiohttp
 
 from registry.gguf.errors import NeedMoreData, TruncatedFile
 from registry.gguf.filename import parse_shard
-from registry.gguf.reader import parse_header
+from registry.gguf.reader import ParseProgress, parse_header
 from registry.hub.errors import (
     EncodedBody,
     FileChanged,
@@ -267,6 +267,7 @@ class HubHttp:
         expected_size: int | None = None,
     ) -> RemoteHeader:
         parse = self._parser or parse_header
+        progress = ParseProgress() if parse is parse_header else None
         budget = max_header_bytes if max_header_bytes is not None else self.options.max_header_bytes
         f = _File(url=url, final=url, expected_size=expected_size)
         window = first_window or self.options.first_window
@@ -275,7 +276,11 @@ class HubHttp:
             while True:
                 await self._fill(f, target, window)
                 try:
-                    header = parse(f.data(), file_size=f.file_size, limits=limits)
+                    data = f.data()
+                    if progress is not None:
+                        header = parse_header(data, file_size=f.file_size, limits=limits, progress=progress)
+                    else:
+                        header = parse(data, file_size=f.file_size, limits=limits)
                 except NeedMoreData as need:
                     target = self._next_target(f, need, budget, margin)
                     if f.stream is not None:

@@ -26,7 +26,7 @@ from registry.gguf import reader, strings
 from registry.gguf.array import GGUFArray
 from registry.gguf.errors import GGUFError, NeedMoreData
 from registry.gguf.limits import Limits
-from registry.gguf.reader import parse_header
+from registry.gguf.reader import ParseProgress, parse_header
 from registry.gguf.types import ValueType
 from tests.gguf.builders import Arr, HeaderBuilder
 
@@ -303,9 +303,11 @@ def old_walk(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(reader._Parser, "_skip_strings", old_skip_strings)
 
 
-def outcome(data: bytes, file_size: int | None, limits: Limits | None = None) -> tuple[Any, ...]:
+def outcome(
+    data: bytes, file_size: int | None, limits: Limits | None = None, progress: ParseProgress | None = None
+) -> tuple[Any, ...]:
     try:
-        header = parse_header(data, file_size=file_size, limits=limits)
+        header = parse_header(data, file_size=file_size, limits=limits, progress=progress)
     except NeedMoreData as exc:
         return ("more", exc.needed, exc.have, exc.field)
     except GGUFError as exc:
@@ -427,3 +429,63 @@ def test_offsets_of_an_array_that_does_not_fit_are_refused(lw: int, big: bool) -
     buf = encode(items, lw, big)
     with pytest.raises(ValueError, match="ends after element 999 of 1000"):
         strings.string_offsets(buf[:-1], 0, len(items), lw, big)
+
+
+@pytest.mark.usefixtures("windows")
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize(("lw", "big"), FORMATS, ids=FORMAT_IDS)
+def test_a_resumed_walk_is_the_walk_from_the_start(case: str, lw: int, big: bool) -> None:
+    """Walking a prefix, then the whole buffer from where that stopped: the same result
+    and the same element starts as one walk of the whole buffer."""
+    rng = random.Random(f"resume-{case}-{lw}-{big}")
+    items = CASES[case](rng)
+    buf = encode(items, lw, big) + encode([b"after"] * 30, lw, big)
+    count = len(items)
+    bounds = boundaries(items, 0, lw)
+    for cut in cuts(bounds, lw, rng):
+        for max_len in (2**70, 300):
+            first = strings.walk_strings(buf[:cut], 0, count, lw, big, max_len)
+            parts: list[Any] = []
+            got = strings.walk_strings(buf, 0, count, lw, big, max_len, parts, resume=first)
+            assert got == ref_walk(buf, 0, count, lw, big, max_len), (cut, max_len)
+            assert [int(x) for p in parts for x in p] == bounds[first[0] : got[0]]
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("endian", ["<", ">"])
+def test_parses_of_growing_prefixes_with_progress_match_fresh_parses(version: int, endian: str) -> None:
+    """A reader's attempts on a growing buffer, sharing one ParseProgress, give at every
+    step what a fresh parse of that buffer gives: the same NeedMoreData estimate, error or
+    header."""
+    rng = random.Random(f"progress-{version}{endian}")
+    data = model_header(version, endian, rng)
+    for limits in (None, Limits(max_string_length=255), Limits(max_string_length=300)):
+        for _ in range(12):
+            progress = ParseProgress()
+            cuts_up = [*sorted(rng.sample(range(1, len(data)), 8)), len(data)]
+            for cut in cuts_up:
+                fresh = outcome(data[:cut], None, limits)
+                assert outcome(data[:cut], None, limits, progress) == fresh, (cut, limits)
+                if fresh[0] != "more":
+                    break
+
+
+def test_progress_resumes_inside_a_real_vocabulary(sample_model_path: Path) -> None:
+    """The second attempt on a real model continues the vocabulary walk of the first: its
+    header equals a fresh parse's, and the walk it resumed is recorded."""
+    with sample_model_path.open("rb") as f:
+        data = f.read(8 * 1024 * 1024)
+    full = parse_header(data)
+    tokens = full.fields["tokenizer.ggml.tokens"].value
+    assert isinstance(tokens, GGUFArray)
+    cut = tokens.offset + tokens.nbytes // 2
+    progress = ParseProgress()
+    with pytest.raises(NeedMoreData) as first:
+        parse_header(data[:cut], progress=progress)
+    assert first.value.field.startswith("tokenizer.ggml.tokens[")
+    done, pos = progress.strings[tokens.offset]
+    assert 0 < done < tokens.count and tokens.offset < pos <= cut
+    again = parse_header(data[: full.data_offset], progress=progress)
+    assert outcome(data[: full.data_offset], None, None, progress) == outcome(data[: full.data_offset], None)
+    assert again.data_offset == full.data_offset
+    assert again.fields["tokenizer.ggml.tokens"].value.to_list() == tokens.to_list()
