@@ -127,11 +127,12 @@ async def is_common_term(session: AsyncSession, term: str) -> bool:
     return await are_common_together(session, [term])
 
 
-async def are_common_together(session: AsyncSession, terms: Sequence[str], threshold: int = COMMON_TERM) -> bool:
-    """Whether more than `threshold` rows contain every one of the terms (each at least
-    MIN_TRIGRAM long), counted in the FTS5 index: reads at most that many rowids of their
-    intersection, where counting LIKE matches row by row read the table up to its end
-    when the terms are common apart but rare together."""
+async def are_common_together(session: AsyncSession, terms: Sequence[str], threshold: int | None = None) -> bool:
+    """Whether more than `threshold` (default COMMON_TERM) rows contain every one of the
+    terms (each at least MIN_TRIGRAM long), counted in the FTS5 index: reads at most that
+    many rowids of their intersection, where counting LIKE matches row by row read the table
+    up to its end when the terms are common apart but rare together."""
+    threshold = COMMON_TERM if threshold is None else threshold
     probe = _fts_rowids(terms).limit(threshold + 1).subquery()
     conn = await session.connection()
     found = (await conn.execute(select(func.count()).select_from(probe))).scalar_one()
