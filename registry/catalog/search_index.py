@@ -1,5 +1,12 @@
 """Free-text index DDL, per dialect, and the matching WHERE clause.
 
+A query matches an artifact when each of its words, lower-cased (Python's `str.lower`), is
+a substring of the artifact's lower-cased search text (`LIKE '%word%'`, wildcards literal).
+The indexes only find candidates: FTS5's trigram tokenizer folds case its own way and takes
+letters for the same that `lower()` keeps apart (`ſ` and `s`, final `ς` and `σ`), so its
+matches are checked with the same LIKE, and a word matches the same rows whichever way in
+the plan takes and on either database.
+
 SQLAlchemy cannot declare either index, so migrations create them from here and alembic's
 autogenerate is told to leave them alone (`is_search_index_object`).
 
@@ -104,10 +111,10 @@ def first_matching_ids(terms: Sequence[str], limit: int) -> Select[Any]:
     """SQLite: the ids of the first `limit` artifacts, in id order, with ids from the bound
     `id_from` up to but not including `id_to`, holding every term (some shorter than
     MIN_TRIGRAM). With terms long enough for the FTS5 index, their rows are streamed from it
-    in rowid order and checked for the short ones: `id IN (MATCH ...)` would read every row
+    in rowid order and each checked for every term: `id IN (MATCH ...)` would read every row
     of a common term first. With short terms only, a scan of the table's id range."""
     long = [t for t in terms if len(t) >= MIN_TRIGRAM]
-    likes = [term_like(t) for t in terms if len(t) < MIN_TRIGRAM]
+    likes = [term_like(t) for t in terms]  # the FTS5 rows of long terms are only candidates
     if not long:
         ids = Artifact.id
         return select(ids).where(ids >= bindparam("id_from"), ids < bindparam("id_to"), *likes).limit(limit)
@@ -164,6 +171,7 @@ async def text_filter(
     clauses: list[ColumnElement[bool]] = []
     if indexed:
         clauses.append(Artifact.id.in_(_fts_rowids(indexed).scalar_subquery()))
-    # On PostgreSQL the trigram GIN index serves these LIKEs when the planner finds it cheaper.
-    clauses.extend(term_like(t) for t in scanned)
+    # On PostgreSQL the trigram GIN index serves these LIKEs when the planner finds it cheaper;
+    # on SQLite they are checked on each FTS5 candidate too (see the module doc).
+    clauses.extend(term_like(t) for t in (*scanned, *indexed))
     return and_(*clauses)

@@ -626,3 +626,25 @@ async def test_facet_counts_follow_writes_of_any_connection(catalog: Database) -
         after = await facets(session, SearchQuery())
     assert "phi3" not in before["architecture"]
     assert after["architecture"]["phi3"] == 1
+
+
+@pytest.mark.parametrize("common", [False, True], ids=["rare", "common"])
+async def test_a_word_matches_the_same_rows_whichever_way_in(
+    db: Database, monkeypatch: pytest.MonkeyPatch, common: bool
+) -> None:
+    """Words are substrings of the lower-cased text. FTS5's trigram tokenizer takes `ſ` for
+    `s` and final `ς` for `σ`; LIKE (common terms, PostgreSQL) does not: "sty" found
+    "ſtyle" on SQLite while the word was rare, and no longer once it was common."""
+    from registry.catalog import search as search_module
+    from registry.catalog import search_index
+
+    async with db.sessions() as session, session.begin():
+        await upsert_repo_snapshot(session, make_snapshot(
+            "org/greek", artifacts=(artifact("m.gguf", make_facts(name="ſtyle λόγοσ x1")),)))  # fmt: skip
+    if common:  # every term and filter common: LIKE along the sort index, short terms scanned
+        monkeypatch.setattr(search_module, "COMMON_ROWS", 0)
+        monkeypatch.setattr(search_index, "COMMON_TERM", 0)
+    for text, found in (("sty", 0), ("ſty", 1), ("όγος", 0), ("όγοσ", 1), ("x1 sty", 0), ("x1 ſty", 1)):
+        assert (await run(db, text=text)).total == found, text
+        async with db.sessions() as session:
+            assert (await facets(session, SearchQuery(text=text)))["architecture"] == ({"llama": 1} if found else {})
