@@ -1,0 +1,492 @@
+"""A plain-Python model of the catalog search, for differential tests.
+
+Random catalogs are described by `CatalogSpec` (repos, artifacts, lineage, later writes and
+verification results), written through the catalog's own writer, and searched both by
+`registry.catalog.search` and by `Oracle`, which applies the documented semantics to the
+same data with nothing but Python: every filter, the free text (each word a case-insensitive
+substring of the repo id, path, tags, name, basename, fine-tune, description), lineage
+(repos below a repo id through the edges, at most MAX_DEPTH steps), the sorts with their
+tie-break on the artifact id (in the sort's direction), and the facet counts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from hypothesis import strategies as st
+from sqlalchemy import select, update
+
+from registry.catalog import search as search_module
+from registry.catalog import search_index
+from registry.catalog.db import Database
+from registry.catalog.lineage import MAX_DEPTH
+from registry.catalog.models import VERIFICATION_STATUSES, Artifact, Repo
+from registry.catalog.search import FACETS, SORT_ALIASES, SORTS, STATUSES, SearchItem, SearchQuery
+from registry.catalog.services import upsert_repo_snapshot
+from registry.catalog.snapshot import ArtifactRecord, RepoSnapshot
+from registry.gguf.facts_model import BaseModel, QuantMixEntry
+from registry.safety.findings import SEVERITIES, Finding
+from tests.catalog.factories import artifact, error_artifact, make_facts
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Repo ids: few, so that lineage edges meet; non-ASCII and upper case in some. GHOST is
+# only ever named as a parent (an edge may point at a repo not in the catalog).
+REPO_IDS = ("meta/Base", "org/tune-GGUF", "bart/quant-GGUF", "ünï/mödel-GGUF", "z/x", "org/mix")
+GHOST = "ghost/none"
+ARCHITECTURES = ("llama", "qwen2", "gemma3", None)
+FILE_TYPES = ("Q4_K_M", "Q8_0", "F16", "IQ2_XS", None)
+TENSOR_TYPES = ("Q4_K", "Q6_K", "F32", "IQ2_XS", "BF16")
+LICENSES = ("mit", "apache-2.0", "llama3", None)
+PARAMS = (0, 500_000_000, 1_500_000_000, 8_000_000_000, 46_700_000_000, 100_000_000_000)
+CONTEXTS = (None, 2048, 8192, 32768)
+SIZE_LABELS = ("1B", "8B", "8x7B", None)
+EXPERTS = (None, 2, 8)
+DOWNLOADS = (0, 10, 10, 1000)  # ties on purpose
+LIKES = (0, 1, 1, 5)
+WHEN = (None, datetime(2024, 5, 1, tzinfo=UTC), datetime(2024, 5, 1, 0, 0, 1, 500, tzinfo=UTC))
+SIZES = (5, 7, 1000)
+RELATIONS = ("quantized", "finetune", "adapter", "merge", "unknown", "Fine-Tune", None)
+# Words of names, tags and descriptions: short ones (no index), LIKE wildcards, backslashes,
+# quotes, and letters whose case folding differs between Python and other engines.
+WORDS = (
+    "llama", "Instruct", "8B", "7b", "q4", "x", "é", "ÜNÏ", "日本語", "mixture", "tiny", "100%", "a_b",
+    "ß", "İx", "back\\slash", "quote\"s", "GGUF", "gguf", "Ωmega", "ǅab", "ﬁne",
+)  # fmt: skip
+# Query terms: the words and pieces of them and of the repo ids and paths.
+TERMS = (*WORDS, "lla", "ama", "8", "b", "_", "%", "ünï", "mö", "/", "-", "e", "gg", "σ", "ς", "όγος", "όγοσ",
+         "st", "sty", "ſty", "style", "ss", "i̇x", "fine", "ǆab", "ωmega", "\\", "\"", "org/", "q4_k", ".gguf",
+         "instruct 8b", "日本")  # fmt: skip
+# Words holding letters that one case folding or another takes for the same: drawn as often
+# as all the others together.
+FOLDING_WORDS = ("ΛΌΓΟΣ", "λόγοσ", "ſtyle", "style", "ǅab", "straße", "\u212aelvin")
+PATH_WORDS = ("model", "Tiny", "ünï", "q4_k_m", "x", "a%b")
+
+
+@dataclass(frozen=True)
+class ArtifactSpec:
+    path: str
+    error: bool
+    architecture: str | None = None
+    file_type: str | None = None
+    tensor_types: tuple[str, ...] = ()
+    license: str | None = None
+    parameter_count: int = 0
+    context_length: int | None = None
+    size_label: str | None = None
+    expert_count: int | None = None
+    name: str | None = None
+    basename: str | None = None
+    finetune: str | None = None
+    tags: tuple[str, ...] = ()
+    description: str | None = None
+    findings: tuple[str, ...] | None = None  # severities; None: not scanned
+    base_models: tuple[str, ...] = ()  # general.base_model.*.repo_id
+    shards: int = 1
+    size: int = 5
+    verification: str | None = None
+
+    def record(self) -> ArtifactRecord:
+        if self.error:
+            return error_artifact(self.path, "bad_magic", "not a GGUF file")
+        facts = make_facts(
+            architecture=self.architecture, file_type=self.file_type, license=self.license,
+            parameter_count=self.parameter_count, context_length=self.context_length,
+            size_label=self.size_label, expert_count=self.expert_count, name=self.name,
+            basename=self.basename, finetune=self.finetune, tags=self.tags, description=self.description,
+            quant_mix={t: QuantMixEntry(1, 10, 10) for t in self.tensor_types},
+            base_models=tuple(BaseModel(repo_id=r) for r in self.base_models),
+        )  # fmt: skip
+        record = artifact(self.path, facts, size=self.size, shards=self.shards)
+        findings = None
+        if self.findings is not None:
+            findings = tuple(Finding(f"finding-{i}", s, "m", "e") for i, s in enumerate(self.findings))  # type: ignore[arg-type]
+        return dataclasses.replace(record, chat_template_findings=findings)
+
+    @property
+    def stored_path(self) -> str:
+        """The path of the artifact's first shard, as the writer names split models."""
+        return (
+            self.path
+            if self.shards == 1
+            else f"{self.path.removesuffix('.gguf')}-00001-of-{self.shards:05d}.gguf"
+        )
+
+
+@dataclass(frozen=True)
+class RepoSpec:
+    repo_id: str
+    artifacts: tuple[ArtifactSpec, ...]
+    downloads: int = 0
+    likes: int = 0
+    last_modified: datetime | None = None
+    card_license: str | None = None
+    tags: tuple[str, ...] = ()
+    description: str | None = None
+    card_base_model: tuple[str, ...] = ()
+    relation: str | None = None
+    # A later write: "drop" a new revision without the first artifact (it becomes gone);
+    # "counters" the same revision with new downloads, likes, date and card license.
+    later: str | None = None
+    later_downloads: int = 0
+    later_likes: int = 0
+    later_last_modified: datetime | None = None
+    later_card_license: str | None = None
+
+    def snapshot(self, revision: str = "rev1", **overrides: Any) -> RepoSnapshot:
+        values: dict[str, Any] = {
+            "artifacts": tuple(a.record() for a in self.artifacts), "last_modified": self.last_modified,
+            "downloads": self.downloads, "likes": self.likes, "tags": self.tags,
+            "card_license": self.card_license, "description": self.description,
+            "card_base_model": self.card_base_model, "card_base_model_relation": self.relation,
+        }  # fmt: skip
+        values.update(overrides)
+        return RepoSnapshot(repo_id=self.repo_id, revision=revision, **values)
+
+    def writes(self) -> list[RepoSnapshot]:
+        first = self.snapshot()
+        if self.later == "drop":
+            return [first, self.snapshot("rev2", artifacts=first.artifacts[1:])]
+        if self.later == "counters":
+            return [first, self.snapshot(
+                downloads=self.later_downloads, likes=self.later_likes,
+                last_modified=self.later_last_modified, card_license=self.later_card_license,
+            )]  # fmt: skip
+        return [first]
+
+
+@dataclass(frozen=True)
+class CatalogSpec:
+    repos: tuple[RepoSpec, ...]
+
+
+@dataclass
+class Row:
+    """One artifact as the oracle knows it, and the hit the search must return for it."""
+
+    item: dict[str, Any]
+    repo_id: str
+    sort_name: str
+    haystack: str
+    tensor_types: frozenset[str]
+    severity: int | None
+    size_bucket: str | None
+
+
+@dataclass
+class Oracle:
+    rows: list[Row]
+    edges: dict[str, set[str]] = field(default_factory=dict)  # parent repo id -> child repo ids
+
+    def descendants(self, repo_id: str) -> set[str]:
+        """Repos reachable downwards in at most MAX_DEPTH steps (the start only through a cycle)."""
+        found: set[str] = set()
+        frontier = {repo_id}
+        for _ in range(MAX_DEPTH):
+            frontier = {c for p in frontier for c in self.edges.get(p, ())} - found
+            if not frontier:
+                break
+            found |= frontier
+        return found
+
+    def matches(self, q: SearchQuery) -> list[Row]:
+        family = self.descendants(q.descendant_of) if q.descendant_of is not None else None
+        terms = q.text.lower().split() if q.text else []
+        severity = SEVERITIES.index(q.template_severity) if q.template_severity is not None else None
+        out = []
+        for row in self.rows:
+            i = row.item
+            checks = (
+                q.status == "all" or i["status"] == q.status,
+                q.architecture is None or i["architecture"] == q.architecture,
+                q.license is None or i["license"] == q.license,
+                q.file_type is None or i["file_type"] == q.file_type,
+                q.size_label is None or i["size_label"] == q.size_label,
+                q.expert_count is None or i["expert_count"] == q.expert_count,
+                q.verification is None or i["verification"] == q.verification,
+                q.tensor_type is None or q.tensor_type.upper() in row.tensor_types,
+                q.min_params is None or i["parameter_count"] >= q.min_params,
+                q.max_params is None or i["parameter_count"] <= q.max_params,
+                q.min_context is None
+                or (i["context_length"] is not None and i["context_length"] >= q.min_context),
+                severity is None or (row.severity is not None and row.severity >= severity),
+                family is None or row.repo_id in family,
+                all(t in row.haystack for t in terms),
+            )
+            if all(checks):
+                out.append(row)
+        return out
+
+    def search(self, q: SearchQuery) -> list[dict[str, Any]]:
+        """Every match in order: the sort key, then the id, both in the sort's direction."""
+        key, _, direction = q.sort.partition(":")
+        key = SORT_ALIASES.get(key, key)
+        descending = SORTS[key][1] if not direction else direction == "desc"
+
+        def sort_key(row: Row) -> tuple[Any, int]:
+            value = row.sort_name if key == "name" else row.item[key]
+            return value, row.item["id"]
+
+        return [r.item for r in sorted(self.matches(q), key=sort_key, reverse=descending)]
+
+    def facets(self, q: SearchQuery) -> dict[str, list[tuple[str, int]]]:
+        """Counts per facet value (None as "unknown"), most first, then by value."""
+        matched = self.matches(q)
+        out = {}
+        for name in FACETS:
+            values = Counter(
+                (r.size_bucket if name == "size_bucket" else r.item[name]) or "unknown" for r in matched
+            )
+            out[name] = sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))
+        return out
+
+
+BUCKETS = ((1_500_000_000, "<1.5B"), (4_000_000_000, "1.5-4B"), (9_000_000_000, "4-9B"),
+           (15_000_000_000, "9-15B"), (35_000_000_000, "15-35B"), (80_000_000_000, "35-80B"))  # fmt: skip
+
+
+def _bucket(params: int) -> str | None:
+    if params <= 0:
+        return None
+    return next((label for limit, label in BUCKETS if params < limit), ">80B")
+
+
+def _edges(repo: RepoSpec, artifacts: tuple[ArtifactSpec, ...]) -> set[str]:
+    """The parents of a repo's last complete snapshot: card, hub tags, GGUF keys; never itself."""
+    parents = set(repo.card_base_model)
+    parents |= {t.rpartition(":")[2] for t in repo.tags if t.startswith("base_model:")}
+    parents |= {b for a in artifacts if not a.error for b in a.base_models}
+    return parents - {repo.repo_id}
+
+
+def build_oracle(spec: CatalogSpec, ids: dict[tuple[str, str], int]) -> Oracle:
+    rows = []
+    edges: dict[str, set[str]] = {}
+    for repo in spec.repos:
+        counters = repo.later == "counters"
+        downloads = repo.later_downloads if counters else repo.downloads
+        likes = repo.later_likes if counters else repo.likes
+        when = (repo.later_last_modified if counters else repo.last_modified) or EPOCH
+        card_license = repo.later_card_license if counters else repo.card_license
+        final = repo.artifacts[1:] if repo.later == "drop" else repo.artifacts
+        for parent in _edges(repo, final):
+            edges.setdefault(parent, set()).add(repo.repo_id)
+        for n, a in enumerate(repo.artifacts):
+            gone = repo.later == "drop" and n == 0
+            status = "gone" if gone else "error" if a.error else "indexed"
+            path = a.path if a.error else a.stored_path
+            haystack = [repo.repo_id, path, *repo.tags]
+            if not a.error:
+                haystack += [a.name or "", a.basename or "", a.finetune or "", *a.tags, a.description or ""]
+            haystack.append(repo.description or "")
+            findings = None if a.error else a.findings
+            severity = (
+                max((SEVERITIES.index(s) for s in findings), default=None) if findings is not None else None
+            )
+            item = {
+                "id": ids[(repo.repo_id, path)], "repo": repo.repo_id, "path": path,
+                "revision": "rev2" if repo.later == "drop" and not gone else "rev1",
+                "status": status, "error_code": "bad_magic" if a.error else None,
+                "error": "not a GGUF file" if a.error else None,
+                "architecture": None if a.error else a.architecture,
+                "parameter_count": 0 if a.error else a.parameter_count,
+                "file_type": None if a.error else a.file_type,
+                "size_label": None if a.error else a.size_label,
+                "license": (None if a.error else a.license) or card_license,
+                "context_length": None if a.error else a.context_length,
+                "expert_count": None if a.error else a.expert_count,
+                "shards": 1 if a.error else a.shards,
+                "file_size": 10 if a.error else a.size * a.shards,
+                "downloads": downloads, "likes": likes, "last_modified": when,
+                "verification": a.verification,
+                "chat_template_severity": SEVERITIES[severity] if severity is not None else None,
+            }  # fmt: skip
+            rows.append(Row(
+                item, repo.repo_id, f"{repo.repo_id}/{path}".lower(), " ".join(haystack).lower(),
+                frozenset(() if a.error else a.tensor_types), severity,
+                None if a.error else _bucket(a.parameter_count),
+            ))  # fmt: skip
+    return Oracle(rows, edges)
+
+
+async def write_catalog(db: Database, spec: CatalogSpec) -> Oracle:
+    """Write the catalog through the catalog's writer (and the verification results as the
+    verify worker records them), then the oracle over it."""
+    for repo in spec.repos:
+        for snap in repo.writes():
+            async with db.sessions() as session, session.begin():
+                await upsert_repo_snapshot(session, snap)
+    async with db.sessions() as session, session.begin():
+        rows = (
+            await session.execute(select(Repo.repo_id, Artifact.path, Artifact.id).join(Artifact.repo))
+        ).all()
+        ids = {(r, p): i for r, p, i in rows}
+        for repo in spec.repos:
+            for a in repo.artifacts:
+                if a.verification is not None:
+                    path = a.path if a.error else a.stored_path
+                    await session.execute(
+                        update(Artifact).where(Artifact.id == ids[(repo.repo_id, path)])
+                        .values(verification_status=a.verification)
+                    )  # fmt: skip
+    return build_oracle(spec, ids)
+
+
+def item_dict(item: SearchItem) -> dict[str, Any]:
+    return {f: getattr(item, f) for f in item.__slots__}
+
+
+# --- strategies -------------------------------------------------------------------------
+
+_word = st.one_of(st.sampled_from(WORDS), st.sampled_from(FOLDING_WORDS))
+_maybe_text = st.one_of(st.none(), st.lists(_word, min_size=1, max_size=3).map(" ".join))
+
+
+@st.composite
+def artifact_specs(draw: st.DrawFn, path: str) -> ArtifactSpec:
+    if draw(st.integers(0, 7)) == 0:
+        return ArtifactSpec(path, error=True, verification=draw(st.sampled_from((None, "failed"))))
+    findings = draw(st.one_of(st.none(), st.lists(st.sampled_from(SEVERITIES), max_size=2).map(tuple)))
+    return ArtifactSpec(
+        path, error=False,
+        architecture=draw(st.sampled_from(ARCHITECTURES)), file_type=draw(st.sampled_from(FILE_TYPES)),
+        tensor_types=tuple(draw(st.sets(st.sampled_from(TENSOR_TYPES), max_size=2))),
+        license=draw(st.sampled_from(LICENSES)), parameter_count=draw(st.sampled_from(PARAMS)),
+        context_length=draw(st.sampled_from(CONTEXTS)), size_label=draw(st.sampled_from(SIZE_LABELS)),
+        expert_count=draw(st.sampled_from(EXPERTS)), name=draw(_maybe_text),
+        basename=draw(st.sampled_from((None, "tiny-llama", "Mixtral"))),
+        finetune=draw(st.sampled_from((None, "Instruct", "ünï"))),
+        tags=tuple(draw(st.lists(_word, max_size=2))), description=draw(_maybe_text),
+        findings=findings, base_models=tuple(draw(st.lists(st.sampled_from((*REPO_IDS, GHOST)), max_size=1))),
+        shards=draw(st.sampled_from((1, 1, 2))), size=draw(st.sampled_from(SIZES)),
+        verification=draw(st.sampled_from((None, None, *VERIFICATION_STATUSES))),
+    )  # fmt: skip
+
+
+@st.composite
+def repo_specs(draw: st.DrawFn, repo_id: str) -> RepoSpec:
+    stems = draw(st.lists(st.sampled_from(PATH_WORDS), min_size=1, max_size=4))
+    artifacts = tuple(draw(artifact_specs(f"{stem}-{i}.gguf")) for i, stem in enumerate(stems))
+    parents = draw(st.lists(st.sampled_from((*REPO_IDS, GHOST)), max_size=2, unique=True))
+    tags = draw(st.lists(st.one_of(st.sampled_from(WORDS), st.sampled_from(
+        [f"base_model:{r}" for r in (*REPO_IDS, GHOST)] + [f"base_model:quantized:{r}" for r in REPO_IDS]
+    )), max_size=2))  # fmt: skip
+    later = draw(st.sampled_from((None, None, "drop", "counters")))
+    return RepoSpec(
+        repo_id, artifacts, downloads=draw(st.sampled_from(DOWNLOADS)), likes=draw(st.sampled_from(LIKES)),
+        last_modified=draw(st.sampled_from(WHEN)), card_license=draw(st.sampled_from(LICENSES)),
+        tags=tuple(tags), description=draw(_maybe_text), card_base_model=tuple(parents),
+        relation=draw(st.sampled_from(RELATIONS)), later=later,
+        later_downloads=draw(st.sampled_from(DOWNLOADS)), later_likes=draw(st.sampled_from(LIKES)),
+        later_last_modified=draw(st.sampled_from(WHEN[1:])), later_card_license=draw(st.sampled_from(LICENSES)),
+    )  # fmt: skip
+
+
+@st.composite
+def catalogs(draw: st.DrawFn) -> CatalogSpec:
+    ids = draw(st.lists(st.sampled_from(REPO_IDS), min_size=1, max_size=len(REPO_IDS), unique=True))
+    return CatalogSpec(tuple(draw(repo_specs(r)) for r in ids))
+
+
+SORT_CHOICES = tuple(f"{k}{s}" for k in (*SORTS, *SORT_ALIASES) for s in ("", ":asc", ":desc"))
+
+
+FILTER_VALUES: dict[str, st.SearchStrategy[Any]] = {
+    "architecture": st.sampled_from((*[a for a in ARCHITECTURES if a], "mamba")),
+    "license": st.sampled_from((*[x for x in LICENSES if x], "gpl")),
+    "file_type": st.sampled_from([f for f in FILE_TYPES if f]),
+    "tensor_type": st.sampled_from((*TENSOR_TYPES, "q4_k", "Q2_K")),
+    "min_params": st.sampled_from((*PARAMS, 1, 8_000_000_001)),
+    "max_params": st.sampled_from((*PARAMS, 7_999_999_999)),
+    "size_label": st.sampled_from([s for s in SIZE_LABELS if s]),
+    "min_context": st.sampled_from((1, 2048, 8193, 32768)),
+    "expert_count": st.sampled_from((2, 8)),
+    "verification": st.sampled_from(VERIFICATION_STATUSES),
+    "descendant_of": st.sampled_from((*REPO_IDS, GHOST)),
+    "template_severity": st.sampled_from(SEVERITIES),
+}
+# Letters that one case folding or another takes for the same (Python's lower() keeps them apart).
+FOLD_VARIANTS = str.maketrans({"ς": "σ", "σ": "ς", "ſ": "s", "s": "ſ", "ǆ": "ǅ", "k": "\u212a", "ß": "ss"})
+
+
+def catalog_words(spec: CatalogSpec) -> list[str]:
+    """The words of every artifact's searchable text."""
+    words = set()
+    for repo in spec.repos:
+        texts = [repo.repo_id, repo.description or "", *repo.tags]
+        for a in repo.artifacts:
+            texts += [
+                a.stored_path,
+                a.name or "",
+                a.basename or "",
+                a.finetune or "",
+                *a.tags,
+                a.description or "",
+            ]
+        words |= {w for t in texts for w in t.split()}
+    return sorted(words)
+
+
+@st.composite
+def _piece(draw: st.DrawFn, words: Sequence[str]) -> str:
+    """A piece of one of the words, as is, upper-cased or with its letters folded."""
+    unusual = [w for w in words if not w.isascii()]
+    word = draw(st.sampled_from(unusual) if unusual and draw(st.booleans()) else st.sampled_from(words))
+    start = draw(st.integers(0, max(0, len(word) - 1)))
+    piece = word[start : start + draw(st.integers(1, 6))]
+    change = draw(st.sampled_from((lambda w: w, str.upper, lambda w: w.translate(FOLD_VARIANTS))))
+    return str(change(piece.lower()))
+
+
+@st.composite
+def queries(draw: st.DrawFn, words: Sequence[str] = ()) -> SearchQuery:
+    """A query with a few filters (most matching something), any status, sort and page size;
+    its text from TERMS and pieces of `words`."""
+    terms = st.one_of(st.sampled_from(TERMS), _piece(words)) if words else st.sampled_from(TERMS)
+    text = draw(st.one_of(st.none(), st.lists(terms, min_size=1, max_size=3).map(" ".join)))
+    names = draw(st.lists(st.sampled_from(sorted(FILTER_VALUES)), max_size=3, unique=True))
+    return SearchQuery(
+        text=text,
+        **{name: draw(FILTER_VALUES[name]) for name in names},
+        status=draw(st.sampled_from(("indexed", "indexed", *STATUSES))),
+        sort=draw(st.sampled_from(SORT_CHOICES)),
+        limit=draw(st.sampled_from((1, 2, 3, 5, 200))),
+    )
+
+
+# The SQLite plan thresholds (see registry.catalog.search): small values make every filter,
+# term and family "common", so the walks along the sort index, LIKE checks, memoised short-
+# term scans and family walks are taken on a catalog of a few rows.
+THRESHOLDS = ("COMMON_ROWS", "WALK_INDEX_COMMON_ROWS", "FAMILY_COMMON_ROWS", "FAMILY_COMMON_ROWS_WALK_INDEX",
+              "COMMON_TOGETHER_ROWS", "TERM_SCAN_ROWS", "TERM_SCAN_SLICE")  # fmt: skip
+ALL_COMMON = {**dict.fromkeys(THRESHOLDS, 0), "TERM_SCAN_ROWS": 600, "TERM_SCAN_SLICE": 2, "COMMON_TERM": 0}
+plan_thresholds = st.fixed_dictionaries(
+    {
+        **{name: st.integers(0, 4) for name in THRESHOLDS if name != "TERM_SCAN_SLICE"},
+        "TERM_SCAN_SLICE": st.integers(1, 4),
+        "COMMON_TERM": st.integers(0, 4),
+    }
+)
+
+
+@contextlib.contextmanager
+def thresholds(db: Database, values: dict[str, int] | None) -> Iterator[None]:
+    """The plan thresholds set to `values` (None: the defaults), with the engine's memo of
+    probe answers emptied before and after, so that the plans follow these thresholds."""
+    saved = {name: getattr(search_module, name) for name in THRESHOLDS}
+    saved_term = search_index.COMMON_TERM
+    search_module._HINTS.pop(db.engine.sync_engine, None)
+    try:
+        for name, value in (values or {}).items():
+            setattr(search_index if name == "COMMON_TERM" else search_module, name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(search_module, name, value)
+        search_index.COMMON_TERM = saved_term
+        search_module._HINTS.pop(db.engine.sync_engine, None)
