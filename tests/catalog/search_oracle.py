@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import random
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -474,13 +475,29 @@ plan_thresholds = st.fixed_dictionaries(
 )
 
 
+class ArbitraryAnswers(search_module._Hints):
+    """A probe memo that answers "common or rare?" at random, without probing: the plans
+    take any mix of ways in, which must change nothing but speed."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        self._random = random.Random(seed)
+
+    def get(self, key: Hashable) -> bool | None:
+        return self._random.random() < 0.5
+
+
 @contextlib.contextmanager
-def thresholds(db: Database, values: dict[str, int] | None) -> Iterator[None]:
+def thresholds(db: Database, values: dict[str, int] | None, answers: int | None = None) -> Iterator[None]:
     """The plan thresholds set to `values` (None: the defaults), with the engine's memo of
-    probe answers emptied before and after, so that the plans follow these thresholds."""
+    probe answers emptied before and after, so that the plans follow these thresholds;
+    or, with `answers` (a seed), every probe answered at random instead."""
     saved = {name: getattr(search_module, name) for name in THRESHOLDS}
     saved_term = search_index.COMMON_TERM
-    search_module._HINTS.pop(db.engine.sync_engine, None)
+    engine = db.engine.sync_engine
+    search_module._HINTS.pop(engine, None)
+    if answers is not None:
+        search_module._HINTS[engine] = ArbitraryAnswers(answers)
     try:
         for name, value in (values or {}).items():
             setattr(search_index if name == "COMMON_TERM" else search_module, name, value)
@@ -489,4 +506,4 @@ def thresholds(db: Database, values: dict[str, int] | None) -> Iterator[None]:
         for name, value in saved.items():
             setattr(search_module, name, value)
         search_index.COMMON_TERM = saved_term
-        search_module._HINTS.pop(db.engine.sync_engine, None)
+        search_module._HINTS.pop(engine, None)

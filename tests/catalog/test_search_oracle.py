@@ -103,9 +103,17 @@ async def check_query(session: AsyncSession, oracle: Oracle, q: SearchQuery, pla
     assert {name: list(c.items()) for name, c in counts.items()} == oracle.facets(q), where
 
 
-async def check_catalog(db: Database, oracle: Oracle, qs: list[SearchQuery], plan: dict[str, int]) -> None:
-    for name, values in (("default", None), ("all common", ALL_COMMON), (f"thresholds {plan}", plan)):
-        with thresholds(db, values):
+async def check_catalog(
+    db: Database, oracle: Oracle, qs: list[SearchQuery], plan: dict[str, int], seed: int
+) -> None:
+    plans = (
+        ("default", None, None),
+        ("all common", ALL_COMMON, None),
+        (f"thresholds {plan}", plan, None),
+        (f"probes answered at random ({seed}), thresholds {plan}", plan, seed),
+    )
+    for name, values, answers in plans:
+        with thresholds(db, values, answers):
             for q in qs:
                 await check_sessions(db, oracle, q, name)
 
@@ -152,14 +160,19 @@ async def check_http(client: TestClient[Any, Any], oracle: Oracle, q: SearchQuer
 
 
 @PROPERTY
-@given(spec=catalogs(), data=st.data(), plan=plan_thresholds)
+@given(spec=catalogs(), data=st.data(), plan=plan_thresholds, seed=st.integers(0, 2**32))
 async def test_search_matches_the_oracle(
-    db: Database, api: TestClient[Any, Any], spec: CatalogSpec, data: st.DataObject, plan: dict[str, int]
+    db: Database,
+    api: TestClient[Any, Any],
+    spec: CatalogSpec,
+    data: st.DataObject,
+    plan: dict[str, int],
+    seed: int,
 ) -> None:
     qs = data.draw(st.lists(queries(catalog_words(spec)), min_size=1, max_size=5), label="queries")
     await empty_tables(db)
     oracle = await write_catalog(db, spec)
-    await check_catalog(db, oracle, qs, plan)
+    await check_catalog(db, oracle, qs, plan, seed)
     with thresholds(db, ALL_COMMON if len(qs) % 2 else None):
         await check_http(api, oracle, qs[0])
 
