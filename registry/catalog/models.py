@@ -53,6 +53,7 @@ CRAWL_REPO_STATES = ("reserved", "queued", "reported", "skipped", "lost")
 
 REPO_ID_LENGTH = 300
 PATH_LENGTH = 1000
+SORT_NAME_LENGTH = REPO_ID_LENGTH + PATH_LENGTH + 1  # "repo/path"
 
 
 def _one_of(column: str, values: tuple[str, ...], name: str) -> CheckConstraint:
@@ -134,7 +135,11 @@ class Artifact(Base):
     downloads: Mapped[int] = mapped_column(BigInteger, default=0)
     likes: Mapped[int] = mapped_column(Integer, default=0)
     last_modified: Mapped[datetime] = mapped_column(UTCDateTime, default=lambda: EPOCH)
-    sort_name: Mapped[str] = mapped_column(String(REPO_ID_LENGTH + PATH_LENGTH + 1))
+    # Ordered by code point on PostgreSQL too, whatever the database's collation (a language's,
+    # e.g. en_US, skips punctuation and folds case): the name sort and its cursors are SQLite's.
+    sort_name: Mapped[str] = mapped_column(
+        String(SORT_NAME_LENGTH).with_variant(String(SORT_NAME_LENGTH, collation="C"), "postgresql")
+    )
     # Lower-cased repo id, path, name, basename, tags and description: the free-text haystack
     # (pg_trgm GIN index on PostgreSQL, FTS5 trigram table on SQLite; see migrations).
     search_text: Mapped[str] = mapped_column(Text, default="")

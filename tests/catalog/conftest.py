@@ -80,7 +80,8 @@ class TempDatabases:
         self.created: list[str] = []
         self.pg_skip: str | bool | None = False  # False: not probed yet
 
-    def new_url(self, kind: str) -> str:
+    def new_url(self, kind: str, pg_options: str = "") -> str:
+        """A new empty database; `pg_options` follow PostgreSQL's CREATE DATABASE name."""
         name = f"registry_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
         if kind == "sqlite":
             return f"sqlite+aiosqlite:///{self.tmp / (name + '.db')}"
@@ -91,7 +92,7 @@ class TempDatabases:
                 # CI sets this: there a missing server is a broken setup, not a reason to skip.
                 pytest.fail(f"REGISTRY_REQUIRE_POSTGRES is set but {self.pg_skip}")
             pytest.skip(str(self.pg_skip))
-        run_sync(lambda: _admin(f'CREATE DATABASE "{name}"'))
+        run_sync(lambda: _admin(f'CREATE DATABASE "{name}" {pg_options}'))
         self.created.append(name)
         return postgres_admin_url().set(database=name).render_as_string(hide_password=False)
 

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from registry.catalog.db import Database
+from registry.catalog import migrate
+from registry.catalog.db import Database, create_engine
 from registry.catalog.errors import InvalidCursor, InvalidQuery
 from registry.catalog.search import (
     SORTS,
@@ -25,6 +26,7 @@ from registry.catalog.search import (
 from registry.catalog.services import upsert_repo_snapshot
 from registry.catalog.snapshot import RepoSnapshot
 from registry.gguf.facts_model import QuantMixEntry
+from tests.catalog.conftest import TempDatabases
 from tests.catalog.factories import artifact, error_artifact, make_facts, make_snapshot
 
 
@@ -648,3 +650,28 @@ async def test_a_word_matches_the_same_rows_whichever_way_in(
         assert (await run(db, text=text)).total == found, text
         async with db.sessions() as session:
             assert (await facets(session, SearchQuery(text=text)))["architecture"] == ({"llama": 1} if found else {})
+
+
+@pytest.mark.postgres
+async def test_names_sort_by_code_point_whatever_the_database_collation(temp_databases: TempDatabases) -> None:
+    """PostgreSQL compares text by the database's collation, and a database created with a
+    language's (an initdb default such as en_US.UTF-8, or ICU) sorted names by its rules:
+    "org/a_b", "org/a-c", "org/ab", where SQLite gives "org/a-c", "org/a_b", "org/ab"."""
+    url = temp_databases.new_url("postgresql", "TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'")
+    engine = create_engine(url)
+    try:
+        await migrate.upgrade(engine)
+    finally:
+        await engine.dispose()
+    db = Database.from_url(url)
+    try:
+        for repo in ("org/ab", "org/a_b", "org/A-c", "org/aa"):
+            async with db.sessions() as session, session.begin():
+                await upsert_repo_snapshot(session, make_snapshot(repo, artifacts=(artifact("m.gguf"),)))
+        expected = ["org/A-c", "org/a_b", "org/aa", "org/ab"]
+        for sort, order in (("name", expected), ("name:desc", expected[::-1])):
+            page = await run(db, sort=sort)
+            assert [i.repo for i in page.items] == order
+            assert await _all_pages(db, {"sort": sort}) == [i.id for i in page.items]
+    finally:
+        await db.dispose()
