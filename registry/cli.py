@@ -352,6 +352,10 @@ def _add_search(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument("--max-params", type=_param_count, metavar="N", help="at most N parameters")
     p.add_argument("--size-label", metavar="L", help="e.g. 7B, 8x7B")
     p.add_argument("--min-context", type=_int_in(0, INT64_MAX), metavar="N", help="context length at least N")
+    p.add_argument("--expert-count", type=_int_in(0, 2**31 - 1), metavar="N",
+                   help="exactly N experts (mixture-of-experts models)")  # fmt: skip
+    p.add_argument("--verification", choices=["queued", "running", "passed", "failed", "skipped"],
+                   help="status of the artifact's latest verification")  # fmt: skip
     p.add_argument("--descendant-of", metavar="REPO", help="only repos below REPO in the lineage graph")
     p.add_argument("--template-severity", metavar="S",
                    help="chat template has a safety finding at least this severe: info, low, medium, high "
@@ -377,7 +381,8 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     query = SearchQuery(
         text=args.text, architecture=args.architecture, license=args.license, file_type=args.file_type,
         tensor_type=args.tensor_type, min_params=args.min_params, max_params=args.max_params,
-        size_label=args.size_label, min_context=args.min_context, descendant_of=args.descendant_of,
+        size_label=args.size_label, min_context=args.min_context, expert_count=args.expert_count,
+        verification=args.verification, descendant_of=args.descendant_of,
         template_severity=args.template_severity,
         status=args.status, sort=args.sort, limit=args.limit, cursor=args.cursor,
     )  # fmt: skip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from pathlib import Path
@@ -129,3 +130,48 @@ def test_bad_param_count_arguments(text: str) -> None:
 
     with pytest.raises(argparse.ArgumentTypeError):
         _param_count(text)
+
+
+def test_search_by_expert_count_and_verification(
+    url: str, models: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The two filters the API has beside the others reach the catalog from the command line too."""
+    import asyncio
+
+    from sqlalchemy import update
+
+    from registry.catalog.db import Database
+    from registry.catalog.models import Artifact
+
+    assert run(capsys, "index", str(models))[0] == 0
+
+    async def mark() -> None:
+        async with Database.from_url(url) as db, db.sessions() as session, session.begin():
+            await session.execute(
+                update(Artifact).where(Artifact.path.like("gemma%")).values(expert_count=8, verification_status="passed")
+            )
+
+    def paths(*argv: str) -> list[str]:
+        code, out, err = run(capsys, "search", *argv, "--json")
+        assert code == 0, err
+        return [item["path"] for item in json.loads(out)["items"]]
+
+    assert paths("--expert-count", "8") == [] and paths("--verification", "passed") == []
+    asyncio.run(mark())
+    assert paths("--expert-count", "8") == ["gemma-3-270m-q4_k_m.gguf"]
+    assert paths("--verification", "passed") == ["gemma-3-270m-q4_k_m.gguf"]
+    assert paths("--verification", "failed") == []
+    for bad in (["--verification", "maybe"], ["--expert-count", "-1"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(["search", *bad])
+        assert exit_.value.code == 2 and bad[0] in capsys.readouterr().err
+
+
+def test_search_offers_every_verification_status() -> None:
+    from registry.catalog.models import VERIFICATION_STATUSES
+    from registry.cli import _build_parser
+
+    parser, _ = _build_parser()
+    [subcommands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    [action] = [a for a in subcommands.choices["search"]._actions if a.dest == "verification"]
+    assert tuple(action.choices or ()) == VERIFICATION_STATUSES
