@@ -371,6 +371,15 @@ def test_parser_matches_old_walk_at_every_cut(
         assert got == outcome(*run), (len(run[0]), run[1], run[2])
 
 
+def vocabulary_arrays(header: Any) -> Iterator[GGUFArray]:
+    """The tokens and, when the file has them, the merges of a parsed header."""
+    for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges"):
+        field = header.fields.get(key)
+        if field is not None:
+            assert isinstance(field.value, GGUFArray)
+            yield field.value
+
+
 def test_real_vocabulary_estimates_match_old_walk(
     sample_model_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -381,12 +390,7 @@ def test_real_vocabulary_estimates_match_old_walk(
     data = data[: header.data_offset]
     rng = random.Random(sample_model_path.name)
     points: list[int] = []
-    for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges"):
-        field = header.fields.get(key)
-        if field is None:
-            continue
-        arr = field.value
-        assert isinstance(arr, GGUFArray)
+    for arr in vocabulary_arrays(header):
         body = arr.offset
         points += [body, body + 3, body + arr.nbytes - 1, body + arr.nbytes]
         points += rng.sample(range(body, body + arr.nbytes), 12)
@@ -409,12 +413,7 @@ def test_indexing_a_real_vocabulary_matches_iterating_it(sample_model_path: Path
     with sample_model_path.open("rb") as f:
         data = f.read(8 * 1024 * 1024)
     header = parse_header(data)
-    for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges"):
-        field = header.fields.get(key)
-        if field is None:
-            continue
-        arr = field.value
-        assert isinstance(arr, GGUFArray)
+    for arr in vocabulary_arrays(header):
         listed = arr.to_list()
         assert [arr[i] for i in range(len(arr))] == listed
         assert arr[-1] == listed[-1]
