@@ -205,38 +205,50 @@ def _facts_row(artifact_id: int, facts: FactsData) -> dict[str, Any]:
     return _fit(Facts.__table__, {"artifact_id": artifact_id, **typed, "extra": storable(extra)})
 
 
-async def _write_artifact(
-    session: AsyncSession, repo: Repo, snap: RepoSnapshot, record: ArtifactRecord, artifact: Artifact | None
+async def _write_artifacts(
+    session: AsyncSession, repo: Repo, snap: RepoSnapshot, todo: list[tuple[ArtifactRecord, Artifact | None]]
 ) -> None:
-    values = _artifact_values(repo, snap, record)
-    if artifact is None:
-        artifact = Artifact(repo_pk=repo.id, path=_path_key(record.path), **values)
-        session.add(artifact)
-        await session.flush()
-    else:
-        for key, value in values.items():
-            setattr(artifact, key, value)
-        await session.flush()
+    """Write these records of the snapshot, each over its current row or as a new one.
+
+    All of them in a few statements whatever their number (one flush, one DELETE and one
+    INSERT a table), not five to eight each: a repo's write holds SQLite's one write lock."""
+    if not todo:
+        return
+    rows: list[Artifact] = []
+    for record, artifact in todo:
+        values = _artifact_values(repo, snap, record)
+        if artifact is None:
+            artifact = Artifact(repo_pk=repo.id, path=_path_key(record.path), **values)
+            session.add(artifact)
+        else:
+            for key, value in values.items():
+                setattr(artifact, key, value)
+        rows.append(artifact)
+    await session.flush()
+    rewritten = [current.id for _, current in todo if current is not None]
+    if rewritten:
         for model in (Facts, QuantMix, Shard):
-            await session.execute(delete(model).where(model.artifact_id == artifact.id))
+            await session.execute(delete(model).where(model.artifact_id.in_(rewritten)))
     # A revision that moved a shard between artifacts must not trip the (repo, revision, path) key.
-    paths = [_path_key(s.path) for s in record.shards]
-    await session.execute(
-        delete(Shard).where(Shard.repo_pk == repo.id, Shard.revision == snap.revision, Shard.path.in_(paths))
-    )
-    if record.shards:
+    paths = [_path_key(s.path) for record, _ in todo for s in record.shards]
+    if paths:
+        await session.execute(
+            delete(Shard).where(Shard.repo_pk == repo.id, Shard.revision == snap.revision, Shard.path.in_(paths))
+        )
         await session.execute(insert(Shard), [
             _fit(Shard.__table__, {"artifact_id": artifact.id, "repo_pk": repo.id, "revision": snap.revision,
                                    "path": s.path, "split_no": s.split_no, "size": s.size, "sha256": s.sha256,
                                    "header_bytes": s.header_bytes})
-            for s in record.shards
+            for (record, _), artifact in zip(todo, rows, strict=True) for s in record.shards
         ])  # fmt: skip
-    if record.facts is not None:
-        await session.execute(insert(Facts), [_facts_row(artifact.id, record.facts)])
+    facts = [(artifact.id, record.facts) for (record, _), artifact in zip(todo, rows, strict=True) if record.facts]
+    if facts:
+        await session.execute(insert(Facts), [_facts_row(artifact_id, f) for artifact_id, f in facts])
         mix = [
-            _fit(QuantMix.__table__, {"artifact_id": artifact.id, "tensor_type": name, "tensors": e.tensors,
+            _fit(QuantMix.__table__, {"artifact_id": artifact_id, "tensor_type": name, "tensors": e.tensors,
                                       "elements": e.elements, "bytes": e.bytes})
-            for name, e in record.facts.quant_mix.items()
+            for artifact_id, f in facts
+            for name, e in f.quant_mix.items()
         ]  # fmt: skip
         if mix:
             await session.execute(insert(QuantMix), mix)
@@ -319,7 +331,7 @@ async def upsert_repo_snapshot(session: AsyncSession, snap: RepoSnapshot) -> Ups
     existing = {
         a.path: a for a in (await session.scalars(select(Artifact).where(Artifact.repo_pk == repo.id))).all()
     }
-    written = 0
+    todo: list[tuple[ArtifactRecord, Artifact | None]] = []
     listed = set()
     for record in snap.artifacts:
         key = _path_key(record.path)
@@ -332,8 +344,9 @@ async def upsert_repo_snapshot(session: AsyncSession, snap: RepoSnapshot) -> Ups
             and current.status != "gone"
         ):
             continue  # a partial re-index of an unchanged file
-        await _write_artifact(session, repo, snap, record, current)
-        written += 1
+        todo.append((record, current))
+    await _write_artifacts(session, repo, snap, todo)
+    written = len(todo)
     gone = 0
     if snap.complete:
         for path, artifact in existing.items():
