@@ -266,8 +266,8 @@ class HubHttp:
         margin: int = 64 * 1024,
         expected_size: int | None = None,
     ) -> RemoteHeader:
-        parse = self._parser or parse_header
-        progress = ParseProgress() if parse is parse_header else None
+        # The default parser carries its string walks from one attempt to the next.
+        parse = self._parser or functools.partial(parse_header, progress=ParseProgress())
         budget = max_header_bytes if max_header_bytes is not None else self.options.max_header_bytes
         f = _File(url=url, final=url, expected_size=expected_size)
         window = first_window or self.options.first_window
@@ -276,11 +276,7 @@ class HubHttp:
             while True:
                 await self._fill(f, target, window)
                 try:
-                    data = f.data()
-                    if progress is not None:
-                        header = parse_header(data, file_size=f.file_size, limits=limits, progress=progress)
-                    else:
-                        header = parse(data, file_size=f.file_size, limits=limits)
+                    header = parse(f.data(), file_size=f.file_size, limits=limits)
                 except NeedMoreData as need:
                     target = self._next_target(f, need, budget, margin)
                     if f.stream is not None:

@@ -104,6 +104,31 @@ async def test_262k_vocabulary_header_in_at_most_two_requests(hub: FakeHub, http
     assert len(hub.requests_to("resolve")) == 1
 
 
+async def test_second_attempt_walks_on_from_where_the_first_stopped(
+    hub: FakeHub, http: HubHttp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first window ends inside the 262k-token vocabulary; the parse after the second
+    read resumes the token walk there instead of walking the whole vocabulary again."""
+    from registry.gguf import reader
+
+    walks: list[tuple[int, tuple[int, int] | None]] = []
+    walk = reader.walk_strings
+
+    def recorded(buf: bytes, start: int, count: int, *args: object, **kwargs: object) -> tuple[int, int]:
+        resume = kwargs.get("resume")
+        walks.append((count, resume))  # type: ignore[arg-type]
+        return walk(buf, start, count, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(reader, "walk_strings", recorded)
+    remote = await http.fetch_header(hub.resolve_url(*BIG))
+    assert remote.requests == 2
+    token_walks = [resume for count, resume in walks if count == 262_144]
+    assert len(token_walks) == 2
+    first, second = token_walks
+    assert first is None and second is not None and 0 < second[0] < 262_144
+    assert len(remote.header.get("tokenizer.ggml.tokens")) == 262_144
+
+
 async def test_shard_in_small_window(hub: FakeHub, http: HubHttp) -> None:
     path = "split-moe-Q8_0-00002-of-00003.gguf"
     remote = await http.fetch_header(hub.resolve_url("synth/split-moe-GGUF", path), first_window=SHARD_WINDOW)
