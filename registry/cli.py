@@ -29,6 +29,7 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 INT64_MAX = 2**63 - 1  # the largest number a catalog column or query parameter holds
+INT32_MAX = 2**31 - 1  # the largest an integer (not bigint) column holds, e.g. expert_count
 
 
 def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
@@ -352,7 +353,7 @@ def _add_search(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument("--max-params", type=_param_count, metavar="N", help="at most N parameters")
     p.add_argument("--size-label", metavar="L", help="e.g. 7B, 8x7B")
     p.add_argument("--min-context", type=_int_in(0, INT64_MAX), metavar="N", help="context length at least N")
-    p.add_argument("--expert-count", type=_int_in(0, 2**31 - 1), metavar="N",
+    p.add_argument("--expert-count", type=_int_in(0, INT32_MAX), metavar="N",
                    help="exactly N experts (mixture-of-experts models)")  # fmt: skip
     p.add_argument("--verification", choices=["queued", "running", "passed", "failed", "skipped"],
                    help="status of the artifact's latest verification")  # fmt: skip
