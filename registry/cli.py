@@ -357,7 +357,7 @@ def _add_search(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
                    help="exactly N experts (mixture-of-experts models)")  # fmt: skip
     p.add_argument("--verification", choices=["queued", "running", "passed", "failed", "skipped"],
                    help="status of the artifact's latest verification")  # fmt: skip
-    p.add_argument("--descendant-of", metavar="REPO", help="only repos below REPO in the lineage graph")
+    p.add_argument("--descendant-of", metavar="REPO", help="only repos below REPO (any case) in the lineage graph")
     p.add_argument("--template-severity", metavar="S",
                    help="chat template has a safety finding at least this severe: info, low, medium, high "
                    "or critical")  # fmt: skip

@@ -52,7 +52,8 @@ class Operation:
 
 _ID = {"type": "integer", "minimum": 1, "maximum": BIGINT_MAX}
 _NAME = {"type": "string", "minLength": 1, "maxLength": 150, "pattern": r"^[^\x00]*$"}
-_REPO_PATH = (("org", _NAME, "Owner of the repo."), ("name", _NAME, "Name of the repo."))
+_REPO_PATH = (("org", _NAME, "Owner of the repo (any case of A-Z, as on the hub)."),
+              ("name", _NAME, "Name of the repo (any case of A-Z)."))
 _LINK = {"Link": 'Next page as `<url>; rel="next"` when there is one.'}
 
 

@@ -20,7 +20,16 @@ from typing import Any, NamedTuple
 from sqlalchemy import Row, Select, bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from registry.catalog.models import Artifact, Facts, LineageEdge, QuantMix, Repo, Shard, Verification
+from registry.catalog.models import (
+    Artifact,
+    Facts,
+    LineageEdge,
+    QuantMix,
+    Repo,
+    Shard,
+    Verification,
+    repo_key,
+)
 
 _ARTIFACTS = Artifact.__table__
 _REPOS = Repo.__table__
@@ -107,20 +116,22 @@ def _artifact_by_id(dialect: str) -> Select[Any]:
     )
 
 
-_REPO_BY_NAME = select(_REPOS).where(_REPOS.c.repo_id == bindparam("repo_id"))
-_REPO_EXISTS = select(_REPOS.c.id).where(_REPOS.c.repo_id == bindparam("repo_id"))
+# A repo by any spelling of its id (repo_key), the exact spelling first when a hub's
+# rename left two rows.
+_REPO_BY_NAME = (
+    select(_REPOS)
+    .where(_REPOS.c.repo_key == bindparam("key"))
+    .order_by((_REPOS.c.repo_id == bindparam("repo_id")).desc(), _REPOS.c.id)
+    .limit(1)
+)
 _LATEST_VERIFICATIONS = select(_VERIFICATIONS).where(_VERIFICATIONS.c.id.in_(bindparam("ids", expanding=True)))
-_IS_PARENT = select(LineageEdge.__table__.c.id).where(LineageEdge.__table__.c.parent_repo_id == bindparam("repo_id")).limit(1)
+_IS_PARENT = select(LineageEdge.__table__.c.id).where(LineageEdge.__table__.c.parent_key == bindparam("key")).limit(1)
 
 
 async def get_repo(session: AsyncSession, repo_id: str) -> Row[Any] | None:
+    """The repo `repo_id` names, in any ASCII case, as the hub resolves it."""
     conn = await session.connection()
-    return (await conn.execute(_REPO_BY_NAME, {"repo_id": repo_id})).one_or_none()
-
-
-async def repo_exists(session: AsyncSession, repo_id: str) -> bool:
-    conn = await session.connection()
-    return (await conn.execute(_REPO_EXISTS, {"repo_id": repo_id})).first() is not None
+    return (await conn.execute(_REPO_BY_NAME, {"key": repo_key(repo_id), "repo_id": repo_id})).first()
 
 
 async def repo_artifacts(session: AsyncSession, repo_pk: int) -> list[ArtifactDetail]:
@@ -164,4 +175,4 @@ async def latest_verifications(session: AsyncSession, details: Sequence[Artifact
 
 async def is_lineage_node(session: AsyncSession, repo_id: str) -> bool:
     """Whether any edge names this repo as a parent: a repo not in the catalog still has a tree."""
-    return (await (await session.connection()).execute(_IS_PARENT, {"repo_id": repo_id})).first() is not None
+    return (await (await session.connection()).execute(_IS_PARENT, {"key": repo_key(repo_id)})).first() is not None

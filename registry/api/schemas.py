@@ -173,7 +173,9 @@ REPO = obj({
 })  # fmt: skip
 
 LINEAGE_EDGE = obj({
-    "child": STR, "parent": STR, "relation": {"enum": list(LINEAGE_RELATIONS)},
+    "child": STR,
+    "parent": {**STR, "description": "As the catalog spells the repo; a parent outside the catalog as the "
+               "edge's source wrote it. Repo ids match in any case of A-Z, as on the hub."}, "relation": {"enum": list(LINEAGE_RELATIONS)},
     "source": {"enum": list(LINEAGE_SOURCES)}, "depth": {"type": "integer", "minimum": 1},
     "child_in_catalog": BOOL, "parent_in_catalog": BOOL,
 })  # fmt: skip

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from sqlalchemy import BindParameter, Select, String, any_, bindparam, exists, or_, select
+from sqlalchemy import BindParameter, Select, String, any_, bindparam, or_, select
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from registry.catalog.models import LINEAGE_RELATIONS, LINEAGE_SOURCES, LineageEdge, Repo
+from registry.catalog.models import LINEAGE_RELATIONS, LINEAGE_SOURCES, LineageEdge, Repo, repo_key
 from registry.catalog.snapshot import LineageRecord, RepoSnapshot
 
 MAX_DEPTH = 10
@@ -78,8 +78,9 @@ def derive_edges(snapshot: RepoSnapshot) -> list[LineageRecord]:
         ]
     seen: set[LineageRecord] = set()
     unique = []
+    own = repo_key(snapshot.repo_id)
     for e in edges:
-        if e.parent_repo_id != snapshot.repo_id and e not in seen:
+        if repo_key(e.parent_repo_id) != own and e not in seen:
             seen.add(e)
             unique.append(e)
     return unique
@@ -97,10 +98,23 @@ class EdgeView(NamedTuple):
     parent_in_catalog: bool = True
 
 
+def _parent_spelling() -> Any:
+    """The parent as the catalog spells it, NULL when it is not in the catalog (the first
+    indexed spelling when a hub's rename left two)."""
+    return (
+        select(Repo.repo_id)
+        .where(Repo.repo_key == LineageEdge.parent_key)
+        .order_by(Repo.id)
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
 @functools.cache
-def _level_statement(down: bool, dialect: str) -> Select[str, str, str, str, bool]:
-    """The edges of one step of a walk: those leaving the frontier's repos, in the order a
-    walk reports them, at most `n` (the frontier and the limit are bound parameters).
+def _level_statement(down: bool, dialect: str) -> Select[Any]:
+    """The edges of one step of a walk: those leaving the frontier's repos (their keys), in
+    the order a walk reports them, at most `n` (the frontier and the limit are bound
+    parameters).
 
     On PostgreSQL the frontier is one array parameter, so every step of every walk is the
     same statement, prepared once per connection; an expanding IN list is a new statement
@@ -110,19 +124,19 @@ def _level_statement(down: bool, dialect: str) -> Select[str, str, str, str, boo
     (this walk, uncapped: 18.5). SQLite has no arrays and takes the list: 4.0 ms capped,
     19 uncapped, the CTE 28."""
     e = LineageEdge
-    start_col = e.parent_repo_id if down else e.child_repo_id
+    start_col = e.parent_key if down else e.child_key
     if dialect == "postgresql":
         in_frontier = start_col == any_(bindparam("frontier", type_=postgresql.ARRAY(String)))
     else:
         in_frontier = start_col.in_(bindparam("frontier", expanding=True))
     # The child of an edge is always a catalog row; the parent may be a repo never indexed.
-    parent_known = exists().where(Repo.repo_id == e.parent_repo_id)
     return (
-        select(e.child_repo_id, e.parent_repo_id, e.relation, e.source, parent_known)
+        select(e.child_repo_id, e.parent_repo_id, e.relation, e.source, _parent_spelling(), e.child_key,
+               e.parent_key)
         .where(in_frontier)
-        .order_by(e.child_repo_id, e.parent_repo_id, e.relation, e.source)
+        .order_by(e.child_key, e.parent_key, e.relation, e.source)
         .limit(bindparam("n"))
-    )
+    )  # fmt: skip
 
 
 class Walk(NamedTuple):
@@ -143,23 +157,28 @@ async def _walk(session: AsyncSession, repo_id: str, max_depth: int, down: bool,
     walk stops as soon as `max_edges` are found, so the database reads at most the edges
     of the repos it reached, whatever the graph."""
     conn = await session.connection()  # Core: rows, not ORM results
-    seen = {repo_id}
-    frontier = [repo_id]
+    start = repo_key(repo_id)
+    seen = {start}
+    frontier = [start]
     edges: list[EdgeView] = []
     for depth in range(1, max(1, min(max_depth, MAX_DEPTH)) + 1):
         room = max_edges - len(edges)
         params = {"frontier": frontier, "n": room + 1}
         rows = (await conn.execute(_level_statement(down, conn.dialect.name), params)).all()
-        for child, parent, relation, source, known in rows[:room]:
-            edges.append(EdgeView(child, parent, relation, source, depth, True, bool(known)))
+        edges += [_view(row, depth) for row in rows[:room]]
         if len(rows) > room:
             return Walk(edges, True)
-        reached = sorted({(child if down else parent) for child, parent, *_ in rows} - seen)
+        reached = sorted({(row.child_key if down else row.parent_key) for row in rows} - seen)
         if not reached:
             break
         seen.update(reached)
         frontier = reached
     return Walk(edges, False)
+
+
+def _view(row: Any, depth: int) -> EdgeView:
+    child, parent, relation, source, known = row[:5]
+    return EdgeView(child, known or parent, relation, source, depth, True, known is not None)
 
 
 async def descendants(
@@ -175,14 +194,11 @@ async def ancestors(
 
 
 @functools.cache
-def _neighbours_statement() -> Select[str, str, str, str, bool]:
+def _neighbours_statement() -> Select[Any]:
     e = LineageEdge
-    parent_known = exists().where(Repo.repo_id == e.parent_repo_id)
     repo: BindParameter[str] = bindparam("repo")
-    stmt = select(e.child_repo_id, e.parent_repo_id, e.relation, e.source, parent_known).where(
-        or_(e.child_repo_id == repo, e.parent_repo_id == repo)
-    )
-    return stmt
+    return select(e.child_repo_id, e.parent_repo_id, e.relation, e.source, _parent_spelling(), e.child_key,
+                  e.parent_key).where(or_(e.child_key == repo, e.parent_key == repo))  # fmt: skip
 
 
 async def neighbours(session: AsyncSession, repo_id: str) -> tuple[list[EdgeView], list[EdgeView]]:
@@ -190,12 +206,13 @@ async def neighbours(session: AsyncSession, repo_id: str) -> tuple[list[EdgeView
     query and without recursion (a repo page shows both)."""
     parents: list[EdgeView] = []
     children: list[EdgeView] = []
-    rows = await (await session.connection()).execute(_neighbours_statement(), {"repo": repo_id})
-    for child, parent, relation, source, known in rows:
-        view = EdgeView(child, parent, relation, source, 1, True, bool(known))
-        if child == repo_id:
+    key = repo_key(repo_id)
+    rows = await (await session.connection()).execute(_neighbours_statement(), {"repo": key})
+    for row in rows:
+        view = _view(row, 1)
+        if row.child_key == key:
             parents.append(view)
-        if parent == repo_id:
+        if row.parent_key == key:
             children.append(view)
     parents.sort(key=_order)
     children.sort(key=_order)
@@ -203,4 +220,4 @@ async def neighbours(session: AsyncSession, repo_id: str) -> tuple[list[EdgeView
 
 
 def _order(v: EdgeView) -> tuple[int, str, str, str, str]:
-    return (v.depth, v.child, v.parent, v.relation, v.source)
+    return (v.depth, repo_key(v.child), repo_key(v.parent), v.relation, v.source)  # as walks order them

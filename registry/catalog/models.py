@@ -54,6 +54,28 @@ CRAWL_REPO_STATES = ("reserved", "queued", "reported", "skipped", "lost")
 REPO_ID_LENGTH = 300
 PATH_LENGTH = 1000
 SORT_NAME_LENGTH = REPO_ID_LENGTH + PATH_LENGTH + 1  # "repo/path"
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def repo_key(repo_id: str) -> str:
+    """The identity of a repo id: ASCII letters folded to lower case, nothing else changed.
+
+    The hub resolves repo ids regardless of case, and lineage sources spell them as they
+    please: `general.base_model.0.organization = "Meta Llama"` gives `Meta-Llama/...` where
+    the hub says `meta-llama/...`. Lineage and repo lookups match on this key; the spelling
+    stays as written. Only A-Z are folded, the same on both databases (SQLite's lower()
+    folds only those; the migration folds the same letters on PostgreSQL)."""
+    return repo_id.translate(_ASCII_LOWER)
+
+
+def _key_of(column: str) -> Any:
+    """A column default: repo_key() of the row's `column`, so every insert fills the key."""
+
+    def default(context: Any) -> str | None:
+        value = context.get_current_parameters().get(column)
+        return None if value is None else repo_key(value)  # None: the NOT NULL refuses the row
+
+    return default
 
 
 def _one_of(column: str, values: tuple[str, ...], name: str) -> CheckConstraint:
@@ -70,6 +92,9 @@ class Repo(Base):
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     repo_id: Mapped[str] = mapped_column(String(REPO_ID_LENGTH), unique=True)
+    # repo_key(repo_id): not unique, a hub that renames a repo to another case may still
+    # hold both spellings here; lookups prefer the exact one.
+    repo_key: Mapped[str] = mapped_column(String(REPO_ID_LENGTH), index=True, default=_key_of("repo_id"))
     source: Mapped[str] = mapped_column(String(8), default="hub")
     # The revision whose artifacts are in the catalog; None until a snapshot is written.
     revision: Mapped[str | None] = mapped_column(String(64))
@@ -290,17 +315,21 @@ class LineageEdge(Base):
     # A copy of the child's repo id (which never changes for a row): each step of a lineage
     # walk is then one index lookup instead of a join through repos.
     child_repo_id: Mapped[str] = mapped_column(String(REPO_ID_LENGTH))
-    parent_repo_id: Mapped[str] = mapped_column(String(REPO_ID_LENGTH))
+    parent_repo_id: Mapped[str] = mapped_column(String(REPO_ID_LENGTH))  # as the source wrote it
+    # repo_key() of both: walks follow these, so that every spelling of a repo is one node.
+    child_key: Mapped[str] = mapped_column(String(REPO_ID_LENGTH), default=_key_of("child_repo_id"))
+    parent_key: Mapped[str] = mapped_column(String(REPO_ID_LENGTH), default=_key_of("parent_repo_id"))
     relation: Mapped[str] = mapped_column(String(16))
     source: Mapped[str] = mapped_column(String(8))
 
     child: Mapped[Repo] = relationship(back_populates="lineage_edges", lazy="raise")
 
     __table_args__ = (
-        UniqueConstraint("child_pk", "parent_repo_id", "relation", "source"),
-        # Covering indexes for walking down (by parent) and up (by child name).
-        Index(None, "parent_repo_id", "child_repo_id", "child_pk"),
-        Index(None, "child_repo_id", "parent_repo_id"),
+        # One edge per parent, relation and source, however its sources spell the parent.
+        UniqueConstraint("child_pk", "parent_key", "relation", "source"),
+        # Covering indexes for walking down (by parent) and up (by child).
+        Index(None, "parent_key", "child_key", "child_pk"),
+        Index(None, "child_key", "parent_key"),
         _one_of("relation", LINEAGE_RELATIONS, "relation"),
         _one_of("source", LINEAGE_SOURCES, "source"),
     )

@@ -46,7 +46,7 @@ from registry.catalog import search_index
 from registry.catalog.db import longer_inline_reads
 from registry.catalog.errors import InvalidCursor, InvalidQuery
 from registry.catalog.lineage import MAX_DEPTH
-from registry.catalog.models import ARTIFACT_STATUSES, Artifact, LineageEdge, QuantMix, Repo
+from registry.catalog.models import ARTIFACT_STATUSES, Artifact, LineageEdge, QuantMix, Repo, repo_key
 from registry.safety.findings import SEVERITIES, severity_rank
 
 MAX_LIMIT = 200
@@ -232,8 +232,9 @@ def decode_cursor(cursor: str, sort: str) -> tuple[Any, int]:
 
 
 def descendant_repo_pks(repo_id: str, max_depth: int = MAX_DEPTH) -> Select[Any]:
-    """Primary keys of every repo below repo_id in the lineage graph (depth-bounded: cycle-safe)."""
-    return _descendant_pks(max_depth).params(descendant_of=repo_id)
+    """Primary keys of every repo below repo_id (any spelling of it: `repo_key`) in the
+    lineage graph (depth-bounded: cycle-safe)."""
+    return _descendant_pks(max_depth).params(descendant_of=repo_key(repo_id))
 
 
 @functools.cache
@@ -243,15 +244,15 @@ def _descendant_pks(max_depth: int) -> Select[Any]:
     base = (
         select(
             LineageEdge.child_pk.label("pk"),
-            LineageEdge.child_repo_id.label("name"),
+            LineageEdge.child_key.label("name"),
             literal(1).label("depth"),
         )
-        .where(LineageEdge.parent_repo_id == bindparam("descendant_of"))
+        .where(LineageEdge.parent_key == bindparam("descendant_of"))
         .cte("descendant_pks", recursive=True)
     )
     step = (
-        select(LineageEdge.child_pk, LineageEdge.child_repo_id, base.c.depth + 1)
-        .join(base, LineageEdge.parent_repo_id == base.c.name)
+        select(LineageEdge.child_pk, LineageEdge.child_key, base.c.depth + 1)
+        .join(base, LineageEdge.parent_key == base.c.name)
         .where(base.c.depth < max_depth)
     )
     cte = base.union(step)
@@ -631,7 +632,7 @@ async def _family_pks(session: AsyncSession, repo_id: str) -> Select[Any]:
     memo = FileMemo.of(session)
     if memo is None:
         return walk
-    key = (repo_id, MAX_DEPTH)
+    key = (repo_key(repo_id), MAX_DEPTH)
     generation = memo.generation()  # before walking: a commit meanwhile makes the entry stale
     if (pks := memo.family(key, generation)) is None:
         with longer_inline_reads(FAMILY_WALK_INLINE_MS):

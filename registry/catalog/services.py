@@ -23,7 +23,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry.catalog.lineage import derive_edges
-from registry.catalog.models import Artifact, Facts, LineageEdge, QuantMix, Repo, Shard
+from registry.catalog.models import Artifact, Facts, LineageEdge, QuantMix, Repo, Shard, repo_key
 from registry.catalog.snapshot import ArtifactRecord, LineageRecord, RepoSnapshot, UpsertResult
 from registry.catalog.types import EPOCH, utcnow
 from registry.gguf.facts_model import Facts as FactsData
@@ -257,20 +257,26 @@ async def _write_artifacts(
 async def _sync_edges(
     session: AsyncSession, repo: Repo, wanted: Iterable[LineageRecord], replace: bool
 ) -> int:
-    existing = {
-        (e.parent_repo_id, e.relation, e.source): e.id
-        for e in (await session.scalars(select(LineageEdge).where(LineageEdge.child_pk == repo.id))).all()
-    }
-    want = {(storable_text(e.parent_repo_id), e.relation, e.source) for e in wanted}
-    if replace and (stale := [i for k, i in existing.items() if k not in want]):
+    rows = (await session.scalars(select(LineageEdge).where(LineageEdge.child_pk == repo.id))).all()
+    existing = {(e.parent_key, e.relation, e.source): e for e in rows}
+    # One edge per parent, relation and source: the first spelling of a parent is kept.
+    want: dict[tuple[str, str, str], str] = {}
+    for e in wanted:
+        parent = storable_text(e.parent_repo_id)
+        want.setdefault((repo_key(parent), e.relation, e.source), parent)
+    if replace and (stale := [edge.id for k, edge in existing.items() if k not in want]):
         await session.execute(delete(LineageEdge).where(LineageEdge.id.in_(stale)))
+    for k, edge in existing.items():
+        if k in want and edge.parent_repo_id != want[k]:
+            edge.parent_repo_id = want[k]  # the source now spells it so
     new = [
-        {"child_pk": repo.id, "child_repo_id": repo.repo_id, "parent_repo_id": p, "relation": r, "source": s}
-        for p, r, s in sorted(want - existing.keys())
-    ]
+        {"child_pk": repo.id, "child_repo_id": repo.repo_id, "parent_repo_id": want[k], "relation": k[1],
+         "source": k[2]}
+        for k in sorted(want.keys() - existing.keys())
+    ]  # fmt: skip
     if new:
         await session.execute(insert(LineageEdge), new)
-    return len(want | (set() if replace else existing.keys()))
+    return len(want.keys() | (set() if replace else existing.keys()))
 
 
 async def _refresh_repo_copies(session: AsyncSession, repo: Repo) -> None:

@@ -48,6 +48,19 @@ async def test_unknown_repo_is_404(api: ApiClient) -> None:
     assert reply.body["error"]["details"] == {"repo": "nobody/nothing"}
 
 
+async def test_a_repo_is_found_by_its_id_in_any_case(api: ApiClient) -> None:
+    """As on the hub: the page and the tree of bartowski/Llama-3-8B-GGUF, spelled as the
+    catalog spells it, whatever case the path uses."""
+    exact = await api.get("/v1/repos/bartowski/Llama-3-8B-GGUF")
+    other = await api.get("/v1/repos/Bartowski/llama-3-8b-gguf")
+    assert other.status == 200 and other.body == exact.body
+    tree = await api.get("/v1/repos/META-LLAMA/llama-3-8b/lineage?direction=descendants")
+    assert tree.status == 200 and tree.body["repo"] == "meta-llama/Llama-3-8B" and tree.body["in_catalog"]
+    assert {e["child"] for e in tree.body["descendants"]} == {"bartowski/Llama-3-8B-GGUF",
+                                                             "someone/llama-3-8b-finetune-GGUF"}  # fmt: skip
+    assert (await api.get("/v1/artifacts?descendant_of=META-LLAMA/LLAMA-3-8B")).body["items"]
+
+
 async def test_overlong_repo_name_is_400(api: ApiClient) -> None:
     reply = await api.get("/v1/repos/org/" + "n" * 151)
     assert reply.status == 400

@@ -40,6 +40,14 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # only ever named as a parent (an edge may point at a repo not in the catalog).
 REPO_IDS = ("meta/Base", "org/tune-GGUF", "bart/quant-GGUF", "ünï/mödel-GGUF", "z/x", "org/mix")
 GHOST = "ghost/none"
+# How lineage sources and queries may spell them: ASCII case changed (the same repo), and
+# non-ASCII letters upper-cased (another repo: only A-Z fold).
+def repo_key(repo_id: str) -> str:
+    """A repo's identity: its id with the letters A-Z in lower case."""
+    return "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in repo_id)
+
+
+SPELLINGS = (*REPO_IDS, GHOST, "META/base", "Org/Tune-gguf", "BART/QUANT-gguf", "ÜNÏ/MÖDEL-gguf", "Z/X", "Ghost/None")
 ARCHITECTURES = ("llama", "qwen2", "gemma3", None)
 FILE_TYPES = ("Q4_K_M", "Q8_0", "F16", "IQ2_XS", None)
 TENSOR_TYPES = ("Q4_K", "Q6_K", "F32", "IQ2_XS", "BF16")
@@ -182,12 +190,14 @@ class Row:
 @dataclass
 class Oracle:
     rows: list[Row]
-    edges: dict[str, set[str]] = field(default_factory=dict)  # parent repo id -> child repo ids
+    # parent -> children, as repo keys: a repo id names the same repo in any ASCII case
+    edges: dict[str, set[str]] = field(default_factory=dict)
 
     def descendants(self, repo_id: str) -> set[str]:
-        """Repos reachable downwards in at most MAX_DEPTH steps (the start only through a cycle)."""
+        """Keys of the repos reachable downwards in at most MAX_DEPTH steps (the start only
+        through a cycle)."""
         found: set[str] = set()
-        frontier = {repo_id}
+        frontier = {repo_key(repo_id)}
         for _ in range(MAX_DEPTH):
             frontier = {c for p in frontier for c in self.edges.get(p, ())} - found
             if not frontier:
@@ -216,7 +226,7 @@ class Oracle:
                 q.min_context is None
                 or (i["context_length"] is not None and i["context_length"] >= q.min_context),
                 severity is None or (row.severity is not None and row.severity >= severity),
-                family is None or row.repo_id in family,
+                family is None or repo_key(row.repo_id) in family,
                 all(t in row.haystack for t in terms),
             )
             if all(checks):
@@ -258,11 +268,12 @@ def _bucket(params: int) -> str | None:
 
 
 def _edges(repo: RepoSpec, artifacts: tuple[ArtifactSpec, ...]) -> set[str]:
-    """The parents of a repo's last complete snapshot: card, hub tags, GGUF keys; never itself."""
+    """The parents' keys of a repo's last complete snapshot: card, hub tags, GGUF keys; never
+    itself, in any case."""
     parents = set(repo.card_base_model)
     parents |= {t.rpartition(":")[2] for t in repo.tags if t.startswith("base_model:")}
     parents |= {b for a in artifacts if not a.error for b in a.base_models}
-    return parents - {repo.repo_id}
+    return {repo_key(p) for p in parents} - {repo_key(repo.repo_id)}
 
 
 def build_oracle(spec: CatalogSpec, ids: dict[tuple[str, str], int]) -> Oracle:
@@ -276,7 +287,7 @@ def build_oracle(spec: CatalogSpec, ids: dict[tuple[str, str], int]) -> Oracle:
         card_license = repo.later_card_license if counters else repo.card_license
         final = repo.artifacts[1:] if repo.later == "drop" else repo.artifacts
         for parent in _edges(repo, final):
-            edges.setdefault(parent, set()).add(repo.repo_id)
+            edges.setdefault(parent, set()).add(repo_key(repo.repo_id))
         for n, a in enumerate(repo.artifacts):
             gone = repo.later == "drop" and n == 0
             status = "gone" if gone else "error" if a.error else "indexed"
@@ -363,7 +374,7 @@ def artifact_specs(draw: st.DrawFn, path: str) -> ArtifactSpec:
         basename=draw(st.sampled_from((None, "tiny-llama", "Mixtral"))),
         finetune=draw(st.sampled_from((None, "Instruct", "ünï"))),
         tags=tuple(draw(st.lists(_word, max_size=2))), description=draw(_maybe_text),
-        findings=findings, base_models=tuple(draw(st.lists(st.sampled_from((*REPO_IDS, GHOST)), max_size=1))),
+        findings=findings, base_models=tuple(draw(st.lists(st.sampled_from(SPELLINGS), max_size=1))),
         shards=draw(st.sampled_from((1, 1, 2))), size=draw(st.sampled_from(SIZES)),
         verification=draw(st.sampled_from((None, None, *VERIFICATION_STATUSES))),
     )  # fmt: skip
@@ -373,9 +384,9 @@ def artifact_specs(draw: st.DrawFn, path: str) -> ArtifactSpec:
 def repo_specs(draw: st.DrawFn, repo_id: str) -> RepoSpec:
     stems = draw(st.lists(st.sampled_from(PATH_WORDS), min_size=1, max_size=4))
     artifacts = tuple(draw(artifact_specs(f"{stem}-{i}.gguf")) for i, stem in enumerate(stems))
-    parents = draw(st.lists(st.sampled_from((*REPO_IDS, GHOST)), max_size=2, unique=True))
+    parents = draw(st.lists(st.sampled_from(SPELLINGS), max_size=2, unique=True))
     tags = draw(st.lists(st.one_of(st.sampled_from(WORDS), st.sampled_from(
-        [f"base_model:{r}" for r in (*REPO_IDS, GHOST)] + [f"base_model:quantized:{r}" for r in REPO_IDS]
+        [f"base_model:{r}" for r in SPELLINGS] + [f"base_model:quantized:{r}" for r in SPELLINGS]
     )), max_size=2))  # fmt: skip
     later = draw(st.sampled_from((None, None, "drop", "counters")))
     return RepoSpec(
@@ -408,7 +419,7 @@ FILTER_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "min_context": st.sampled_from((1, 2048, 8193, 32768)),
     "expert_count": st.sampled_from((2, 8)),
     "verification": st.sampled_from(VERIFICATION_STATUSES),
-    "descendant_of": st.sampled_from((*REPO_IDS, GHOST)),
+    "descendant_of": st.sampled_from(SPELLINGS),
     "template_severity": st.sampled_from(SEVERITIES),
 }
 # Letters that one case folding or another takes for the same (Python's lower() keeps them apart).

@@ -14,9 +14,9 @@ from tests.catalog.factories import make_snapshot
 
 
 async def link(
-    db: Database, child: str, *parents: str, relation: str = "finetune", source: str = "card"
+    db: Database, child: str, *parents: str, relation: str = "finetune", source: str = "card", revision: str = "rev1"
 ) -> None:
-    snap = make_snapshot(child, lineage=tuple(LineageRecord(p, relation, source) for p in parents))
+    snap = make_snapshot(child, revision, lineage=tuple(LineageRecord(p, relation, source) for p in parents))
     async with db.sessions() as session, session.begin():
         await upsert_repo_snapshot(session, snap)
 
@@ -64,6 +64,64 @@ async def test_diamond_reports_each_edge_once(db: Database) -> None:
         down = (await lineage.descendants(session, "t/top")).edges
     assert len(down) == 4
     assert {e.depth for e in down if e.child == "m/merge"} == {2}
+
+
+async def test_a_repo_is_one_node_whatever_the_case_of_its_id(db: Database) -> None:
+    """The hub resolves repo ids regardless of case and lineage sources spell them as they
+    please: every spelling is one node, shown as the catalog spells it."""
+    await link(db, "meta-llama/Llama-3-8B")
+    await link(db, "q/quant-GGUF", "Meta-Llama/Llama-3-8B", source="gguf")  # from organization + name
+    await link(db, "f/finetune", "meta-llama/llama-3-8b")
+    await link(db, "q2/quant-GGUF", "F/FineTune", relation="quantized")
+    async with db.sessions() as session:
+        down = (await lineage.descendants(session, "META-LLAMA/llama-3-8b")).edges
+        up = (await lineage.ancestors(session, "Q2/QUANT-gguf")).edges
+        parents, children = await lineage.neighbours(session, "meta-llama/LLAMA-3-8B")
+        f_parents, f_children = await lineage.neighbours(session, "f/FINETUNE")
+    assert [(e.child, e.parent, e.depth, e.parent_in_catalog) for e in down] == [
+        ("f/finetune", "meta-llama/Llama-3-8B", 1, True),
+        ("q/quant-GGUF", "meta-llama/Llama-3-8B", 1, True),
+        ("q2/quant-GGUF", "f/finetune", 2, True),
+    ]
+    assert [(e.child, e.parent, e.depth) for e in up] == [
+        ("q2/quant-GGUF", "f/finetune", 1),
+        ("f/finetune", "meta-llama/Llama-3-8B", 2),
+    ]
+    assert parents == [] and [e.child for e in children] == ["f/finetune", "q/quant-GGUF"]
+    assert [e.parent for e in f_parents] == ["meta-llama/Llama-3-8B"]
+    assert [e.child for e in f_children] == ["q2/quant-GGUF"]
+
+
+async def test_a_parent_outside_the_catalog_is_one_node_in_any_case(db: Database) -> None:
+    await link(db, "u/one", "Nobody/Base")
+    await link(db, "u/two", "nobody/base")
+    async with db.sessions() as session:
+        down = (await lineage.descendants(session, "NOBODY/BASE")).edges
+    # Not in the catalog: each edge shows the parent as its source wrote it.
+    assert [(e.child, e.parent, e.parent_in_catalog) for e in down] == [
+        ("u/one", "Nobody/Base", False),
+        ("u/two", "nobody/base", False),
+    ]
+    await link(db, "nobody/Base")  # indexed later: from now on spelled as the catalog has it
+    async with db.sessions() as session:
+        down = (await lineage.descendants(session, "nobody/base")).edges
+    assert {(e.parent, e.parent_in_catalog) for e in down} == {("nobody/Base", True)}
+
+
+async def test_two_spellings_of_a_parent_from_one_source_are_one_edge(db: Database) -> None:
+    await link(db, "c/c", "A/B", "a/b")
+    await link(db, "d/d", "A/B")
+    await link(db, "d/d", "a/b", revision="rev2")  # the edge stays, spelled as its source now does
+    async with db.sessions() as session:
+        c = (await lineage.ancestors(session, "c/c")).edges
+        d = (await lineage.ancestors(session, "d/d")).edges
+    assert [(e.parent, e.source) for e in c] == [("A/B", "card")]  # the first spelling
+    assert [(e.parent, e.source) for e in d] == [("a/b", "card")]
+
+
+def test_a_repo_naming_itself_in_another_case_has_no_edge() -> None:
+    snap = make_snapshot("org/Model-GGUF", card_base_model=("Org/model-gguf", "base/model"), tags=())
+    assert [e.parent_repo_id for e in lineage.derive_edges(snap)] == ["base/model"]
 
 
 def test_edges_from_tags() -> None:

@@ -114,7 +114,8 @@ async def test_detail_and_lineage_reads_agree(catalog: Database) -> None:
         lambda s: lineage.ancestors(s, "someone/llama-3-8b-finetune-GGUF"),
         lambda s: lineage.neighbours(s, repo_id),
         lambda s: reads.is_lineage_node(s, "meta-llama/Llama-3-8B"),
-        lambda s: reads.repo_exists(s, "nobody/nothing"),
+        lambda s: reads.get_repo(s, "nobody/nothing"),
+        lambda s: reads.get_repo(s, repo_id.upper()),
     ):
         expected, got = await both(catalog, read)
         assert plain(got) == plain(expected)

@@ -127,6 +127,8 @@ async def test_default_is_indexed_by_downloads(catalog: Database) -> None:
         ({"status": "error"}, {"qwen2-broken.gguf"}),
         ({"descendant_of": "meta-llama/Llama-3-8B"}, {"Llama-3-8B-Q4_K_M.gguf", "Llama-3-8B-IQ2_XS.gguf",
                                                       "Llama-3-8B-Q8_0.gguf", "ft.gguf"}),
+        ({"descendant_of": "META-LLAMA/llama-3-8b"}, {"Llama-3-8B-Q4_K_M.gguf", "Llama-3-8B-IQ2_XS.gguf",
+                                                      "Llama-3-8B-Q8_0.gguf", "ft.gguf"}),  # any case, as the hub
         ({"descendant_of": "nobody/none"}, set()),
         ({"verification": "passed"}, set()),
         ({"file_type": "Q4_K_M", "license": "llama3", "text": "llama"}, {"Llama-3-8B-Q4_K_M.gguf"}),
@@ -527,7 +529,7 @@ async def test_a_memoised_family_follows_writes_of_any_connection(
         async with catalog.sessions() as session:
             memo = search_module.FileMemo.of(session)
             assert memo is not None
-            assert memo.family(("meta-llama/Llama-3-8B", search_module.MAX_DEPTH), memo.generation()) is not None
+            assert memo.family(("meta-llama/llama-3-8b", search_module.MAX_DEPTH), memo.generation()) is not None
     other = Database.from_url(catalog.engine.url.render_as_string(hide_password=False))
     try:
         async with other.sessions() as session, session.begin():

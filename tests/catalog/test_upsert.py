@@ -184,14 +184,17 @@ async def test_lone_surrogates_are_stored_readable(db: Database) -> None:
     assert edge.parent_repo_id == "org/b\\ud800se"
 
 
-async def test_lineage_edge_is_unique(db: Database) -> None:
+@pytest.mark.parametrize("spellings", [("a/b", "a/b"), ("Org/Model", "org/model")])
+async def test_lineage_edge_is_unique(db: Database, spellings: tuple[str, str]) -> None:
+    """One edge per parent, relation and source, whatever the case of the parent's id."""
     result = await write(db, make_snapshot())
     with pytest.raises(IntegrityError):
         async with db.sessions() as session, session.begin():
-            for _ in range(2):
+            for parent in spellings:
                 session.add(
                     LineageEdge(
-                        child_pk=result.repo_pk, parent_repo_id="a/b", relation="merge", source="card"
+                        child_pk=result.repo_pk, child_repo_id="org/model-GGUF", parent_repo_id=parent,
+                        relation="merge", source="card",
                     )
                 )
 

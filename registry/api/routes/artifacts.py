@@ -48,7 +48,7 @@ FILTER_PARAMS: tuple[Param, ...] = (
     int_param("expert_count", "Exactly this many experts.", maximum=INT_MAX),
     choice_param("status", "Artifact status; `all` for every one.", catalog_search.STATUSES, default="indexed"),
     choice_param("verification", "Status of the latest verification.", VERIFICATION_STATUSES),
-    text_param("descendant_of", "Only repos below this repo id (org/name) in the lineage graph."),
+    text_param("descendant_of", "Only repos below this repo id (org/name, any case of A-Z) in the lineage graph."),
     choice_param("template_severity", "Only artifacts whose chat template has a safety finding at least this "
                  "severe; clean and not-scanned artifacts never match.", SEVERITIES),
 )

@@ -44,6 +44,7 @@ async def get_repo(request: web.Request) -> web.Response:
         repo = await reads.get_repo(session, repo_id)
         if repo is None:
             raise NotFound(f"no repo {repo_id} in the catalog", details={"repo": repo_id})
+        repo_id = repo.repo_id  # any case finds it (as on the hub); the catalog's spelling from here
         artifacts = await reads.repo_artifacts(session, repo.id)
         latest = await reads.latest_verifications(session, artifacts)
         parents, children = await lineage.neighbours(session, repo_id)
@@ -60,11 +61,14 @@ async def get_lineage(request: web.Request) -> web.Response:
     args = parse_query(request, LINEAGE_PARAMS)
     repo_id = repo_id_from_path(request)
     direction, depth = args["direction"], args["depth"]
-    body: dict[str, object] = {"repo": repo_id, "direction": direction, "depth": depth}
     async with read_session(request) as session:
-        in_catalog = await reads.repo_exists(session, repo_id)
-        if not in_catalog and not await reads.is_lineage_node(session, repo_id):
+        repo = await reads.get_repo(session, repo_id)
+        in_catalog = repo is not None
+        if repo is not None:
+            repo_id = repo.repo_id  # any case finds it (as on the hub); the catalog's spelling
+        elif not await reads.is_lineage_node(session, repo_id):
             raise NotFound(f"no repo {repo_id} in the catalog or its lineage", details={"repo": repo_id})
+        body: dict[str, object] = {"repo": repo_id, "direction": direction, "depth": depth}
         truncated = False
         for side, walk in (("ancestors", lineage.ancestors), ("descendants", lineage.descendants)):
             if direction in (side, "both"):
