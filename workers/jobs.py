@@ -56,6 +56,7 @@ __all__ = [
     "create_scheduled_crawl",
     "end_lost_work",
     "index_repo_job",
+    "job_error_text",
     "schedule_cron",
     "verify_job",
     "worker_died_message",
@@ -190,6 +191,16 @@ async def _scheduled_crawl(session: AsyncSession, scheduled_at: int) -> int | No
         if (row.parameters or {}).get("scheduled_at") == scheduled_at:
             return row.id
     return None
+
+
+ERROR_TEXT_LIMIT = 4000  # characters of a job's error kept: an exception's text is unbounded
+
+
+def job_error_text(exc: BaseException) -> str:
+    """What a job's row says of the exception that ended a run, in both runners: a
+    transient error's own message (the job is retried), else the exception's type too."""
+    text = str(exc) if isinstance(exc, TransientJobError) else f"{type(exc).__name__}: {exc}"
+    return text[:ERROR_TEXT_LIMIT]
 
 
 def worker_died_message(runs: int, limit: int) -> str:

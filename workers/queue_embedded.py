@@ -39,6 +39,7 @@ from workers.jobs import (
     crawl_job,
     end_lost_work,
     index_repo_job,
+    job_error_text,
     open_context,
     verify_job,
     worker_died_message,
@@ -210,7 +211,7 @@ class EmbeddedQueue:
                 ctx, row.kind, row.args, final_attempt=row.attempts >= self.settings.jobs.max_attempts
             )
         except TransientJobError as exc:
-            error = str(exc)
+            error = job_error_text(exc)
             if row.attempts < self.settings.jobs.max_attempts:
                 status = "queued"
                 wait = self.settings.jobs.retry_wait * 2 ** (row.attempts - 1)
@@ -219,7 +220,7 @@ class EmbeddedQueue:
                 status = "failed"
         except Exception as exc:  # a failed job is a row saying why, never a dead pool
             log.exception("job %s (%s) failed", row.id, row.kind)
-            status, error = "failed", f"{type(exc).__name__}: {exc}"
+            status, error = "failed", job_error_text(exc)
         async with self.db.sessions() as session, session.begin():
             job = await session.get_one(Job, row.id)
             job.status, job.error = status, error

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -48,6 +48,7 @@ from workers.jobs import (
     create_scheduled_crawl,
     end_lost_work,
     index_repo_job,
+    job_error_text,
     open_context,
     schedule_cron,
     verify_job,
@@ -92,6 +93,38 @@ class DoublingRetry(procrastinate.RetryStrategy):
         return procrastinate.RetryDecision(retry_in={"seconds": self.wait * 2**job.attempts})
 
 
+# A job's error, kept for GET /v1/jobs (procrastinate keeps only the status): every failing
+# run writes it, so a job retried after a transient error shows the latest.
+_RECORD_ERROR = """
+INSERT INTO job_errors (job_id, error, at) VALUES (:id, :error, now())
+ON CONFLICT (job_id) DO UPDATE SET error = excluded.error, at = excluded.at
+"""
+# Errors of jobs procrastinate no longer has (purged by hand or by its remove_old_jobs).
+_FORGET_ERRORS = """
+DELETE FROM job_errors e WHERE NOT EXISTS (SELECT 1 FROM procrastinate_jobs j WHERE j.id = e.job_id)
+"""
+
+
+async def record_job_error(db: Database, job_id: int, error: str) -> None:
+    """Keep why job `job_id` failed; a database that refuses is logged, never raised (the
+    job's own failure is what its runner must see)."""
+    try:
+        async with db.sessions() as session, session.begin():
+            await session.execute(text(_RECORD_ERROR), {"id": job_id, "error": error})
+    except Exception:
+        log.exception("the error of job %s could not be kept", job_id)
+
+
+async def _run_recorded(context: procrastinate.JobContext, body: Awaitable[None]) -> None:
+    """Run a task's body; when it raises, keep the error (then raise it to procrastinate)."""
+    try:
+        await body
+    except Exception as exc:
+        assert context.job.id is not None
+        await record_job_error(_ctx(context).db, context.job.id, job_error_text(exc))
+        raise
+
+
 def build_app(settings: Settings, *, periodic_cron: str | None = None) -> procrastinate.App:
     """The procrastinate app with the registry's tasks. `periodic_cron` overrides the cron of
     the scheduled crawl (tests use a 6-field cron with seconds)."""
@@ -110,7 +143,7 @@ def build_app(settings: Settings, *, periodic_cron: str | None = None) -> procra
 
     @app.task(name="registry.crawl", queue=QUEUE_OF["crawl"], pass_context=True, retry=retry)
     async def crawl(context: procrastinate.JobContext, crawl_id: int) -> None:
-        await crawl_job(_ctx(context), ProcrastinateQueue(context.app), crawl_id)
+        await _run_recorded(context, crawl_job(_ctx(context), ProcrastinateQueue(context.app), crawl_id))
 
     @app.task(name="registry.index_repo", queue=QUEUE_OF["index_repo"], pass_context=True, retry=retry)
     async def index_repo(
@@ -121,11 +154,13 @@ def build_app(settings: Settings, *, periodic_cron: str | None = None) -> procra
     ) -> None:
         # procrastinate's `attempts` counts earlier runs, so this run is number attempts + 1.
         final = context.job.attempts + 1 >= s.max_attempts
-        await index_repo_job(_ctx(context), repo_id, known_revision, crawl_id, final_attempt=final)
+        await _run_recorded(
+            context, index_repo_job(_ctx(context), repo_id, known_revision, crawl_id, final_attempt=final)
+        )
 
     @app.task(name="registry.verify", queue=QUEUE_OF["verify"], pass_context=True)
     async def verify(context: procrastinate.JobContext, verification_id: int) -> None:
-        await verify_job(_ctx(context), verification_id)
+        await _run_recorded(context, verify_job(_ctx(context), verification_id))
 
     schedule = parse_schedule(settings.schedule.crawl)
     cron = periodic_cron or (schedule_cron(schedule) if schedule is not None else None)
@@ -135,9 +170,12 @@ def build_app(settings: Settings, *, periodic_cron: str | None = None) -> procra
         @app.task(name="registry.scheduled_crawl", queue=QUEUE_OF["crawl"], pass_context=True)
         async def scheduled_crawl(context: procrastinate.JobContext, timestamp: int) -> None:
             # The periodic job is the crawl job: its row is committed, then it lists and queues.
-            ctx = _ctx(context)
-            crawl_id = await create_scheduled_crawl(ctx.db, ctx.settings, scheduled_at=timestamp)
-            await crawl_job(ctx, ProcrastinateQueue(context.app), crawl_id)
+            async def run() -> None:
+                ctx = _ctx(context)
+                crawl_id = await create_scheduled_crawl(ctx.db, ctx.settings, scheduled_at=timestamp)
+                await crawl_job(ctx, ProcrastinateQueue(context.app), crawl_id)
+
+            await _run_recorded(context, run())
 
     return app
 
@@ -214,7 +252,8 @@ SELECT j.id, j.queue_name, j.task_name, j.status::text AS status, j.args, j.atte
        (SELECT min(e.at) FROM procrastinate_events e WHERE e.job_id = j.id AND e.type = 'deferred') AS created_at,
        (SELECT max(e.at) FROM procrastinate_events e WHERE e.job_id = j.id AND e.type = 'started') AS started_at,
        (SELECT max(e.at) FROM procrastinate_events e WHERE e.job_id = j.id
-          AND e.type IN ('succeeded', 'failed', 'cancelled', 'aborted')) AS finished_at
+          AND e.type IN ('succeeded', 'failed', 'cancelled', 'aborted')) AS finished_at,
+       (SELECT je.error FROM job_errors je WHERE je.job_id = j.id) AS error
   FROM procrastinate_jobs j
  WHERE (%(statuses)s::text[] IS NULL OR j.status::text = ANY(%(statuses)s::text[]))
    AND (%(before)s::bigint IS NULL OR j.id < %(before)s::bigint)
@@ -229,7 +268,9 @@ def _info(row: dict[str, Any]) -> JobInfo:
     return JobInfo(
         id=row["id"], kind=TASK_KIND.get(row["task_name"], row["task_name"]), queue=row["queue_name"],
         status=_STATE_OF.get(row["status"], row["status"]), args=dict(row["args"] or {}),
-        attempts=row["attempts"], error=None, created_at=row["created_at"], started_at=row["started_at"],
+        # A job that succeeded after failing runs has no error, as in the embedded runner.
+        attempts=row["attempts"], error=None if row["status"] == "succeeded" else row["error"],
+        created_at=row["created_at"], started_at=row["started_at"],
         finished_at=finished,
     )  # fmt: skip
 
@@ -278,6 +319,7 @@ async def handle_stalled_job(
                 await end_lost_work(session, TASK_KIND.get(job.task_name, job.task_name), job.task_kwargs,
                                     job.id, error)  # fmt: skip
                 await session.execute(text(_FAIL_JOB), {"id": job.id})
+                await session.execute(text(_RECORD_ERROR), {"id": job.id, "error": error})
     except Exception:  # the database: the job stays stalled and the next sweep tries again
         log.exception("stalled job %s (%s) could not be retried or failed", job.id, job.task_name)
         return 0
@@ -319,6 +361,11 @@ async def _sweep_loop(ctx: JobContext, queue: ProcrastinateQueue, seconds: float
     every = max(1.0, seconds)
     while True:
         await sweep(ctx.db, queue, idle=timedelta(seconds=every))
+        try:
+            async with ctx.db.sessions() as session, session.begin():
+                await session.execute(text(_FORGET_ERRORS))
+        except Exception:
+            log.exception("forgetting the errors of purged jobs failed")
         await asyncio.sleep(every)
 
 

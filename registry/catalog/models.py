@@ -434,3 +434,15 @@ class Job(Base):
         Index(None, "status", "run_after"),
         Index(None, "lock"),
     )
+
+
+class JobError(Base):
+    """Why a job of the distributed mode failed (its last failing run): procrastinate keeps
+    a job's status but not its error. Keyed by procrastinate's job id; a row whose job
+    procrastinate no longer has is removed by the workers' sweep."""
+
+    __tablename__ = "job_errors"
+
+    job_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    error: Mapped[str] = mapped_column(Text)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -112,6 +112,7 @@ async def test_a_job_that_killed_its_worker_max_attempts_times_fails_with_its_cr
         assert await _jobs(app) == {j: ("failed", MAX_ATTEMPTS) for j in jobs}
         info = await queue.get_job(verify_job)
         assert info is not None and (info.status, info.attempts) == ("failed", MAX_ATTEMPTS)
+        assert info.error is not None and STOPPED in info.error  # as the embedded runner's row says
         # The sweep does not queue the failed listings again (attempts anew).
         assert await resume_orphaned_crawls(db, queue, idle=timedelta(0)) == 0
         assert await _jobs(app) == {j: ("failed", MAX_ATTEMPTS) for j in jobs}
