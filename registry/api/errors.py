@@ -125,9 +125,14 @@ def error_response(
     return json_response(body, status=status, headers=headers)
 
 
+def status_code(status: int) -> str:
+    """The error code of an HTTP status that no handler chose."""
+    return _HTTP_CODES.get(status) or ("bad_request" if status < 500 else "internal_error")
+
+
 def _from_http_exception(request: web.Request, exc: web.HTTPException) -> web.Response:
     status = exc.status
-    code = _HTTP_CODES.get(status) or ("bad_request" if status < 500 else "internal_error")
+    code = status_code(status)
     details: dict[str, Any] = {}
     headers: dict[str, str] = {}
     if isinstance(exc, web.HTTPMethodNotAllowed):

@@ -31,9 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
 
 from registry.api.app import create_app
 from registry.api.balance import ConnectionShares
+from registry.api.errors import error_response, status_code
 from registry.api.keys import SHARES_KEY
 from registry.api.launchers import CrawlLauncher, JobQueue, Verifier
 from registry.catalog import migrate
@@ -44,6 +47,29 @@ log = logging.getLogger("registry.api")
 
 SHUTDOWN_GRACE_S = 30.0
 PARENT_POLL_S = 1.0
+
+
+PROTOCOL_ERROR_TEXT = 200  # characters of the parser's message kept (it quotes the request)
+
+
+class _JsonErrorHandler(RequestHandler):
+    """aiohttp answers a request it cannot parse (a bad header, a request line or header
+    over 8,190 bytes) before any route or middleware runs, in plain text: here in the API's
+    JSON error envelope too."""
+
+    def handle_error(
+        self, request: BaseRequest, status: int = 500, exc: BaseException | None = None, message: str | None = None
+    ) -> web.StreamResponse:
+        plain = super().handle_error(request, status, exc, message)  # logs; refuses a response begun
+        text = (message or "").strip() or plain.reason or "error"
+        resp = error_response(status, status_code(status), text[:PROTOCOL_ERROR_TEXT])
+        resp.force_close()  # the request's bytes are not understood: nothing after them is either
+        return resp
+
+
+class _JsonErrorServer(web.Server):
+    def __call__(self) -> RequestHandler:
+        return _JsonErrorHandler(self, loop=self._loop, **self._kwargs)
 
 
 async def serve(
@@ -104,6 +130,8 @@ async def serve(
     host = host or settings.api.host
     try:
         await runner.setup()
+        if type(runner.server) is web.Server:  # aiohttp's own: its handlers answer in JSON too
+            runner.server.__class__ = _JsonErrorServer
         shared = workers > 1 or replica
         site = web.TCPSite(runner, host, settings.api.port if port is None else port, reuse_port=shared or None)
         await site.start()

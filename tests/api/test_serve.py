@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -73,3 +74,48 @@ def test_sigterm_shuts_down_gracefully(sqlite_url: str, tmp_path: object) -> Non
             proc.kill()
     assert proc.returncode == 0
     assert out.strip() == "stopped"
+
+
+async def _raw(port: int, request: bytes) -> tuple[bytes, bytes]:
+    """(status line and headers, body) of the answer to `request` sent as it is."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.read(), 10)  # the server closes after an error
+    writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return head, body
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "message"),
+    [
+        (b"GET /v1/artifacts HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", "Invalid header token"),
+        (b"GET /v1/artifacts?q=" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", "8190 bytes"),
+        (b"GET /v1/artifacts HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 9000 + b"\r\n\r\n", "8190 bytes"),
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 TLS hello\r\n\r\n", "HTTPS traffic"),
+    ],
+)
+async def test_requests_the_http_parser_refuses_get_the_json_error_envelope(
+    temp_databases: TempDatabases, request_bytes: bytes, message: str
+) -> None:
+    """README: every error has the body {"error": {...}}; also a request aiohttp's parser
+    refuses before any route runs (it answered those in plain text)."""
+    listening: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        serve(_settings(temp_databases.new_url("sqlite")), "127.0.0.1", 0, listening=listening, stop=stop)
+    )
+    try:
+        port = await asyncio.wait_for(listening, 30)
+        head, body = await _raw(port, request_bytes)
+        assert head.split(b"\r\n")[0].split(b" ")[1] == b"400", head
+        assert b"content-type: application/json" in head.lower(), head
+        error = json.loads(body)["error"]
+        assert error["code"] == "bad_request" and message.lower() in error["message"].lower(), error
+        assert len(error["message"]) <= 200 and error["details"] == {}
+        async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/healthz") as resp:
+            assert resp.status == 200  # the server goes on answering
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
