@@ -576,10 +576,13 @@ def _cmd_crawl(args: argparse.Namespace, settings: Settings) -> int:
     from workers.crawl import CrawlParams, crawl_from_settings
 
     hub = settings.hub
-    if args.endpoint and args.endpoint.rstrip("/") != hub.endpoint.rstrip("/"):
+    other_hub = bool(args.endpoint) and args.endpoint.rstrip("/") != hub.endpoint.rstrip("/")
+    if other_hub:
         # The configured token belongs to the configured hub: never hand it to another host.
         hub = dataclasses.replace(hub, endpoint=args.endpoint.rstrip("/"), token="")
-    params = CrawlParams(author=args.author, search=args.search, limit=args.limit, full=args.full)
+    # Another hub's answers say nothing of the repos the catalog has from the configured one.
+    params = CrawlParams(author=args.author, search=args.search, limit=args.limit, full=args.full,
+                         prune=not other_hub)  # fmt: skip
     progress = _CrawlProgress(sys.stderr)
 
     async def work() -> int:
@@ -634,7 +637,9 @@ def _crawl_summary(doc: dict[str, Any]) -> str:
     c = doc["counters"]
     lines = [
         f"crawl {doc['crawl_id']} {doc['status']} ({doc['endpoint']})",
-        f"  repos:     {c['listed']} seen, {c['indexed']} indexed, {c['unchanged']} unchanged, {c['failed']} failed",
+        f"  repos:     {c['listed']} seen, {c['indexed']} indexed, {c['unchanged']} unchanged, "
+        + (f"{c['deleted']} deleted (the hub no longer has them), " if c.get("deleted") else "")
+        + f"{c['failed']} failed",
         f"  artifacts: {c['artifacts']} read, {c['artifact_errors']} with errors; {c['files']} files",
         f"  transfer:  {c['bytes_fetched']:,} bytes in {c['requests']} requests",
     ]

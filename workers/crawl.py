@@ -29,7 +29,7 @@ from sqlalchemy import select
 from registry.catalog import migrate
 from registry.catalog.db import Database
 from registry.catalog.models import Crawl, Repo
-from registry.catalog.services import upsert_repo_snapshot
+from registry.catalog.services import mark_repo_deleted, upsert_repo_snapshot
 from registry.catalog.snapshot import ArtifactError, ArtifactRecord, RepoSnapshot, ShardRecord, UpsertResult
 from registry.catalog.types import utcnow
 from registry.gguf.errors import GGUFError
@@ -37,7 +37,7 @@ from registry.gguf.facts import derive_facts
 from registry.gguf.filename import ShardGroup, group_shards
 from registry.gguf.limits import Limits
 from registry.hub.client import HubClient, RepoFile, RepoInfo, RepoSummary
-from registry.hub.errors import FileChanged, HubError
+from registry.hub.errors import FileChanged, HubError, RepoNotFound
 from registry.hub.http import SHARD_WINDOW, HubHttp, RemoteHeader, first_window_for
 from workers.templates import TemplateScanner, scanner_scope
 
@@ -57,10 +57,19 @@ class CrawlParams:
     search: str | None = None
     limit: int | None = None
     full: bool = False  # re-index repos whose revision did not change
+    # The crawl speaks for the hub the catalog's repos came from (the configured one, not an
+    # `--endpoint` of one run): a repo it says it does not have is marked deleted, and an
+    # unfiltered listing also looks at the catalog's repos it did not name.
+    prune: bool = True
+
+    @property
+    def whole_hub(self) -> bool:
+        """The listing names every GGUF repo of the hub: no ids, filters or limit."""
+        return not (self.repos or self.author or self.search or self.limit)
 
     def to_parameters(self) -> dict[str, Any]:
         return {"repos": list(self.repos), "author": self.author, "search": self.search,
-                "limit": self.limit, "full": self.full}  # fmt: skip
+                "limit": self.limit, "full": self.full, "prune": self.prune}  # fmt: skip
 
 
 @dataclass
@@ -69,6 +78,7 @@ class CrawlReport:
     unchanged: int = 0  # repos skipped: same revision as indexed
     indexed: int = 0  # repos written
     failed: int = 0  # repos not written because of a transient or hub error
+    deleted: int = 0  # repos the hub no longer has: their artifacts marked gone
     artifacts: int = 0
     artifact_errors: int = 0  # artifacts recorded with an error (bad or unreadable files)
     files: int = 0  # GGUF files whose header was read (each shard counts)
@@ -209,13 +219,26 @@ async def index_repo(
     *,
     known_revision: str | None = None,
     write_turn: asyncio.Lock | None = None,
+    prune: bool = False,
 ) -> UpsertResult | None:
     """The per-repo job: read everything first, then write it all in one transaction.
 
     None when the repo is still at `known_revision` (no header is read then). With
-    `write_turn`, the transaction waits for the lock first (see `crawl_hub`).
+    `write_turn`, the transaction waits for the lock first (see `crawl_hub`). With `prune`,
+    a repo of the catalog that the hub says it does not have is marked deleted (the result
+    says `deleted`); else, and for a repo the catalog lacks, RepoNotFound is raised.
     """
-    info = await client.repo_info(repo_id)
+    try:
+        info = await client.repo_info(repo_id)
+    except RepoNotFound:
+        if not prune:
+            raise
+        async with write_turn or contextlib.nullcontext(), db.sessions() as session, session.begin():
+            deleted = await mark_repo_deleted(session, repo_id)
+        if deleted is None:
+            raise
+        log.info("%s: the hub no longer has it; its artifacts are marked gone", repo_id)
+        return deleted
     if info.sha is None:
         raise HubError("the hub gave no commit sha for the repo", url=client.endpoint)
     if known_revision is not None and info.sha == known_revision:
@@ -223,6 +246,16 @@ async def index_repo(
     snap = await build_snapshot(client, http, info, opts or ReadOptions(), report)
     async with write_turn or contextlib.nullcontext(), db.sessions() as session, session.begin():
         return await upsert_repo_snapshot(session, snap)
+
+
+def count_outcome(report: CrawlReport, result: UpsertResult | None) -> None:
+    """Count what index_repo did with a repo."""
+    if result is not None and result.deleted:
+        report.deleted += 1
+    elif result is None or result.unchanged:
+        report.unchanged += 1
+    else:
+        report.indexed += 1
 
 
 async def known_revisions(db: Database, repo_ids: Sequence[str]) -> dict[str, str | None]:
@@ -236,19 +269,43 @@ async def known_revisions(db: Database, repo_ids: Sequence[str]) -> dict[str, st
         return {r: rev for r, rev in rows.all()}
 
 
-async def candidates(client: HubClient, params: CrawlParams) -> AsyncIterator[RepoSummary]:
+async def candidates(
+    client: HubClient, params: CrawlParams, db: Database | None = None
+) -> AsyncIterator[RepoSummary]:
     """The repos a crawl looks at, each once, in order of first mention: its explicit ids,
-    or the hub's GGUF listing. `limit` counts repos: an id named twice is one of them."""
+    or the hub's GGUF listing. `limit` counts repos: an id named twice is one of them.
+
+    With `db`, a pruning crawl of the whole hub then names the catalog's hub repos that the
+    complete listing did not (deleted, renamed, private, or no longer tagged GGUF): each is
+    looked at by its id, and those the hub says it does not have are marked deleted. A
+    listing that fails names none of them."""
     if params.repos:
         for repo_id in list(dict.fromkeys(params.repos))[: params.limit]:
             yield RepoSummary(repo_id=repo_id)  # no sha: always looked at
         return
+    seen: set[str] | None = set() if db is not None and params.prune and params.whole_hub else None
     # The client gives each repo once and counts `limit` in distinct repos: a listing sorted
     # by lastModified names a repo again when it changes while the listing is paged.
     async for summary in client.list_gguf_repos(
         search=params.search, author=params.author, limit=params.limit, sort="last_modified"
     ):
+        if seen is not None:
+            seen.add(summary.repo_id)
         yield summary
+    if seen is not None and db is not None:
+        for repo_id in await _unlisted_hub_repos(db, seen):
+            yield RepoSummary(repo_id=repo_id)  # no sha: its repo info says whether it is still there
+
+
+async def _unlisted_hub_repos(db: Database, listed: set[str]) -> list[str]:
+    """The catalog's indexed hub repos (not already marked deleted) that are not in `listed`."""
+    async with db.sessions() as session:
+        rows = await session.scalars(
+            select(Repo.repo_id)
+            .where(Repo.source == "hub", Repo.revision.is_not(None))
+            .order_by(Repo.repo_id)
+        )
+        return [r for r in rows if r not in listed]
 
 
 async def crawl_hub(
@@ -289,8 +346,9 @@ async def crawl_hub(
         async with slots:
             try:
                 result = await index_repo(
-                    db, client, http, repo_id, opts, report, known_revision=known, write_turn=write_turn
-                )
+                    db, client, http, repo_id, opts, report, known_revision=known, write_turn=write_turn,
+                    prune=params.prune,
+                )  # fmt: skip
             except HubError as exc:
                 report.failed += 1
                 report.error(repo_id, exc)
@@ -300,10 +358,7 @@ async def crawl_hub(
                 report.error(repo_id, exc)
                 log.exception("crawl %s: %s failed", crawl_id, repo_id)
             else:
-                if result is None or result.unchanged:
-                    report.unchanged += 1
-                else:
-                    report.indexed += 1
+                count_outcome(report, result)
             if progress is not None:
                 progress(report)
 
@@ -312,7 +367,7 @@ async def crawl_hub(
     try:
         pending: list[RepoSummary] = []
         try:
-            async for summary in candidates(client, params):  # each repo once: read and counted once
+            async for summary in candidates(client, params, db):  # each repo once: read and counted once
                 report.listed += 1
                 pending.append(summary)
                 if len(pending) >= batch:

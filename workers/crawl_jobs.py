@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 Enqueue = Callable[[str, str | None], Awaitable[int | None]]  # the job id, None if an equal one waits
 
 # Counters an index-repo job adds to its crawl's row (CrawlReport fields).
-REPO_COUNTERS = ("unchanged", "indexed", "failed", "artifacts", "artifact_errors", "files", "bytes_fetched",
+REPO_COUNTERS = ("unchanged", "indexed", "deleted", "failed", "artifacts", "artifact_errors", "files", "bytes_fetched",
                  "requests")  # fmt: skip
 # Counters the listing assigns when it ends; their presence says that it has ended.
 LISTING_DONE = "listed"
@@ -67,7 +67,7 @@ def params_of(crawl: Crawl) -> CrawlParams:
     p = crawl.parameters or {}
     return CrawlParams(
         repos=tuple(p.get("repos") or ()), author=p.get("author"), search=p.get("search"),
-        limit=p.get("limit"), full=bool(p.get("full")),
+        limit=p.get("limit"), full=bool(p.get("full")), prune=bool(p.get("prune", True)),
     )  # fmt: skip
 
 
@@ -101,7 +101,7 @@ async def enqueue_crawl(
             if await _still_reserved(db, crawl_id, repo_id):  # its job may have run and reported
                 await _queue_reserved(db, crawl_id, repo_id, await enqueue(repo_id, known.get(repo_id)))
         pending: list[RepoSummary] = []
-        async for summary in candidates(client, params):
+        async for summary in candidates(client, params, db):
             report.listed += 1
             pending.append(summary)
             if len(pending) >= batch:

@@ -39,8 +39,8 @@ from registry.gguf.limits import Limits
 from registry.hub.client import HubClient
 from registry.hub.errors import FileChanged, HubError
 from registry.hub.http import HubHttp
-from workers.crawl import CrawlReport, ReadOptions, index_repo
-from workers.crawl_jobs import enqueue_crawl, fail_listing, report_repo
+from workers.crawl import CrawlReport, ReadOptions, count_outcome, index_repo
+from workers.crawl_jobs import enqueue_crawl, fail_listing, params_of, report_repo
 from workers.schedule import Cron, Every, Schedule
 from workers.verify import fail_lost_run, run_verification
 
@@ -133,8 +133,9 @@ async def index_repo_job(
     report = CrawlReport(crawl_id=crawl_id)
     try:
         result = await index_repo(
-            ctx.db, ctx.client, ctx.http, repo_id, ctx.read_options, report, known_revision=known_revision
-        )
+            ctx.db, ctx.client, ctx.http, repo_id, ctx.read_options, report, known_revision=known_revision,
+            prune=crawl_id is not None and await _crawl_prunes(ctx.db, crawl_id),
+        )  # fmt: skip
     except Exception as exc:
         retried = isinstance(exc, HubError) and _transient(exc) and not final_attempt
         if crawl_id is not None and not retried:
@@ -144,15 +145,19 @@ async def index_repo_job(
         if isinstance(exc, HubError) and _transient(exc):
             raise TransientJobError(f"{repo_id}: {exc.code}: {exc}") from exc
         raise
+    count_outcome(report, result)
     unchanged = result is None or result.unchanged
-    if unchanged:
-        report.unchanged += 1
-    else:
-        report.indexed += 1
     if crawl_id is not None:
         await report_repo(ctx.db, crawl_id, repo_id, report)
     # The pid tells which worker process ran the job (the multi-worker tests count them).
     log.info("index_repo %s: %s (pid %d)", repo_id, "unchanged" if unchanged else "indexed", os.getpid())
+
+
+async def _crawl_prunes(db: Database, crawl_id: int) -> bool:
+    """Whether the crawl speaks for the catalog's hub (CrawlParams.prune)."""
+    async with db.sessions() as session:
+        crawl = await session.get(Crawl, crawl_id)
+    return crawl is not None and params_of(crawl).prune
 
 
 async def verify_job(ctx: JobContext, verification_id: int) -> None:

@@ -366,3 +366,29 @@ async def upsert_repo_snapshot(session: AsyncSession, snap: RepoSnapshot) -> Ups
     repo.indexed_at = utcnow()
     await session.flush()
     return UpsertResult(repo.id, created, False, written, gone, edges)
+
+
+async def mark_repo_deleted(session: AsyncSession, repo_id: str) -> UpsertResult | None:
+    """The hub says it has no repo `repo_id` (deleted, renamed or made private): its
+    artifacts become `gone` (kept, as `?status=gone` shows them), its edges are dropped (it
+    claims no parents any more) and its revision is forgotten, so that the repo is read
+    again in full if the hub names it again. None when the catalog has no such hub repo."""
+    repo = await session.scalar(
+        select(Repo).where(Repo.repo_id == repo_id, Repo.source == "hub").with_for_update()
+    )
+    if repo is None:
+        return None
+    gone = await session.scalar(
+        select(func.count()).where(Artifact.repo_pk == repo.id, Artifact.status != "gone")
+    )
+    await session.execute(
+        update(Artifact)
+        .where(Artifact.repo_pk == repo.id, Artifact.status != "gone")
+        .values(status="gone")
+        .execution_options(synchronize_session=False)
+    )
+    await session.execute(delete(LineageEdge).where(LineageEdge.child_pk == repo.id))
+    repo.revision = None
+    repo.indexed_at = utcnow()
+    await session.flush()
+    return UpsertResult(repo.id, False, False, 0, int(gone or 0), 0, deleted=True)

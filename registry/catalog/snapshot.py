@@ -87,3 +87,4 @@ class UpsertResult:
     written: int  # artifacts inserted or rewritten
     gone: int  # artifacts marked gone
     edges: int  # lineage edges of the repo after the write
+    deleted: bool = False  # the hub no longer has the repo: every artifact marked gone

@@ -314,3 +314,90 @@ def test_first_window_follows_name_and_size() -> None:
     assert first_window_for("Llama-3-8B-F16-LoRA.gguf", **kw) == small
     assert first_window_for("Florance-7B.gguf", **kw) == big  # "lora" only as a whole word
     assert first_window_for("tiny.gguf", size=50_000, **kw) == 50_000
+
+
+async def _repo_state(db: Database, repo_id: str) -> tuple[str | None, set[str], int]:
+    """(revision, statuses of its artifacts, lineage edges it has as a child)."""
+    from registry.catalog.models import LineageEdge
+
+    async with db.sessions() as session:
+        repo = (await session.scalars(select(Repo).where(Repo.repo_id == repo_id))).one()
+        statuses = set(await session.scalars(select(Artifact.status).where(Artifact.repo_pk == repo.id)))
+        edges = len((await session.scalars(select(LineageEdge).where(LineageEdge.child_pk == repo.id))).all())
+    return repo.revision, statuses, edges
+
+
+async def test_a_repo_the_hub_deleted_is_marked_gone_by_the_next_whole_hub_crawl(db: Database, hub: FakeHub) -> None:
+    """The listing no longer names it; the crawl asks for it by id, the hub says it has no
+    such repo, and its artifacts become `gone` (kept, out of default searches). Named
+    again, it is read in full again."""
+    from registry.catalog.search import SearchQuery, search
+
+    deleted_id = "synth/tiny-llama-GGUF"
+    client, http = _clients(hub)
+    async with http:
+        first = await crawl_hub(db, client, http, CrawlParams())
+        assert first.deleted == 0 and first.indexed == len(hub.corpus)
+        revision, statuses, edges = await _repo_state(db, deleted_id)
+        assert statuses == {"indexed"} and edges > 0
+        saved = hub.corpus.repos.pop(deleted_id)
+
+        hub.requests.clear()
+        second = await crawl_hub(db, client, http, CrawlParams())
+        assert (second.deleted, second.failed, second.unchanged) == (1, 0, len(hub.corpus))
+        assert second.listed == len(hub.corpus) + 1  # the listing's repos and the one it lost
+        assert await _repo_state(db, deleted_id) == (None, {"gone"}, 0)
+        async with db.sessions() as session:
+            hits = (await search(session, SearchQuery(limit=100))).items
+            gone = (await search(session, SearchQuery(status="gone", limit=100))).items
+        assert deleted_id not in {h.repo for h in hits} and {h.repo for h in gone} == {deleted_id}
+
+        third = await crawl_hub(db, client, http, CrawlParams())  # already marked: not asked again
+        assert (third.deleted, third.listed) == (0, len(hub.corpus))
+
+        hub.corpus.add(saved)  # back (a hub's mistake, a repo made public again)
+        fourth = await crawl_hub(db, client, http, CrawlParams())
+    assert (fourth.indexed, fourth.deleted) == (1, 0)
+    assert await _repo_state(db, deleted_id) == (revision, {"indexed"}, edges)
+
+
+async def test_only_a_crawl_of_the_catalogs_own_hub_marks_repos_deleted(db: Database, hub: FakeHub) -> None:
+    """A filtered listing does not name every repo, and another hub (`crawl --endpoint`)
+    does not know the catalog's: neither marks anything deleted. Asked for by id, a repo the
+    hub does not have is marked deleted if the catalog has it, else the crawl says why it failed."""
+    deleted_id = "synth/tiny-llama-GGUF"
+    client, http = _clients(hub)
+    async with http:
+        await crawl_hub(db, client, http, CrawlParams())
+        hub.corpus.repos.pop(deleted_id)
+        filtered = await crawl_hub(db, client, http, CrawlParams(author="synth"))
+        other_hub = await crawl_hub(db, client, http, CrawlParams(prune=False))
+        by_id_elsewhere = await crawl_hub(db, client, http, CrawlParams(repos=(deleted_id,), prune=False))
+        assert filtered.deleted == other_hub.deleted == by_id_elsewhere.deleted == 0
+        assert by_id_elsewhere.failed == 1 and "repo_not_found" in by_id_elsewhere.errors[0]["error"]
+        assert (await _repo_state(db, deleted_id))[1] == {"indexed"}
+
+        by_id = await crawl_hub(db, client, http, CrawlParams(repos=(deleted_id, "nobody/never-GGUF")))
+    assert (by_id.deleted, by_id.failed) == (1, 1)
+    assert [e["repo"] for e in by_id.errors] == ["nobody/never-GGUF"]
+    assert (await _repo_state(db, deleted_id))[1] == {"gone"}
+
+
+async def test_a_deleted_repo_is_counted_the_same_when_the_crawl_runs_as_jobs(tmp_path: Path, hub: FakeHub) -> None:
+    """The listing job queues the catalog's repos its listing lost, and their repo jobs
+    mark them deleted and report it into the crawl row, as the in-process crawl counts it."""
+    deleted_id = "synth/tiny-llama-GGUF"
+    async with Database.from_url(f"sqlite+aiosqlite:///{tmp_path / 'queued.db'}") as db:
+        await _queued_crawl(db, hub, CrawlParams())
+        saved = hub.corpus.repos.pop(deleted_id)
+        try:
+            row, queued = await _queued_crawl(db, hub, CrawlParams())
+            kept, _ = await _queued_crawl(db, hub, CrawlParams(prune=False))
+        finally:
+            hub.corpus.add(saved)
+        state = await _repo_state(db, deleted_id)
+    assert queued == [deleted_id]  # every other repo is unchanged: no job
+    assert row.status == "finished" and row.errors == []
+    assert (row.counters["deleted"], row.counters["listed"], row.counters["failed"]) == (1, len(hub.corpus), 0)
+    assert state == (None, {"gone"}, 0)
+    assert kept.counters["deleted"] == 0 and kept.counters["listed"] == len(hub.corpus) - 1

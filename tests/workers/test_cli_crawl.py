@@ -66,3 +66,20 @@ async def test_crawl_command_prints_a_summary_and_skips_unchanged(tmp_path: Path
         code, out, err = await _registry(tmp_path, hub, "crawl", "--author", "synth")
         assert code == 0, err
         assert "3 seen, 0 indexed, 3 unchanged, 0 failed" in out
+
+
+async def test_crawl_command_marks_repos_the_hub_deleted_but_not_on_another_hub(tmp_path: Path) -> None:
+    async with FakeHub(sample_corpus(real=False), tokens={TOKEN}) as hub:
+        code, out, err = await _registry(tmp_path, hub, "crawl", "--json")
+        assert code == 0 and json.loads(out)["counters"]["indexed"] == len(hub.corpus), err
+        hub.corpus.repos.pop("synth/tiny-llama-GGUF")
+        # Another hub than the configured one (here the same server under another name)
+        # knows nothing of the catalog's repos: nothing is marked.
+        elsewhere = hub.endpoint.replace("127.0.0.1", "localhost")
+        code, out, err = await _registry(tmp_path, hub, "crawl", "--endpoint", elsewhere, "--json")
+        assert code == 0 and json.loads(out)["counters"]["deleted"] == 0, err
+        code, out, err = await _registry(tmp_path, hub, "crawl")
+        assert code == 0, err
+        assert "1 deleted (the hub no longer has them)" in out and "0 failed" in out
+        code, out, err = await _registry(tmp_path, hub, "search", "--status", "gone", "--json")
+        assert code == 0 and {i["repo"] for i in json.loads(out)["items"]} == {"synth/tiny-llama-GGUF"}, err
