@@ -177,8 +177,10 @@ async def _walk(session: AsyncSession, repo_id: str, max_depth: int, down: bool,
 
 
 def _view(row: Any, depth: int) -> EdgeView:
-    child, parent, relation, source, known = row[:5]
-    return EdgeView(child, known or parent, relation, source, depth, True, known is not None)
+    """An edge row of a walk; its parent as the catalog spells it when the catalog has it."""
+    child, parent, relation, source, catalog_spelling = row[:5]
+    known = catalog_spelling is not None
+    return EdgeView(child, catalog_spelling if known else parent, relation, source, depth, True, known)
 
 
 async def descendants(
