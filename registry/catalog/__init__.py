@@ -8,6 +8,8 @@ Files, one job each:
   the scripts live in the top-level `migrations/` folder.
 * `snapshot.py` + `services.py`: the one writer, `upsert_repo_snapshot(session, RepoSnapshot)`.
 * `search.py` (+ `search_index.py`, the free-text index per dialect): search, facets, cursors.
+* `folding.py`: the one ASCII-case spelling search stores and matches architectures,
+  licenses, file types and size labels in.
 * `lineage.py`: edges from card, tags and GGUF keys; ancestor and descendant walks.
 * `errors.py`: `CatalogError` subclasses with a code and an HTTP status.
 
@@ -19,6 +21,8 @@ Decisions worth knowing:
 * An artifact is keyed by (repo, path of its single file or first shard). A new revision
   rewrites the listed artifacts and marks the others `gone`; the same revision writes nothing.
 * `artifacts` doubles as the search row: it carries copies of the searched facts and repo
-  counters, so every filter and sort is single-table with a `(key, id)` index.
+  counters, so every filter and sort is single-table with a `(key, id)` index. Its
+  architecture, license, file type and size label are folded (`folding.py`), so that those
+  filters ignore ASCII case; `facts` keeps the file's own spelling.
 * Enums are strings with check constraints. Timestamps are UTC-aware on both databases.
 """

@@ -134,7 +134,8 @@ class Artifact(Base):
     error_message: Mapped[str | None] = mapped_column(Text)
     shard_count: Mapped[int] = mapped_column(Integer, default=1)
     file_size: Mapped[int] = mapped_column(BigInteger, default=0)
-    # Search copies of facts (NULL for error rows) ...
+    # Search copies of facts (NULL for error rows) ... The architecture, license, file type
+    # and size label in the spelling search matches whatever the case (`folding.FOLDS`).
     architecture: Mapped[str | None] = mapped_column(String(64))
     license: Mapped[str | None] = mapped_column(String(200))  # the file's license, else the card's
     file_type: Mapped[str | None] = mapped_column(String(32))

@@ -4,6 +4,8 @@ Every page is `ORDER BY <key>, id LIMIT n+1` from the position the cursor names,
 `(key, id)` index of that sort (the status is checked on each row it walks): no OFFSET,
 so page 500 costs what page 1 costs.
 The cursor is opaque to clients: base64url JSON of the sort, its value and the id.
+Architecture, license, file type and size label are stored folded (`folding`) and a
+query's values are folded alike, so these filters are plain equalities that ignore case.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from sqlalchemy.orm import InstrumentedAttribute
 from registry.catalog import search_index
 from registry.catalog.db import longer_inline_reads
 from registry.catalog.errors import InvalidCursor, InvalidQuery
+from registry.catalog.folding import FOLDS, fold
 from registry.catalog.lineage import MAX_DEPTH
 from registry.catalog.models import ARTIFACT_STATUSES, Artifact, LineageEdge, QuantMix, Repo, repo_key
 from registry.safety.findings import SEVERITIES, severity_rank
@@ -114,6 +117,7 @@ HINT_ENTRIES = 4096
 @dataclass(frozen=True, slots=True)
 class SearchQuery:
     text: str | None = None
+    # Architecture, license, file type and size label match in any ASCII case (`folding`).
     architecture: str | None = None
     license: str | None = None
     file_type: str | None = None
@@ -272,11 +276,19 @@ def _equal_to(value: Any) -> Callable[[Any], ColumnElement[bool]]:
     return lambda column: column == value
 
 
-def _without_nul(q: SearchQuery) -> SearchQuery:
-    """No stored text holds NUL (writes strip it) and PostgreSQL rejects it in a parameter."""
+def _normalised(q: SearchQuery) -> SearchQuery:
+    """The query as the catalog compares it: without NUL (no stored text holds it, writes
+    strip it, and PostgreSQL rejects it in a parameter), and the architecture, license,
+    file type and size label folded as their columns are (`folding`), so that these match
+    in any ASCII case. Everything keyed by a query's values (probe hints, shared clauses and
+    first pages, memoised facets) sees one spelling per value."""
     changes: dict[str, Any] = {
         f: v.replace("\x00", "") for f in q.__slots__ if isinstance(v := getattr(q, f), str) and "\x00" in v
     }
+    for name in FOLDS:
+        value = changes.get(name, getattr(q, name))
+        if value is not None and (folded := fold(name, value)) != value:
+            changes[name] = folded
     return dataclasses.replace(q, **changes) if changes else q
 
 
@@ -675,7 +687,7 @@ def _hits(sort_key: str) -> Select[Any]:
 
 
 async def search(session: AsyncSession, q: SearchQuery, *, with_total: bool = False) -> SearchPage:
-    q = _without_nul(q)
+    q = _normalised(q)
     if not 1 <= q.limit <= MAX_LIMIT:
         raise InvalidQuery(f"limit must be between 1 and {MAX_LIMIT}")
     sort, column, descending = parse_sort(q.sort)
@@ -754,14 +766,15 @@ def _item(row: Sequence[Any]) -> SearchItem:
 
 
 async def facets(session: AsyncSession, q: SearchQuery) -> dict[str, dict[str, int]]:
-    """Counts per architecture, license, file type and size bucket under the query's filters.
+    """Counts per architecture, license, file type and size bucket under the query's filters,
+    each value in its folded spelling (case variants of one value count together).
 
     PostgreSQL: one scan with GROUPING SETS; SQLite has none (see `_sqlite_facet_rows`).
     NULL counts as "unknown". On a SQLite file the counts are cached per filter set until
     the next commit to the file (see `FileMemo`): a browsing UI asks for the same few
     facet sets on every page, and the unfiltered ones read the whole catalog.
     """
-    q = _without_nul(q)
+    q = _normalised(q)
     memo = FileMemo.of(session)
     if memo is None:
         return await _count_facets(session, q)

@@ -18,10 +18,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, fields
 from typing import Any
 
-from sqlalchemy import BigInteger, Integer, String, delete, func, insert, select, update
+from sqlalchemy import BigInteger, Integer, String, case, delete, exists, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from registry.catalog.folding import fold, folded
 from registry.catalog.lineage import derive_edges
 from registry.catalog.models import Artifact, Facts, LineageEdge, QuantMix, Repo, Shard, repo_key
 from registry.catalog.snapshot import ArtifactRecord, LineageRecord, RepoSnapshot, UpsertResult
@@ -158,6 +159,13 @@ def _apply_repo_fields(repo: Repo, snap: RepoSnapshot) -> set[str]:
     return changed
 
 
+def _file_license(facts: FactsData | None) -> str | None:
+    """The file's license as its facts row stores it."""
+    if facts is None or facts.license is None:
+        return None
+    return str(_fit(Facts.__table__, {"license": facts.license})["license"])
+
+
 def _artifact_values(repo: Repo, snap: RepoSnapshot, record: ArtifactRecord) -> dict[str, Any]:
     f = record.facts
     values: dict[str, Any] = {
@@ -168,7 +176,8 @@ def _artifact_values(repo: Repo, snap: RepoSnapshot, record: ArtifactRecord) -> 
         "shard_count": len(record.shards) or 1,
         "file_size": sum(s.size or 0 for s in record.shards),
         "architecture": f.architecture if f else None,
-        "license": (f.license if f else None) or repo.card_license,
+        # The card's when the file names none; `_refresh_repo_copies` decides alike.
+        "license": _file_license(f) or repo.card_license,
         "file_type": f.file_type if f else None,
         "size_label": f.size_label if f else None,
         "size_bucket": size_bucket(f.parameter_count) if f else None,
@@ -182,7 +191,9 @@ def _artifact_values(repo: Repo, snap: RepoSnapshot, record: ArtifactRecord) -> 
         "search_text": _search_text(repo, record),
         **_template_safety(record),
     }
-    return _fit(Artifact.__table__, values)
+    # Folded once cut to their columns: folding keeps the length, and a query value is
+    # folded as it is, so the stored text must be the fold of what was cut.
+    return folded(_fit(Artifact.__table__, values))
 
 
 def _template_safety(record: ArtifactRecord) -> dict[str, Any]:
@@ -280,8 +291,11 @@ async def _sync_edges(
 
 
 async def _refresh_repo_copies(session: AsyncSession, repo: Repo) -> None:
-    """Repo counters changed: bring the search copies on its artifacts up to date."""
-    file_license = select(Facts.license).where(Facts.artifact_id == Artifact.id).scalar_subquery()
+    """Repo counters changed: bring the search copies on its artifacts up to date.
+
+    An artifact whose file names a license keeps its copy (folded when it was written);
+    the others take the card's, folded here: the databases' own case functions differ."""
+    names_license = exists().where(Facts.artifact_id == Artifact.id, Facts.license != "")
     await session.execute(
         update(Artifact)
         .where(Artifact.repo_pk == repo.id)
@@ -289,7 +303,7 @@ async def _refresh_repo_copies(session: AsyncSession, repo: Repo) -> None:
             downloads=repo.downloads,
             likes=repo.likes,
             last_modified=repo.last_modified or EPOCH,
-            license=func.coalesce(file_license, repo.card_license),
+            license=case((names_license, Artifact.license), else_=fold("license", repo.card_license)),
         )
         .execution_options(synchronize_session=False)
     )
