@@ -7,6 +7,11 @@ same data with nothing but Python: every filter, the free text (each word a case
 substring of the repo id, path, tags, name, basename, fine-tune, description), lineage
 (repos below a repo id through the edges, at most MAX_DEPTH steps), the sorts with their
 tie-break on the artifact id (in the sort's direction), and the facet counts.
+
+Architecture, license, file type and size label are written in several ASCII cases and
+queried in any case: they match when equal ignoring ASCII case only (`Ü` and `ü` stay
+apart), and hits and facets show each in one spelling (`SPELLINGS`), which the oracle
+spells itself rather than asking `registry.catalog.folding`.
 """
 
 from __future__ import annotations
@@ -40,21 +45,22 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # only ever named as a parent (an edge may point at a repo not in the catalog).
 REPO_IDS = ("meta/Base", "org/tune-GGUF", "bart/quant-GGUF", "ünï/mödel-GGUF", "z/x", "org/mix")
 GHOST = "ghost/none"
-# How lineage sources and queries may spell them: ASCII case changed (the same repo), and
-# non-ASCII letters upper-cased (another repo: only A-Z fold).
 def repo_key(repo_id: str) -> str:
     """A repo's identity: its id with the letters A-Z in lower case."""
     return "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in repo_id)
 
 
+# How lineage sources and queries may spell them: ASCII case changed (the same repo), and
+# non-ASCII letters upper-cased (another repo: only A-Z fold).
 SPELLINGS = (*REPO_IDS, GHOST, "META/base", "Org/Tune-gguf", "BART/QUANT-gguf", "ÜNÏ/MÖDEL-gguf", "Z/X", "Ghost/None")
-ARCHITECTURES = ("llama", "qwen2", "gemma3", None)
-FILE_TYPES = ("Q4_K_M", "Q8_0", "F16", "IQ2_XS", None)
+# The values of the case-insensitive filters: one value in several spellings, as files write them.
+ARCHITECTURES = ("llama", "LLaMA", "qwen2", "Qwen2", "gemma3", None)
+FILE_TYPES = ("Q4_K_M", "q4_k_m", "Q8_0", "F16", "IQ2_XS", "iq2_xs", None)
 TENSOR_TYPES = ("Q4_K", "Q6_K", "F32", "IQ2_XS", "BF16")
-LICENSES = ("mit", "apache-2.0", "llama3", None)
+LICENSES = ("mit", "MIT", "apache-2.0", "Apache-2.0", "llama3", "Ünï-1.0", "ünï-1.0", None)
 PARAMS = (0, 500_000_000, 1_500_000_000, 8_000_000_000, 46_700_000_000, 100_000_000_000)
 CONTEXTS = (None, 2048, 8192, 32768)
-SIZE_LABELS = ("1B", "8B", "8x7B", None)
+SIZE_LABELS = ("1B", "8B", "8b", "8x7B", "8X7b", "30b-a3b", None)
 EXPERTS = (None, 2, 8)
 DOWNLOADS = (0, 10, 10, 1000)  # ties on purpose
 LIKES = (0, 1, 1, 5)
@@ -75,6 +81,37 @@ TERMS = (*WORDS, "lla", "ama", "8", "b", "_", "%", "ünï", "mö", "/", "-", "e"
 # as all the others together.
 FOLDING_WORDS = ("ΛΌΓΟΣ", "λόγοσ", "ſtyle", "style", "ǅab", "straße", "\u212aelvin")
 PATH_WORDS = ("model", "Tiny", "ünï", "q4_k_m", "x", "a%b")
+
+
+def _ascii_lower(value: str) -> str:
+    return "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in value)
+
+
+def _ascii_upper(value: str) -> str:
+    return "".join(chr(ord(c) - 32) if "a" <= c <= "z" else c for c in value)
+
+
+def _size_spelling(value: str) -> str:
+    """Upper case, but for the `x` between an expert count and a size: 8x7B."""
+    up = _ascii_upper(value)
+    digits = "0123456789"
+    return "".join(
+        "x" if c == "X" and 0 < i < len(up) - 1 and up[i - 1] in digits and up[i + 1] in digits else c
+        for i, c in enumerate(up)
+    )
+
+
+# How hits and facets spell the values of the case-insensitive filters.
+SPELLINGS = {"architecture": _ascii_lower, "license": _ascii_lower, "file_type": _ascii_upper,
+             "size_label": _size_spelling}  # fmt: skip
+
+
+def _spelled(name: str, value: str | None) -> str | None:
+    return None if value is None else SPELLINGS[name](value)
+
+
+def _same(stored: str | None, wanted: str) -> bool:
+    return stored is not None and _ascii_lower(stored) == _ascii_lower(wanted)
 
 
 @dataclass(frozen=True)
@@ -214,10 +251,10 @@ class Oracle:
             i = row.item
             checks = (
                 q.status == "all" or i["status"] == q.status,
-                q.architecture is None or i["architecture"] == q.architecture,
-                q.license is None or i["license"] == q.license,
-                q.file_type is None or i["file_type"] == q.file_type,
-                q.size_label is None or i["size_label"] == q.size_label,
+                q.architecture is None or _same(i["architecture"], q.architecture),
+                q.license is None or _same(i["license"], q.license),
+                q.file_type is None or _same(i["file_type"], q.file_type),
+                q.size_label is None or _same(i["size_label"], q.size_label),
                 q.expert_count is None or i["expert_count"] == q.expert_count,
                 q.verification is None or i["verification"] == q.verification,
                 q.tensor_type is None or q.tensor_type.upper() in row.tensor_types,
@@ -305,11 +342,11 @@ def build_oracle(spec: CatalogSpec, ids: dict[tuple[str, str], int]) -> Oracle:
                 "revision": "rev2" if repo.later == "drop" and not gone else "rev1",
                 "status": status, "error_code": "bad_magic" if a.error else None,
                 "error": "not a GGUF file" if a.error else None,
-                "architecture": None if a.error else a.architecture,
+                "architecture": None if a.error else _spelled("architecture", a.architecture),
                 "parameter_count": 0 if a.error else a.parameter_count,
-                "file_type": None if a.error else a.file_type,
-                "size_label": None if a.error else a.size_label,
-                "license": (None if a.error else a.license) or card_license,
+                "file_type": None if a.error else _spelled("file_type", a.file_type),
+                "size_label": None if a.error else _spelled("size_label", a.size_label),
+                "license": _spelled("license", (None if a.error else a.license) or card_license),
                 "context_length": None if a.error else a.context_length,
                 "expert_count": None if a.error else a.expert_count,
                 "shards": 1 if a.error else a.shards,
@@ -408,14 +445,26 @@ def catalogs(draw: st.DrawFn) -> CatalogSpec:
 SORT_CHOICES = tuple(f"{k}{s}" for k in (*SORTS, *SORT_ALIASES) for s in ("", ":asc", ":desc"))
 
 
+@st.composite
+def _any_case(draw: st.DrawFn, values: Sequence[str]) -> str:
+    """One of the values as is, or in another case: all upper or lower (other scripts too),
+    swapped, or some ASCII letters flipped."""
+    value = draw(st.sampled_from(values))
+    change = draw(st.sampled_from(("as is", "upper", "lower", "swap", "flip")))
+    if change == "flip":
+        flips = draw(st.lists(st.booleans(), min_size=len(value), max_size=len(value)))
+        return "".join(c.swapcase() if c.isascii() and f else c for c, f in zip(value, flips, strict=True))
+    return {"as is": value, "upper": value.upper(), "lower": value.lower(), "swap": value.swapcase()}[change]
+
+
 FILTER_VALUES: dict[str, st.SearchStrategy[Any]] = {
-    "architecture": st.sampled_from((*[a for a in ARCHITECTURES if a], "mamba")),
-    "license": st.sampled_from((*[x for x in LICENSES if x], "gpl")),
-    "file_type": st.sampled_from([f for f in FILE_TYPES if f]),
+    "architecture": _any_case((*[a for a in ARCHITECTURES if a], "mamba")),
+    "license": _any_case((*[x for x in LICENSES if x], "gpl")),
+    "file_type": _any_case([f for f in FILE_TYPES if f]),
     "tensor_type": st.sampled_from((*TENSOR_TYPES, "q4_k", "Q2_K")),
     "min_params": st.sampled_from((*PARAMS, 1, 8_000_000_001)),
     "max_params": st.sampled_from((*PARAMS, 7_999_999_999)),
-    "size_label": st.sampled_from([s for s in SIZE_LABELS if s]),
+    "size_label": _any_case([s for s in SIZE_LABELS if s]),
     "min_context": st.sampled_from((1, 2048, 8193, 32768)),
     "expert_count": st.sampled_from((2, 8)),
     "verification": st.sampled_from(VERIFICATION_STATUSES),

@@ -1,7 +1,8 @@
 """Search against a plain-Python oracle over random catalogs (see tests/catalog/search_oracle.py).
 
 Each example writes a random catalog through the catalog's writer and runs random queries
-(every filter, free text with short terms and non-ASCII, lineage, every sort and direction,
+(every filter, the architecture, license, file type and size label written and asked for in
+any case, free text with short terms and non-ASCII, lineage, every sort and direction,
 page sizes) under the default plan thresholds, where a catalog of a few rows takes the
 "rare filter" plans, and under random small thresholds, where the same rows take the walks
 along the sort index, LIKE checks, memoised short-term scans and lineage families, and
