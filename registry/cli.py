@@ -339,19 +339,24 @@ def _param_count(text: str) -> int:
 
 
 def _add_search(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
-    p = sub.add_parser("search", help="search the catalog", description="Search indexed GGUF artifacts.")
+    p = sub.add_parser(
+        "search", help="search the catalog",
+        description="Search indexed GGUF artifacts. --architecture, --license, --file-type and --size-label "
+        "match in any ASCII case; hits show these values in one spelling each (llama, apache-2.0, Q4_K_M, "
+        "8x7B) and `registry inspect` a file's own.",
+    )  # fmt: skip
     p.add_argument(
         "text", nargs="?", metavar="TEXT", help="words to find in repo id, names, tags, description"
     )
     p.add_argument("--architecture", metavar="A", help="general.architecture, e.g. llama")
-    p.add_argument("--license", metavar="L", help="the file's license, else the repo card's")
-    p.add_argument("--file-type", metavar="T", help="file type label, e.g. Q4_K_M")
+    p.add_argument("--license", metavar="L", help="the file's license, else the repo card's, e.g. apache-2.0")
+    p.add_argument("--file-type", metavar="T", help="file type label, e.g. Q4_K_M or q4_k_m")
     p.add_argument(
         "--tensor-type", metavar="T", help="has at least one tensor of this ggml type, e.g. IQ2_XS"
     )
     p.add_argument("--min-params", type=_param_count, metavar="N", help="at least N parameters, e.g. 7B, 1.5B, 500M, 7e9")
     p.add_argument("--max-params", type=_param_count, metavar="N", help="at most N parameters")
-    p.add_argument("--size-label", metavar="L", help="e.g. 7B, 8x7B")
+    p.add_argument("--size-label", metavar="L", help="e.g. 7B, 8x7B or 8x7b")
     p.add_argument("--min-context", type=_int_in(0, INT64_MAX), metavar="N", help="context length at least N")
     p.add_argument("--expert-count", type=_int_in(0, INT32_MAX), metavar="N",
                    help="exactly N experts (mixture-of-experts models)")  # fmt: skip

@@ -84,6 +84,25 @@ def test_index_then_search(url: str, models: Path, capsys: pytest.CaptureFixture
     assert code == 0 and "REPO" in out.splitlines()[0] and "SmolLM2" in out and "gemma" not in out
 
 
+def test_search_filters_match_in_any_case(url: str, models: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The sample models: SmolLM2 (llama, apache-2.0, Q4_1, 135M), gemma 3 (gemma3, gemma, Q4_K_M, 270M)."""
+    run(capsys, "index", str(models))
+    for argv, path in [
+        (("--file-type", "q4_k_m"), "gemma-3-270m-q4_k_m.gguf"),
+        (("--file-type", "Q4_k_M"), "gemma-3-270m-q4_k_m.gguf"),
+        (("--architecture", "LLAMA"), "SmolLM2-135M-Instruct.Q4_1.gguf"),
+        (("--architecture", "Gemma3"), "gemma-3-270m-q4_k_m.gguf"),
+        (("--size-label", "135m"), "SmolLM2-135M-Instruct.Q4_1.gguf"),
+        (("--license", "APACHE-2.0"), "SmolLM2-135M-Instruct.Q4_1.gguf"),
+        (("--license", "Gemma", "--file-type", "q4_k_m", "--size-label", "270m"), "gemma-3-270m-q4_k_m.gguf"),
+    ]:
+        code, out, err = run(capsys, "search", *argv, "--json")
+        assert code == 0, err
+        assert [i["path"] for i in json.loads(out)["items"]] == [path], argv
+    code, out, _ = run(capsys, "search", "--license", "apache-2.0")
+    assert code == 0 and "apache-2.0" in out and "SmolLM2" in out
+
+
 def test_search_errors(url: str, models: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "search")
     assert code == 1 and "registry db upgrade" in err

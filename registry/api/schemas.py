@@ -73,6 +73,8 @@ ERROR = obj({
     }),
 })  # fmt: skip
 
+# The search copies of these values are stored in one spelling each, whatever the case.
+_FOLDED = "In the spelling search matches and facets count; the artifact's `facts` keep the file's own."
 _SUMMARY_PROPS: dict[str, Schema] = {
     "id": INT,
     "repo": STR,
@@ -80,11 +82,14 @@ _SUMMARY_PROPS: dict[str, Schema] = {
     "revision": OPT_STR,
     "status": {"enum": list(ARTIFACT_STATUSES)},
     "error": nullable(obj({"code": OPT_STR, "message": OPT_STR})),
-    "architecture": OPT_STR,
+    "architecture": {**OPT_STR, "description": f"Lower case, e.g. llama. {_FOLDED}"},
     "parameter_count": INT,
-    "file_type": OPT_STR,
-    "size_label": OPT_STR,
-    "license": OPT_STR,
+    "file_type": {**OPT_STR, "description": f"Upper case, e.g. Q4_K_M. {_FOLDED}"},
+    "size_label": {**OPT_STR, "description": f"Upper case but for an expert count's x, e.g. 7B, 8x7B. {_FOLDED}"},
+    "license": {
+        **OPT_STR,
+        "description": f"The file's license, else the repo card's; lower case, e.g. apache-2.0. {_FOLDED}",
+    },
     "context_length": OPT_INT,
     "expert_count": OPT_INT,
     "shard_count": INT,
@@ -209,8 +214,13 @@ LINEAGE = obj(
 )
 
 COUNTS: Schema = {"type": "object", "additionalProperties": INT}
+# Architecture, license and file type values come in the spelling of search hits, so case
+# variants of one value (MIT, mit) count together.
+FACET_COUNTS: Schema = {**COUNTS, "description": "Artifacts per value, in the spelling search hits show; "
+                        "`unknown`: no value."}
 FACETS = obj({
-    "facets": obj({"architecture": COUNTS, "license": COUNTS, "file_type": COUNTS, "size_bucket": COUNTS}),
+    "facets": obj({"architecture": FACET_COUNTS, "license": FACET_COUNTS, "file_type": FACET_COUNTS,
+                   "size_bucket": COUNTS}),
     "filters": {**ANY_OBJECT, "description": "The filters the counts were taken under."},
 })  # fmt: skip
 

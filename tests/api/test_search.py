@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Awaitable, Callable
 
 import pytest
 
 from tests.api.conftest import ApiClient, MakeApi, settings_with
 from tests.api.data import INDEXED_ARTIFACTS
+from tests.catalog.factories import artifact, make_facts, make_snapshot
 
 pytestmark = pytest.mark.usefixtures("catalog")
 
@@ -45,6 +47,13 @@ async def test_default_search_lists_indexed_artifacts_by_downloads(api: ApiClien
         ("size_label=8x7B", ["mistralai/Mixtral-8x7B-GGUF/mixtral-00001-of-00002.gguf"]),
         ("min_context=32768&architecture=llama", ["mistralai/Mixtral-8x7B-GGUF/mixtral-00001-of-00002.gguf"]),
         ("license=mit", ["someone/llama-3-8b-finetune-GGUF/ft.gguf"]),
+        # Architecture, license, file type and size label in any ASCII case.
+        ("architecture=QWEN2", ["qwen/Qwen2-0.5B-GGUF/qwen2-0_5b-q8_0.gguf"]),
+        ("file_type=iq2_xs", ["bartowski/Llama-3-8B-GGUF/Llama-3-8B-IQ2_XS.gguf"]),
+        ("size_label=8X7b", ["mistralai/Mixtral-8x7B-GGUF/mixtral-00001-of-00002.gguf"]),
+        ("license=MIT", ["someone/llama-3-8b-finetune-GGUF/ft.gguf"]),
+        ("architecture=Qwen2&file_type=Q8_0&size_label=0.5b&license=APACHE-2.0",
+         ["qwen/Qwen2-0.5B-GGUF/qwen2-0_5b-q8_0.gguf"]),
         ("status=error", ["bartowski/Llama-3-8B-GGUF/broken.gguf"]),
         ("descendant_of=bartowski/Llama-3-8B-GGUF", ["someone/llama-3-8b-finetune-GGUF/ft.gguf"]),
         ("verification=passed", []),
@@ -151,3 +160,24 @@ async def test_facets_count_under_the_filters(api: ApiClient) -> None:
     assert filtered.body["filters"]["architecture"] == "llama"
     bad = await api.get("/v1/facets?sort=name")
     assert bad.status == 400 and bad.body["error"]["details"]["parameter"] == "sort"
+
+
+async def test_facets_count_case_variants_together(api: ApiClient, insert: Callable[..., Awaitable[None]]) -> None:
+    """A file that writes its values in other cases counts with the others; its page keeps
+    the file's own spelling in `facts`."""
+    await insert(make_snapshot("loud/LLAMA-GGUF", artifacts=(artifact("loud.gguf", make_facts(
+        architecture="LLAMA", license="MIT", file_type="q4_k_m", size_label="8X7b", parameter_count=1)),)))  # fmt: skip
+    facets = (await api.get("/v1/facets")).body["facets"]
+    assert facets["architecture"] == {"llama": 7, "qwen2": 1}
+    assert facets["license"]["mit"] == 2 and facets["file_type"]["Q4_K_M"] == 4
+    shouted = await api.get("/v1/facets?architecture=LLAMA&license=Mit")
+    assert shouted.body["facets"] == (await api.get("/v1/facets?architecture=llama&license=mit")).body["facets"]
+    assert shouted.body["facets"]["license"] == {"mit": 2}
+    assert shouted.body["filters"] == {"architecture": "LLAMA", "license": "Mit", "status": "indexed"}
+
+    [hit] = (await api.get("/v1/artifacts?size_label=8x7b&license=mit")).body["items"]
+    assert (hit["architecture"], hit["license"], hit["file_type"], hit["size_label"]) == ("llama", "mit", "Q4_K_M",
+                                                                                         "8x7B")  # fmt: skip
+    facts = (await api.get(hit["url"])).body["facts"]
+    assert (facts["architecture"], facts["license"], facts["file_type"], facts["size_label"]) == (
+        "LLAMA", "MIT", "q4_k_m", "8X7b")  # fmt: skip

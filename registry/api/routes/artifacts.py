@@ -37,13 +37,13 @@ SORT_CHOICES = tuple(
 
 FILTER_PARAMS: tuple[Param, ...] = (
     text_param("q", "Free text: every word must occur in the repo id, path, name, tags or description."),
-    text_param("architecture", "general.architecture, e.g. llama."),
-    text_param("license", "The file's license, else the repo card's."),
-    text_param("file_type", "File type label, e.g. Q4_K_M."),
+    text_param("architecture", "general.architecture, e.g. llama; matches in any ASCII case."),
+    text_param("license", "The file's license, else the repo card's, e.g. apache-2.0; matches in any ASCII case."),
+    text_param("file_type", "File type label, e.g. Q4_K_M; matches in any ASCII case."),
     text_param("tensor_type", "Only artifacts with at least one tensor of this ggml type, e.g. IQ2_XS."),
     int_param("min_params", "At least this many parameters."),
     int_param("max_params", "At most this many parameters."),
-    text_param("size_label", "Size label, e.g. 7B or 8x7B."),
+    text_param("size_label", "Size label, e.g. 7B or 8x7B; matches in any ASCII case."),
     int_param("min_context", "Context length at least this."),
     int_param("expert_count", "Exactly this many experts.", maximum=INT_MAX),
     choice_param("status", "Artifact status; `all` for every one.", catalog_search.STATUSES, default="indexed"),
