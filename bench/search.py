@@ -277,6 +277,7 @@ async def queries(db: Database) -> list[tuple[str, Callable[[], Awaitable[Any]]]
         ("architecture=jamba (rare)", searching(SearchQuery(architecture="jamba"))),
         ("license=license-150 (tail)", searching(SearchQuery(license="license-150"))),
         ("file_type=Q4_K_M", searching(SearchQuery(file_type="Q4_K_M"))),
+        ("file_type=q4_k_m (any case)", searching(SearchQuery(file_type="q4_k_m"))),
         ("tensor_type=IQ2_XS", searching(SearchQuery(tensor_type="IQ2_XS"))),
         ("params 7B-9B, sort params", searching(SearchQuery(min_params=7 * 10**9, max_params=9 * 10**9,
                                                             sort="parameter_count"))),
