@@ -191,8 +191,8 @@ def _artifact_values(repo: Repo, snap: RepoSnapshot, record: ArtifactRecord) -> 
         "search_text": _search_text(repo, record),
         **_template_safety(record),
     }
-    # Folded once cut to their columns: folding keeps the length, and a query value is
-    # folded as it is, so the stored text must be the fold of what was cut.
+    # Folded as stored (cleaned and cut to their columns): a query's value, folded alike,
+    # is compared with exactly that text.
     return folded(_fit(Artifact.__table__, values))
 
 
