@@ -3,6 +3,7 @@ databases: stored folded, queried folded, facets counting case variants together
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from registry.catalog.models import Artifact, Facts
 from registry.catalog.search import SearchPage, SearchQuery, facets, search
 from registry.catalog.services import upsert_repo_snapshot
 from registry.catalog.snapshot import RepoSnapshot
+from tests.catalog.conftest import empty_tables
 from tests.catalog.factories import artifact, error_artifact, make_facts, make_snapshot
 
 
@@ -40,12 +42,27 @@ def variant_catalog() -> list[RepoSnapshot]:
     ]  # fmt: skip
 
 
-@pytest.fixture
-async def catalog(db: Database) -> Database:
+async def _write(db: Database) -> Database:
     for snap in variant_catalog():
         async with db.sessions() as session, session.begin():
             await upsert_repo_snapshot(session, snap)
     return db
+
+
+@pytest.fixture
+async def catalog(db: Database) -> Database:
+    return await _write(db)
+
+
+@pytest.fixture
+async def sqlite_catalog(sqlite_url: str) -> AsyncIterator[Database]:
+    """The catalog in a SQLite file: probes, shared first pages and the facet memo are SQLite's."""
+    db = Database.from_url(sqlite_url)
+    try:
+        yield await _write(db)
+    finally:
+        await empty_tables(db)
+        await db.dispose()
 
 
 async def run(db: Database, **kwargs: Any) -> SearchPage:
@@ -154,12 +171,11 @@ async def test_a_value_longer_than_its_column_is_cut_then_folded(db: Database) -
     assert hit.size_label == fold_size_label(label[:32]) == "7B-" + "X" * 29
 
 
-async def test_spellings_of_a_filter_share_probes_first_pages_and_facets(catalog: Database) -> None:
-    """What is keyed by a query's values sees the folded value: on SQLite another spelling
-    runs no probe (its answer is known), reuses the first page's statement, and takes its
-    facets from the memo."""
-    if catalog.dialect != "sqlite":
-        pytest.skip("probes, shared first pages and the facet memo are SQLite's")
+async def test_spellings_of_a_filter_share_probes_first_pages_and_facets(sqlite_catalog: Database) -> None:
+    """What is keyed by a query's values sees the folded value: another spelling runs no
+    probe (its answer is known), reuses the first page's statement, and takes its facets
+    from the memo."""
+    catalog = sqlite_catalog
     executed: list[Any] = []
 
     def record(_conn: Any, clause: Any, *_args: Any) -> None:
