@@ -8,7 +8,7 @@ distinct values, not one per row). The schema is unchanged.
 The downgrade restores each file's own spelling from `facts` (which always kept it), and
 a license from the card where the file names none, as the writer before this revision did.
 
-Revision ID: b7e4d2a9c1f6
+Revision ID: 4e8b1d6f3a07
 Revises: f2c6e8a1d4b9
 Create Date: 2026-11-26 17:00:00
 """
@@ -22,7 +22,7 @@ from alembic import op
 
 from registry.catalog.folding import FOLDS
 
-revision: str = "b7e4d2a9c1f6"
+revision: str = "4e8b1d6f3a07"
 down_revision: str | None = "f2c6e8a1d4b9"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
