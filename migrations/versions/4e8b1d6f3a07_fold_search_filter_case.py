@@ -9,7 +9,7 @@ The downgrade restores each file's own spelling from `facts` (which always kept 
 a license from the card where the file names none, as the writer before this revision did.
 
 Revision ID: 4e8b1d6f3a07
-Revises: f2c6e8a1d4b9
+Revises: c8d3f5a1e6b2
 Create Date: 2026-11-26 17:00:00
 """
 
@@ -23,7 +23,7 @@ from alembic import op
 from registry.catalog.folding import FOLDS
 
 revision: str = "4e8b1d6f3a07"
-down_revision: str | None = "f2c6e8a1d4b9"
+down_revision: str | None = "c8d3f5a1e6b2"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -35,6 +35,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import JSON
 
+from registry.catalog.folding import ascii_lower
 from registry.catalog.types import EPOCH, BigId, Json, UTCDateTime, metadata, utcnow
 
 REPO_SOURCES = ("hub", "local")
@@ -54,7 +55,6 @@ CRAWL_REPO_STATES = ("reserved", "queued", "reported", "skipped", "lost")
 REPO_ID_LENGTH = 300
 PATH_LENGTH = 1000
 SORT_NAME_LENGTH = REPO_ID_LENGTH + PATH_LENGTH + 1  # "repo/path"
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 def repo_key(repo_id: str) -> str:
@@ -65,7 +65,7 @@ def repo_key(repo_id: str) -> str:
     the hub says `meta-llama/...`. Lineage and repo lookups match on this key; the spelling
     stays as written. Only A-Z are folded, the same on both databases (SQLite's lower()
     folds only those; the migration folds the same letters on PostgreSQL)."""
-    return repo_id.translate(_ASCII_LOWER)
+    return ascii_lower(repo_id)
 
 
 def _key_of(column: str) -> Any:

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, fields
 from typing import Any
 
-from sqlalchemy import BigInteger, Integer, String, case, delete, exists, insert, select, update
+from sqlalchemy import BigInteger, Integer, String, case, delete, exists, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 

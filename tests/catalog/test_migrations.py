@@ -61,7 +61,7 @@ async def test_upgrade_check_downgrade_upgrade(empty_db_url: str) -> None:
         await engine.dispose()
 
 
-BEFORE_FOLDING = "f2c6e8a1d4b9"
+BEFORE_FOLDING = "c8d3f5a1e6b2"
 # path -> the search copies (architecture, license, file type, size label) as the writer
 # before folding left them, and as folding leaves them.
 UNFOLDED = {
