@@ -47,12 +47,12 @@ REPO_IDS = ("meta/Base", "org/tune-GGUF", "bart/quant-GGUF", "ünï/mödel-GGUF"
 GHOST = "ghost/none"
 def repo_key(repo_id: str) -> str:
     """A repo's identity: its id with the letters A-Z in lower case."""
-    return "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in repo_id)
+    return _ascii_lower(repo_id)
 
 
 # How lineage sources and queries may spell them: ASCII case changed (the same repo), and
 # non-ASCII letters upper-cased (another repo: only A-Z fold).
-SPELLINGS = (*REPO_IDS, GHOST, "META/base", "Org/Tune-gguf", "BART/QUANT-gguf", "ÜNÏ/MÖDEL-gguf", "Z/X", "Ghost/None")
+REPO_SPELLINGS = (*REPO_IDS, GHOST, "META/base", "Org/Tune-gguf", "BART/QUANT-gguf", "ÜNÏ/MÖDEL-gguf", "Z/X", "Ghost/None")
 # The values of the case-insensitive filters: one value in several spellings, as files write them.
 ARCHITECTURES = ("llama", "LLaMA", "qwen2", "Qwen2", "gemma3", None)
 FILE_TYPES = ("Q4_K_M", "q4_k_m", "Q8_0", "F16", "IQ2_XS", "iq2_xs", None)
@@ -411,7 +411,7 @@ def artifact_specs(draw: st.DrawFn, path: str) -> ArtifactSpec:
         basename=draw(st.sampled_from((None, "tiny-llama", "Mixtral"))),
         finetune=draw(st.sampled_from((None, "Instruct", "ünï"))),
         tags=tuple(draw(st.lists(_word, max_size=2))), description=draw(_maybe_text),
-        findings=findings, base_models=tuple(draw(st.lists(st.sampled_from(SPELLINGS), max_size=1))),
+        findings=findings, base_models=tuple(draw(st.lists(st.sampled_from(REPO_SPELLINGS), max_size=1))),
         shards=draw(st.sampled_from((1, 1, 2))), size=draw(st.sampled_from(SIZES)),
         verification=draw(st.sampled_from((None, None, *VERIFICATION_STATUSES))),
     )  # fmt: skip
@@ -421,9 +421,9 @@ def artifact_specs(draw: st.DrawFn, path: str) -> ArtifactSpec:
 def repo_specs(draw: st.DrawFn, repo_id: str) -> RepoSpec:
     stems = draw(st.lists(st.sampled_from(PATH_WORDS), min_size=1, max_size=4))
     artifacts = tuple(draw(artifact_specs(f"{stem}-{i}.gguf")) for i, stem in enumerate(stems))
-    parents = draw(st.lists(st.sampled_from(SPELLINGS), max_size=2, unique=True))
+    parents = draw(st.lists(st.sampled_from(REPO_SPELLINGS), max_size=2, unique=True))
     tags = draw(st.lists(st.one_of(st.sampled_from(WORDS), st.sampled_from(
-        [f"base_model:{r}" for r in SPELLINGS] + [f"base_model:quantized:{r}" for r in SPELLINGS]
+        [f"base_model:{r}" for r in REPO_SPELLINGS] + [f"base_model:quantized:{r}" for r in REPO_SPELLINGS]
     )), max_size=2))  # fmt: skip
     later = draw(st.sampled_from((None, None, "drop", "counters")))
     return RepoSpec(
@@ -468,7 +468,7 @@ FILTER_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "min_context": st.sampled_from((1, 2048, 8193, 32768)),
     "expert_count": st.sampled_from((2, 8)),
     "verification": st.sampled_from(VERIFICATION_STATUSES),
-    "descendant_of": st.sampled_from(SPELLINGS),
+    "descendant_of": st.sampled_from(REPO_SPELLINGS),
     "template_severity": st.sampled_from(SEVERITIES),
 }
 # Letters that one case folding or another takes for the same (Python's lower() keeps them apart).
