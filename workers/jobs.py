@@ -146,11 +146,11 @@ async def index_repo_job(
             raise TransientJobError(f"{repo_id}: {exc.code}: {exc}") from exc
         raise
     count_outcome(report, result)
-    unchanged = result is None or result.unchanged
     if crawl_id is not None:
         await report_repo(ctx.db, crawl_id, repo_id, report)
+    outcome = "deleted" if report.deleted else "unchanged" if report.unchanged else "indexed"
     # The pid tells which worker process ran the job (the multi-worker tests count them).
-    log.info("index_repo %s: %s (pid %d)", repo_id, "unchanged" if unchanged else "indexed", os.getpid())
+    log.info("index_repo %s: %s (pid %d)", repo_id, outcome, os.getpid())
 
 
 async def _crawl_prunes(db: Database, crawl_id: int) -> bool:
