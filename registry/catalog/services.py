@@ -128,8 +128,9 @@ async def _lock_repo(session: AsyncSession, snap: RepoSnapshot) -> tuple[Repo, b
     repo_id = _fit(Repo.__table__, {"repo_id": snap.repo_id})["repo_id"]  # the key as stored
     stmt = (
         _insert(dialect, Repo.__table__)
-        .values(_fit(Repo.__table__, {"repo_id": repo_id, "source": snap.source, "tags": [],
-                                       "card_base_model": [], "created_at": utcnow(), "updated_at": utcnow()}))
+        .values(_fit(Repo.__table__, {"repo_id": repo_id, "repo_key": repo_key(repo_id), "source": snap.source,
+                                       "tags": [], "card_base_model": [], "created_at": utcnow(),
+                                       "updated_at": utcnow()}))
         .on_conflict_do_nothing(index_elements=["repo_id"])
         .returning(Repo.__table__.c.id)
     )  # fmt: skip
@@ -282,7 +283,7 @@ async def _sync_edges(
             edge.parent_repo_id = want[k]  # the source now spells it so
     new = [
         {"child_pk": repo.id, "child_repo_id": repo.repo_id, "parent_repo_id": want[k], "relation": k[1],
-         "source": k[2]}
+         "source": k[2], "child_key": repo.repo_key, "parent_key": k[0]}
         for k in sorted(want.keys() - existing.keys())
     ]  # fmt: skip
     if new:
