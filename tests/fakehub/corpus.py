@@ -12,6 +12,7 @@ import functools
 import hashlib
 import json
 import random
+import string
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -128,17 +129,30 @@ class Repo:
         return next((f for f in self.files if f.path == path), None)
 
 
+def _key(repo_id: str) -> str:
+    return repo_id.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
 class Corpus:
-    """An ordered set of repos; `blobs` finds a file by its LFS oid for the CDN."""
+    """An ordered set of repos; `blobs` finds a file by its LFS oid for the CDN.
+
+    As on the hub, a repo id is found whatever its ASCII case (the repo answers with its
+    own spelling), and a renamed repo's old id keeps pointing at it (`moved_to`)."""
 
     def __init__(self, repos: Iterable[Repo] = ()) -> None:
         self.repos: dict[str, Repo] = {}
         self._blobs: dict[str, Blob] = {}
+        self._spelled: dict[str, str] = {}  # key -> id
+        self._moved: dict[str, str] = {}  # old id's key -> the repo's id now
         for repo in repos:
             self.add(repo)
 
     def add(self, repo: Repo) -> Repo:
         self.repos[repo.repo_id] = repo
+        self._spelled[_key(repo.repo_id)] = repo.repo_id
         for f in repo.files:
             self._blobs[f.blob.sha256] = f.blob
         return repo
@@ -153,7 +167,28 @@ class Corpus:
         return len(self.repos)
 
     def get(self, repo_id: str) -> Repo | None:
-        return self.repos.get(repo_id)
+        """The repo spelled `repo_id` in any ASCII case (not following renames)."""
+        repo = self.repos.get(repo_id)
+        if repo is None:
+            repo = self.repos.get(self._spelled.get(_key(repo_id), ""))
+        return repo
+
+    def rename(self, old: str, new: str) -> Repo:
+        """Rename (or transfer, or respell) a repo: its files and history move with it."""
+        repo = self.repos.pop(old)
+        repo.repo_id = new
+        self.add(repo)
+        self._moved[_key(old)] = new
+        return repo
+
+    def moved_to(self, repo_id: str) -> str | None:
+        """Where a renamed repo's old id points now, when no repo has that id any more."""
+        if self.get(repo_id) is not None:
+            return None
+        new = self._moved.get(_key(repo_id))
+        while new is not None and self.get(new) is None and _key(new) in self._moved:
+            new = self._moved[_key(new)]  # renamed again
+        return new if new is not None and self.get(new) is not None else None
 
 
 def card_readme(card: dict[str, Any]) -> BytesBlob:

@@ -220,6 +220,11 @@ class FakeHub:
         if authed is None:
             return None, self._error(rec, 401, "Invalid credentials in Authorization header")
         repo = self.corpus.get(rec.repo)
+        new = self.corpus.moved_to(rec.repo) if repo is None else None
+        if new is not None:  # a renamed repo: the hub redirects its old id to the new one
+            rec.status = 307
+            location = request.path_qs.replace(f"/{rec.repo}", f"/{new}", 1)
+            return None, web.Response(status=307, headers=self._headers(Location=location))
         if repo is None or (repo.private and not authed):
             return None, self._error(rec, 401 if not authed else 404, "Repository not found", "RepoNotFound")
         if rev is not None and rev not in ("main", repo.sha):

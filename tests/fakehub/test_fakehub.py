@@ -131,6 +131,25 @@ async def test_private_repos_need_a_token(hub: FakeHub) -> None:
             assert set(first) == {"_id", "id", "sha", "cardData"}
 
 
+async def test_ids_in_any_case_and_renamed_repos_redirect(hub: FakeHub) -> None:
+    """As on the hub: an id in another letter case answers with the repo's own spelling, and
+    a renamed repo's old id redirects (307) its API and file URLs to the new id."""
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"{hub.endpoint}/api/models/A/Tiny-gguf") as r:
+            assert r.status == 200 and (await r.json())["id"] == "a/tiny-GGUF"
+        hub.corpus.rename("a/tiny-GGUF", "b/tiny-GGUF")
+        path = "/a/tiny-GGUF/resolve/main/tiny-Q8_0.gguf"
+        for old, new in [("/api/models/A/TINY-GGUF?blobs=true", "/api/models/b/tiny-GGUF?blobs=true"),
+                         (path, path.replace("a/", "b/"))]:  # fmt: skip
+            async with s.get(f"{hub.endpoint}{old}", allow_redirects=False) as r:
+                assert (r.status, r.headers["Location"]) == (307, new)
+        async with s.get(f"{hub.endpoint}/api/models/a/tiny-GGUF") as r:
+            assert r.status == 200 and (await r.json())["id"] == "b/tiny-GGUF"
+        hub.corpus.repos.pop("b/tiny-GGUF")  # deleted after the rename
+        async with s.get(f"{hub.endpoint}/api/models/a/tiny-GGUF", allow_redirects=False) as r:
+            assert r.status == 401 and r.headers["X-Error-Code"] == "RepoNotFound"
+
+
 def test_thousand_repo_corpus_is_lazy() -> None:
     before = _synth.cache_info().misses
     corpus = synthetic_corpus(1000)
