@@ -29,7 +29,7 @@ from sqlalchemy import select
 from registry.catalog import migrate
 from registry.catalog.db import Database
 from registry.catalog.models import Crawl, Repo
-from registry.catalog.services import mark_repo_deleted, upsert_repo_snapshot
+from registry.catalog.services import mark_repo_deleted, repo_moved, upsert_repo_snapshot
 from registry.catalog.snapshot import ArtifactError, ArtifactRecord, RepoSnapshot, ShardRecord, UpsertResult
 from registry.catalog.types import utcnow
 from registry.gguf.errors import GGUFError
@@ -209,6 +209,12 @@ async def build_snapshot(
     )
 
 
+_MOVED_LOG = {
+    "renamed": "its row takes the new id",
+    "retired": "the catalog has that id too, so this one's artifacts are marked gone",
+}
+
+
 async def index_repo(
     db: Database,
     client: HubClient,
@@ -226,7 +232,10 @@ async def index_repo(
     None when the repo is still at `known_revision` (no header is read then). With
     `write_turn`, the transaction waits for the lock first (see `crawl_hub`). With `prune`,
     a repo of the catalog that the hub says it does not have is marked deleted (the result
-    says `deleted`); else, and for a repo the catalog lacks, RepoNotFound is raised.
+    says `deleted`); else, and for a repo the catalog lacks, RepoNotFound is raised. Also
+    with `prune`, a repo the hub answers for under another id (renamed, transferred or
+    respelled) takes that id in the catalog, or is marked deleted when the catalog already
+    has the new id (`repo_moved`); either way the repo is then indexed under its new id.
     """
     try:
         info = await client.repo_info(repo_id)
@@ -241,6 +250,12 @@ async def index_repo(
         return deleted
     if info.sha is None:
         raise HubError("the hub gave no commit sha for the repo", url=client.endpoint)
+    if prune and info.repo_id != repo_id:
+        async with write_turn or contextlib.nullcontext(), db.sessions() as session, session.begin():
+            moved = await repo_moved(session, repo_id, info.repo_id)
+        if moved is not None:
+            log.info("%s: the hub now calls it %s; %s", repo_id, info.repo_id, _MOVED_LOG[moved])
+            known_revision = None  # that was the old id's revision
     if known_revision is not None and info.sha == known_revision:
         return None
     snap = await build_snapshot(client, http, info, opts or ReadOptions(), report)

@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import BigInteger, Integer, String, case, delete, exists, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from registry.catalog.folding import fold, folded
 from registry.catalog.lineage import derive_edges
@@ -126,6 +127,8 @@ def _insert(dialect: str, table: Any) -> Any:
 async def _lock_repo(session: AsyncSession, snap: RepoSnapshot) -> tuple[Repo, bool]:
     dialect = session.get_bind().dialect.name
     repo_id = _fit(Repo.__table__, {"repo_id": snap.repo_id})["repo_id"]  # the key as stored
+    if snap.source == "hub" and snap.complete:
+        await _respell(session, repo_id)
     stmt = (
         _insert(dialect, Repo.__table__)
         .values(_fit(Repo.__table__, {"repo_id": repo_id, "repo_key": repo_key(repo_id), "source": snap.source,
@@ -144,6 +147,33 @@ async def _lock_repo(session: AsyncSession, snap: RepoSnapshot) -> tuple[Repo, b
         )
     ).one()
     return repo, created
+
+
+async def _respell(session: AsyncSession, repo_id: str) -> None:
+    """The hub spells a repo `repo_id` and the catalog has it in another ASCII case only (the
+    owner respelled it): the row takes the hub's spelling, keeping its artifacts, their ids
+    and its edges. A write, so that it can be the transaction's first statement."""
+    key, other = repo_key(repo_id), aliased(Repo)
+    first_of_key = (
+        select(func.min(other.id)).where(other.repo_key == key, other.source == "hub").scalar_subquery()
+    )
+    spelled = exists().where(aliased(Repo).repo_id == repo_id)
+    respelled = (
+        await session.execute(
+            update(Repo)
+            .where(Repo.id == first_of_key, Repo.repo_id != repo_id, ~spelled)
+            .values(repo_id=repo_id)
+            .returning(Repo.id)
+            .execution_options(synchronize_session=False)
+        )
+    ).scalar_one_or_none()
+    if respelled is not None:
+        await session.execute(
+            update(LineageEdge)
+            .where(LineageEdge.child_pk == respelled)
+            .values(child_repo_id=repo_id)
+            .execution_options(synchronize_session=False)
+        )
 
 
 def _apply_repo_fields(repo: Repo, snap: RepoSnapshot) -> set[str]:
@@ -381,6 +411,35 @@ async def upsert_repo_snapshot(session: AsyncSession, snap: RepoSnapshot) -> Ups
     repo.indexed_at = utcnow()
     await session.flush()
     return UpsertResult(repo.id, created, False, written, gone, edges)
+
+
+async def repo_moved(session: AsyncSession, old: str, new: str) -> str | None:
+    """The hub answers for `old` as `new` (the repo was renamed, transferred to another
+    owner, or respelled): the catalog's hub repo `old` is that repo. When the catalog has no
+    repo `new` yet, the row takes the new id, keeping its artifacts, their ids and
+    verifications, and its edges; a new id beyond letter case also forgets its revision,
+    since every artifact's search text and sort name hold the id ("renamed"). When the
+    catalog has both, `old` is marked deleted as a repo the hub no longer has ("retired").
+    None when the catalog has no hub repo `old`."""
+    repo = await session.scalar(select(Repo).where(Repo.repo_id == old, Repo.source == "hub").with_for_update())
+    if repo is None:
+        return None
+    new = _fit(Repo.__table__, {"repo_id": new})["repo_id"]
+    if await session.scalar(select(func.count()).where(Repo.repo_id == new)):
+        await mark_repo_deleted(session, old)
+        return "retired"
+    key = repo_key(new)
+    if key != repo.repo_key:
+        repo.revision = None
+    repo.repo_id, repo.repo_key = new, key
+    await session.execute(
+        update(LineageEdge)
+        .where(LineageEdge.child_pk == repo.id)
+        .values(child_repo_id=new, child_key=key)
+        .execution_options(synchronize_session=False)
+    )
+    await session.flush()
+    return "renamed"
 
 
 async def mark_repo_deleted(session: AsyncSession, repo_id: str) -> UpsertResult | None:

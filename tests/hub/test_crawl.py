@@ -401,3 +401,118 @@ async def test_a_deleted_repo_is_counted_the_same_when_the_crawl_runs_as_jobs(tm
     assert (row.counters["deleted"], row.counters["listed"], row.counters["failed"]) == (1, len(hub.corpus), 0)
     assert state == (None, {"gone"}, 0)
     assert kept.counters["deleted"] == 0 and kept.counters["listed"] == len(hub.corpus) - 1
+
+
+async def _hub_rows(db: Database, repo_id: str) -> list[tuple[str, str | None, dict[str, tuple[int, str]]]]:
+    """Every catalog repo spelled `repo_id` in any ASCII case: (id, revision, {path: (artifact
+    id, status)}), in row order."""
+    from registry.catalog.models import repo_key
+
+    async with db.sessions() as session:
+        query = select(Repo).where(Repo.repo_key == repo_key(repo_id)).order_by(Repo.id)
+        repos = (await session.scalars(query)).all()
+        out = []
+        for repo in repos:
+            rows = await session.execute(select(Artifact.path, Artifact.id, Artifact.status).where(Artifact.repo_pk == repo.id))
+            out.append((repo.repo_id, repo.revision, {p: (i, s) for p, i, s in rows}))
+        return out
+
+
+async def _searched(db: Database, text: str) -> set[str]:
+    from registry.catalog.search import SearchQuery, search
+
+    async with db.sessions() as session:
+        return {h.repo for h in (await search(session, SearchQuery(text=text, limit=100))).items}
+
+
+@pytest.mark.parametrize("params", [CrawlParams(), CrawlParams(search="tiny-llama")], ids=["whole hub", "search"])
+async def test_a_repo_respelled_on_the_hub_keeps_its_row_artifacts_and_ids(
+    any_db: Database, hub: FakeHub, params: CrawlParams
+) -> None:
+    """The owner changes only the letter case of the repo id: the listing names the new
+    spelling, which is the same repo; its row takes the new spelling and keeps every
+    artifact and artifact id, and nothing is marked gone. A filtered listing, which asks
+    for no unlisted repo by id, respells it too."""
+    old, new = "synth/tiny-llama-GGUF", "Synth/Tiny-Llama-gguf"
+    client, http = _clients(hub)
+    async with http:
+        await crawl_hub(any_db, client, http, params)
+        [(_, revision, artifacts)] = await _hub_rows(any_db, old)
+        hub.corpus.rename(old, new)
+        second = await crawl_hub(any_db, client, http, params)
+        assert (second.deleted, second.failed) == (0, 0)
+        assert await _hub_rows(any_db, old) == [(new, revision, artifacts)]
+        assert {s for _, s in artifacts.values()} == {"indexed"}
+        third = await crawl_hub(any_db, client, http, params)
+    assert (third.indexed, third.deleted, third.failed) == (0, 0, 0)
+
+
+async def test_a_repo_renamed_on_the_hub_leaves_one_row_under_its_new_id(db: Database, hub: FakeHub) -> None:
+    """A repo transferred to another owner: the listing names only the new id, and the old
+    id answers with the repo under its new id (the hub redirects it). The whole-hub crawl
+    indexes the repo under its new id; the old row either took the new id itself (when its
+    job wrote first) or has its artifacts marked gone. Searches find the repo once, under
+    its new id, and the next crawl asks the hub for nothing by id."""
+    old, new = "synth/tiny-llama-GGUF", "new-owner/tiny-llama-GGUF"
+    client, http = _clients(hub)
+    async with http:
+        await crawl_hub(db, client, http, CrawlParams())
+        [(_, _, before)] = await _hub_rows(db, old)
+        hub.corpus.rename(old, new)
+        second = await crawl_hub(db, client, http, CrawlParams())
+        assert (second.failed, second.indexed) == (0, 1)
+        assert await _searched(db, "tiny-llama-gguf") == {new}
+        [(_, revision, artifacts)] = await _hub_rows(db, new)
+        assert revision == hub.corpus.repos[new].sha and artifacts.keys() == before.keys()
+        assert {s for _, s in artifacts.values()} == {"indexed"}
+        for _, old_revision, gone in await _hub_rows(db, old):
+            assert old_revision is None and {s for _, s in gone.values()} == {"gone"}
+        hub.requests.clear()
+        third = await crawl_hub(db, client, http, CrawlParams())
+    assert (third.indexed, third.deleted, third.listed) == (0, 0, len(hub.corpus))
+    assert [r.repo for r in hub.requests_to("api") if r.repo] == []  # no repo asked for by id
+
+
+@pytest.mark.parametrize("mode", ["in process", "jobs"])
+async def test_a_renamed_repo_asked_for_by_its_old_id_moves_its_row(
+    tmp_path: Path, hub: FakeHub, mode: str
+) -> None:
+    """Asked for by its old id while the catalog has no row for the new one, the repo's row
+    takes the new id: its artifacts keep their ids (and so their verifications), its edges
+    follow, and it is read again so that searches match the new id, not the old."""
+    from registry.catalog.models import LineageEdge
+
+    old, new = "synth/tiny-llama-GGUF", "new-owner/tiny-llama-GGUF"
+    async with Database.from_url(f"sqlite+aiosqlite:///{tmp_path / 'moved.db'}") as db:
+        client, http = _clients(hub)
+        async with http:
+            await crawl_hub(db, client, http, CrawlParams(repos=(old,)))
+            [(_, revision, artifacts)] = await _hub_rows(db, old)
+            hub.corpus.rename(old, new)
+            if mode == "jobs":
+                row, _ = await _queued_crawl(db, hub, CrawlParams(repos=(old,)))
+                counters = row.counters
+            else:
+                counters = (await crawl_hub(db, client, http, CrawlParams(repos=(old,)))).counters()
+        assert (counters["indexed"], counters["failed"], counters["deleted"]) == (1, 0, 0)
+        assert await _hub_rows(db, new) == [(new, revision, artifacts)]
+        assert await _hub_rows(db, old) == []
+        assert await _searched(db, "new-owner") == {new} and await _searched(db, "synth/tiny-llama-gguf") == set()
+        async with db.sessions() as session:
+            children = set(await session.scalars(select(LineageEdge.child_repo_id)))
+        assert new in children and old not in children
+
+
+async def test_another_hub_answering_under_another_id_moves_nothing(db: Database, hub: FakeHub) -> None:
+    """`crawl --endpoint` elsewhere: that hub's renames say nothing about the catalog's
+    repos; the old row stays as it was (and the repo, at the revision the catalog has
+    under its old id, is not read again)."""
+    old, new = "synth/tiny-llama-GGUF", "new-owner/tiny-llama-GGUF"
+    client, http = _clients(hub)
+    async with http:
+        await crawl_hub(db, client, http, CrawlParams(repos=(old,)))
+        before = await _hub_rows(db, old)
+        hub.corpus.rename(old, new)
+        report = await crawl_hub(db, client, http, CrawlParams(repos=(old,), prune=False))
+    assert report.errors == []
+    assert await _hub_rows(db, old) == before
