@@ -244,6 +244,31 @@ async def test_cache_index_keeps_what_the_hub_crawl_knows(db: Database, tmp_path
     assert (added.status, added.downloads, added.likes, added.license) == ("indexed", 1234, 56, "mit")
 
 
+@pytest.mark.parametrize("crawled_first", [True, False], ids=["crawl first", "cache first"])
+async def test_a_cache_folder_in_another_letter_case_is_the_crawled_repo(
+    db: Database, tmp_path: Path, crawled_first: bool
+) -> None:
+    """`hf_hub_download("theorg/cached-gguf", ...)` caches under the case it was asked with;
+    the hub (and so the crawl) spells the repo `TheOrg/Cached-GGUF`. Either order, the
+    catalog has one repo, in the hub's spelling, holding the files of both."""
+    repo_id, revision = "TheOrg/Cached-GGUF", "abc123"
+    crawled = make_snapshot(repo_id, revision, artifacts=(artifact("m.gguf"),), downloads=1234)
+    snapshot = tmp_path / "hub" / "models--theorg--cached-gguf" / "snapshots" / revision
+    write_gguf(snapshot / "m.gguf")
+    write_gguf(snapshot / "extra.gguf")
+    if crawled_first:
+        async with db.sessions() as session, session.begin():
+            await upsert_repo_snapshot(session, crawled)
+    await index_paths(db, [tmp_path / "hub"])
+    if not crawled_first:
+        async with db.sessions() as session, session.begin():
+            await upsert_repo_snapshot(session, crawled)
+    async with db.sessions() as session:
+        [repo] = (await session.scalars(select(Repo))).all()
+    assert (repo.repo_id, repo.downloads) == (repo_id, 1234)
+    assert set(await artifacts(db)) == {(repo_id, "m.gguf"), (repo_id, "extra.gguf")}
+
+
 async def test_file_and_folder_names_that_are_not_utf8(db: Database, tmp_path: Path) -> None:
     """Linux names are bytes: Python hands undecodable ones over as lone surrogates, which
     neither database driver can encode. They are stored readable; the folder still indexes."""
