@@ -39,7 +39,7 @@ from sqlalchemy import select
 
 from registry.catalog import migrate
 from registry.catalog.db import Database
-from registry.catalog.models import Crawl, Repo, repo_key
+from registry.catalog.models import Crawl, Repo
 from registry.catalog.services import storable, storable_text, upsert_repo_snapshot
 from registry.catalog.snapshot import ArtifactError, ArtifactRecord, RepoSnapshot, ShardRecord, UpsertResult
 from registry.catalog.types import utcnow
@@ -312,20 +312,6 @@ async def _unique_pseudo_id(db: Database, repo: LocalRepo) -> str:
     return f"{repo.repo_id}-{hashlib.sha1(os.fsencode(repo.root), usedforsecurity=False).hexdigest()[:6]}"
 
 
-async def _catalog_spelling(db: Database, repo_id: str) -> str:
-    """A hub repo id as the catalog spells it: a cache folder keeps the letter case its
-    download was asked for with (`models--theorg--model-gguf`), and the hub resolves ids in
-    any case, so the repo a crawl indexed as `TheOrg/Model-GGUF` is the same one."""
-    stored = storable_text(repo_id)
-    async with db.sessions() as session:
-        spellings = (
-            await session.scalars(
-                select(Repo.repo_id).where(Repo.repo_key == repo_key(stored), Repo.source == "hub").order_by(Repo.id)
-            )
-        ).all()
-    return repo_id if not spellings or stored in spellings else spellings[0]
-
-
 async def build_snapshot(
     db: Database, repo: LocalRepo, limits: Limits, first_window: int, scanner: TemplateScanner | None = None
 ) -> RepoSnapshot:
@@ -335,7 +321,7 @@ async def build_snapshot(
             records.append(
                 await asyncio.to_thread(_read_group, repo.root, group, limits, first_window, scanner)
             )
-    repo_id = await (_unique_pseudo_id(db, repo) if repo.pseudo else _catalog_spelling(db, repo.repo_id))
+    repo_id = await _unique_pseudo_id(db, repo) if repo.pseudo else repo.repo_id
     return RepoSnapshot(
         last_modified=_newest_mtime(repo),
         repo_id=repo_id,

@@ -18,10 +18,21 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, fields
 from typing import Any
 
-from sqlalchemy import BigInteger, Integer, String, case, delete, exists, func, insert, select, update
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    String,
+    case,
+    delete,
+    exists,
+    func,
+    insert,
+    literal,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import aliased
 
 from registry.catalog.folding import fold, folded
 from registry.catalog.lineage import derive_edges
@@ -125,55 +136,46 @@ def _insert(dialect: str, table: Any) -> Any:
 
 
 async def _lock_repo(session: AsyncSession, snap: RepoSnapshot) -> tuple[Repo, bool]:
+    """The snapshot's repo row, created if need be, locked; and whether it was created.
+
+    The hub resolves repo ids in any letter case, so a hub repo that the catalog has in
+    another spelling only is that row: it is not created again. A complete snapshot from
+    the hub gives the row its spelling (the owner respelled the repo); a partial one (a
+    cache folder named in another case) writes into the row as it is spelled."""
     dialect = session.get_bind().dialect.name
     repo_id = _fit(Repo.__table__, {"repo_id": snap.repo_id})["repo_id"]  # the key as stored
-    if snap.source == "hub" and snap.complete:
-        await _respell(session, repo_id)
-    stmt = (
-        _insert(dialect, Repo.__table__)
-        .values(_fit(Repo.__table__, {"repo_id": repo_id, "repo_key": repo_key(repo_id), "source": snap.source,
-                                       "tags": [], "card_base_model": [], "created_at": utcnow(),
-                                       "updated_at": utcnow()}))
-        .on_conflict_do_nothing(index_elements=["repo_id"])
-        .returning(Repo.__table__.c.id)
-    )  # fmt: skip
+    key = repo_key(repo_id)
+    values = _fit(Repo.__table__, {"repo_id": repo_id, "repo_key": key, "source": snap.source, "tags": [],
+                                   "card_base_model": [], "created_at": utcnow(), "updated_at": utcnow()})  # fmt: skip
+    insert_row = _insert(dialect, Repo.__table__)
+    if snap.source == "hub":  # still one statement, and a write: see the module docstring
+        columns = Repo.__table__.c
+        row = select(*(literal(v, columns[k].type) for k, v in values.items()))
+        same_key = exists().where(columns.repo_key == key, columns.source == "hub")
+        insert_row = insert_row.from_select(list(values), row.where(~same_key))
+    else:
+        insert_row = insert_row.values(values)
+    stmt = insert_row.on_conflict_do_nothing(index_elements=["repo_id"]).returning(Repo.__table__.c.id)
     created = (await session.execute(stmt)).scalar_one_or_none() is not None
-    repo = (
-        await session.scalars(
-            select(Repo)
-            .where(Repo.repo_id == repo_id)
-            .with_for_update()
-            .execution_options(populate_existing=True)
-        )
-    ).one()
+    repo = await _locked_repo(session, Repo.repo_id == repo_id)
+    if repo is None:  # the hub repo in another spelling
+        repo = await _locked_repo(session, Repo.repo_key == key, Repo.source == "hub")
+        assert repo is not None, "the insert found a row of this key"
+        if snap.complete:
+            repo.repo_id = repo_id
+            await session.execute(
+                update(LineageEdge)
+                .where(LineageEdge.child_pk == repo.id)
+                .values(child_repo_id=repo_id)
+                .execution_options(synchronize_session=False)
+            )
     return repo, created
 
 
-async def _respell(session: AsyncSession, repo_id: str) -> None:
-    """The hub spells a repo `repo_id` and the catalog has it in another ASCII case only (the
-    owner respelled it): the row takes the hub's spelling, keeping its artifacts, their ids
-    and its edges. A write, so that it can be the transaction's first statement."""
-    key, other = repo_key(repo_id), aliased(Repo)
-    first_of_key = (
-        select(func.min(other.id)).where(other.repo_key == key, other.source == "hub").scalar_subquery()
-    )
-    spelled = exists().where(aliased(Repo).repo_id == repo_id)
-    respelled = (
-        await session.execute(
-            update(Repo)
-            .where(Repo.id == first_of_key, Repo.repo_id != repo_id, ~spelled)
-            .values(repo_id=repo_id)
-            .returning(Repo.id)
-            .execution_options(synchronize_session=False)
-        )
-    ).scalar_one_or_none()
-    if respelled is not None:
-        await session.execute(
-            update(LineageEdge)
-            .where(LineageEdge.child_pk == respelled)
-            .values(child_repo_id=repo_id)
-            .execution_options(synchronize_session=False)
-        )
+async def _locked_repo(session: AsyncSession, *where: Any) -> Repo | None:
+    """The first repo row (by id) that matches, locked for this transaction."""
+    query = select(Repo).where(*where).order_by(Repo.id).limit(1).with_for_update()
+    return (await session.scalars(query.execution_options(populate_existing=True))).one_or_none()
 
 
 def _apply_repo_fields(repo: Repo, snap: RepoSnapshot) -> set[str]:
