@@ -770,7 +770,8 @@ async def facets(session: AsyncSession, q: SearchQuery) -> dict[str, dict[str, i
     each value in its folded spelling (case variants of one value count together).
 
     PostgreSQL: one scan with GROUPING SETS; SQLite has none (see `_sqlite_facet_rows`).
-    NULL counts as "unknown". On a SQLite file the counts are cached per filter set until
+    NULL counts as "unknown", together with a value so named (the hub's license list has
+    `unknown`). On a SQLite file the counts are cached per filter set until
     the next commit to the file (see `FileMemo`): a browsing UI asks for the same few
     facet sets on every page, and the unfiltered ones read the whole catalog.
     """
@@ -796,7 +797,8 @@ async def _count_facets(session: AsyncSession, q: SearchQuery) -> dict[str, dict
         stmt = stmt.group_by(func.grouping_sets(*(tuple_(c) for c in columns)))
         for row in (await (await session.connection()).execute(stmt)).all():
             i = list(row[: len(FACETS)]).index(0)  # the facet this row groups by
-            out[FACETS[i]][_facet_key(row[len(FACETS) + i])] = row[-1]
+            counts, key = out[FACETS[i]], _facet_key(row[len(FACETS) + i])
+            counts[key] = counts.get(key, 0) + row[-1]  # NULL and a value named "unknown"
     else:
         for facet, value, n in await _sqlite_facet_rows(session, q, where, columns):
             counts = out[facet]

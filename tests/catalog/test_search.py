@@ -24,7 +24,7 @@ from registry.catalog.search import (
     search,
 )
 from registry.catalog.services import upsert_repo_snapshot
-from registry.catalog.snapshot import RepoSnapshot
+from registry.catalog.snapshot import ArtifactRecord, RepoSnapshot
 from registry.gguf.facts_model import QuantMixEntry
 from tests.catalog.conftest import TempDatabases
 from tests.catalog.factories import artifact, error_artifact, make_facts, make_snapshot
@@ -203,6 +203,26 @@ async def test_facets_follow_filters(catalog: Database) -> None:
     assert all_counts["size_bucket"] == {"4-9B": 5, "35-80B": 1, "<1.5B": 1}
     assert sum(all_counts["file_type"].values()) == 7
     assert llama3["file_type"] == {"F16": 1, "IQ2_XS": 1, "Q4_K_M": 1, "Q8_0": 1}
+
+
+async def test_a_license_named_unknown_and_no_license_count_together(db: Database) -> None:
+    """The hub's license list has `unknown`; a file without any license counts under the
+    same facet key. Both must be counted, not the one of them the database returned last."""
+    def unlicensed(path: str) -> ArtifactRecord:
+        return artifact(path, make_facts(license=None))
+
+    snaps = [
+        make_snapshot("a/none-GGUF", "r1", card_license=None, artifacts=(unlicensed("n.gguf"),)),
+        make_snapshot("a/unknown-GGUF", "r1", card_license="unknown",
+                      artifacts=(unlicensed("u1.gguf"), unlicensed("u2.gguf"))),
+        make_snapshot("a/mit-GGUF", "r1", card_license="mit", artifacts=(unlicensed("m.gguf"),)),
+    ]  # fmt: skip
+    for snap in snaps:
+        async with db.sessions() as session, session.begin():
+            await upsert_repo_snapshot(session, snap)
+    async with db.sessions() as session:
+        counts = await facets(session, SearchQuery())
+    assert counts["license"] == {"unknown": 3, "mit": 1}
 
 
 async def test_search_item_json(catalog: Database) -> None:
