@@ -221,7 +221,7 @@ FACET_COUNTS: Schema = {**COUNTS, "description": "Artifacts per value, in the sp
 FACETS = obj({
     "facets": obj({"architecture": FACET_COUNTS, "license": FACET_COUNTS, "file_type": FACET_COUNTS,
                    "size_bucket": COUNTS}),
-    "filters": {**ANY_OBJECT, "description": "The filters the counts were taken under."},
+    "filters": {**ANY_OBJECT, "description": "The filters the counts were taken under, as applied: architecture, license, file type and size label in the spelling the facets show."},
 })  # fmt: skip
 
 CRAWL = obj({

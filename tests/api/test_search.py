@@ -173,7 +173,10 @@ async def test_facets_count_case_variants_together(api: ApiClient, insert: Calla
     shouted = await api.get("/v1/facets?architecture=LLAMA&license=Mit")
     assert shouted.body["facets"] == (await api.get("/v1/facets?architecture=llama&license=mit")).body["facets"]
     assert shouted.body["facets"]["license"] == {"mit": 2}
-    assert shouted.body["filters"] == {"architecture": "LLAMA", "license": "Mit", "status": "indexed"}
+    assert shouted.body["filters"] == {"architecture": "llama", "license": "mit", "status": "indexed"}
+    sized = await api.get("/v1/facets?size_label=8X7b&file_type=q4_k_m")
+    assert {k: sized.body["filters"][k] for k in ("size_label", "file_type")} == {"size_label": "8x7B",
+                                                                               "file_type": "Q4_K_M"}  # fmt: skip
 
     [hit] = (await api.get("/v1/artifacts?size_label=8x7b&license=mit")).body["items"]
     assert (hit["architecture"], hit["license"], hit["file_type"], hit["size_label"]) == ("llama", "mit", "Q4_K_M",

@@ -24,6 +24,7 @@ from registry.api.params import (
 from registry.api.responses import json_response
 from registry.api.sessions import read_session
 from registry.catalog import search as catalog_search
+from registry.catalog.folding import folded
 from registry.catalog.models import VERIFICATION_STATUSES
 from registry.safety.findings import SEVERITIES
 
@@ -93,7 +94,8 @@ async def facets(request: web.Request) -> web.Response:
     args = parse_query(request, FILTER_PARAMS)
     async with read_session(request) as session:
         counts = await catalog_search.facets(session, _query(args))
-    filters = {name: value for name, value in args.items() if value is not None}
+    # As applied: the folded filters are the facet keys they select (`Mit` -> `mit`).
+    filters = folded({name: value for name, value in args.items() if value is not None})
     return json_response({"facets": counts, "filters": filters})
 
 
