@@ -338,6 +338,25 @@ def _param_count(text: str) -> int:
     return round(value)
 
 
+_BYTE_UNITS = {"": 1, "B": 1, **{f"{p}B": 1000**i for i, p in enumerate("KMGT", 1)},
+               **{f"{p}IB": 1024**i for i, p in enumerate("KMGT", 1)}}  # fmt: skip
+
+
+def _byte_size(text: str) -> int:
+    """A size as people write it: 8000000000, 7.5e9, 8GB or 8G (10**9), 6GiB (2**30), 500MB."""
+    raw = text.strip().upper().replace(" ", "")
+    number = raw.rstrip("KMGTIB")
+    unit = raw[len(number) :]
+    unit = unit + "B" if unit in ("K", "M", "G", "T") else unit
+    try:
+        value = float(number) * _BYTE_UNITS[unit]
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 8GB, 6GiB, 500MB, 7.5e9)") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"size out of range: {text!r}")
+    return round(value)
+
+
 def _add_search(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p = sub.add_parser(
         "search", help="search the catalog",
@@ -356,6 +375,9 @@ def _add_search(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     )
     p.add_argument("--min-params", type=_param_count, metavar="N", help="at least N parameters, e.g. 7B, 1.5B, 500M, 7e9")
     p.add_argument("--max-params", type=_param_count, metavar="N", help="at most N parameters")
+    p.add_argument("--min-size", type=_byte_size, metavar="S", help="at least S bytes, all shards together")
+    p.add_argument("--max-size", type=_byte_size, metavar="S",
+                   help="at most S bytes, all shards together, e.g. 8GB (10**9), 6GiB (2**30), 500MB, 7.5e9")  # fmt: skip
     p.add_argument("--size-label", metavar="L", help="e.g. 7B, 8x7B or 8x7b")
     p.add_argument("--min-context", type=_int_in(0, INT64_MAX), metavar="N", help="context length at least N")
     p.add_argument("--expert-count", type=_int_in(0, INT32_MAX), metavar="N",
@@ -387,7 +409,7 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     query = SearchQuery(
         text=args.text, architecture=args.architecture, license=args.license, file_type=args.file_type,
         tensor_type=args.tensor_type, min_params=args.min_params, max_params=args.max_params,
-        size_label=args.size_label, min_context=args.min_context, expert_count=args.expert_count,
+        min_size=args.min_size, max_size=args.max_size, size_label=args.size_label, min_context=args.min_context, expert_count=args.expert_count,
         verification=args.verification, descendant_of=args.descendant_of,
         template_severity=args.template_severity,
         status=args.status, sort=args.sort, limit=args.limit, cursor=args.cursor,

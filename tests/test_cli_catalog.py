@@ -83,6 +83,18 @@ def test_index_then_search(url: str, models: Path, capsys: pytest.CaptureFixture
     code, out, _ = run(capsys, "search", "--max-params", "200000000")
     assert code == 0 and "REPO" in out.splitlines()[0] and "SmolLM2" in out and "gemma" not in out
 
+    # SmolLM2 is 98 MB (93.8 MiB), gemma 3 253 MB.
+    for argv, paths in [
+        (("--max-size", "100MB"), ["SmolLM2-135M-Instruct.Q4_1.gguf"]),
+        (("--max-size", "93MiB"), []),
+        (("--min-size", "0.2GB"), ["gemma-3-270m-q4_k_m.gguf"]),
+        (("--min-size", "90mib", "--max-size", "2.6e8", "--sort", "size:asc"),
+         ["SmolLM2-135M-Instruct.Q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"]),
+    ]:
+        code, out, err = run(capsys, "search", *argv, "--json")
+        assert code == 0, err
+        assert [i["path"] for i in json.loads(out)["items"]] == paths, argv
+
 
 def test_search_filters_match_in_any_case(url: str, models: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The sample models: SmolLM2 (llama, apache-2.0, Q4_1, 135M), gemma 3 (gemma3, gemma, Q4_K_M, 270M)."""
@@ -139,6 +151,28 @@ def test_param_count_arguments(text: str, count: int) -> None:
     from registry.cli import _param_count
 
     assert _param_count(text) == count
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("8000000000", 8 * 10**9), ("7.5e9", 7_500_000_000), ("8GB", 8 * 10**9), ("8g", 8 * 10**9),
+     ("6GiB", 6 * 2**30), ("500 MB", 500 * 10**6), ("512kib", 512 * 1024), ("1T", 10**12), ("0", 0),
+     ("100B", 100)],
+)  # fmt: skip
+def test_byte_size_arguments(text: str, size: int) -> None:
+    from registry.cli import _byte_size
+
+    assert _byte_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "GB", "abc", "8X", "8BB", "8GIBB", "-1GB", "1e30", "nan", "inf"])
+def test_bad_byte_size_arguments(text: str) -> None:
+    import argparse
+
+    from registry.cli import _byte_size
+
+    with pytest.raises(argparse.ArgumentTypeError):
+        _byte_size(text)
 
 
 @pytest.mark.parametrize("text", ["", "abc", "7X", "-1B", "1e30", "nan"])

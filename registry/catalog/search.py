@@ -107,7 +107,8 @@ SORTS: dict[str, tuple[InstrumentedAttribute[Any], bool]] = {
 SORT_ALIASES = {"modified": "last_modified", "params": "parameter_count", "size": "file_size"}
 FACETS = ("architecture", "license", "file_type", "size_bucket")
 # SearchQuery filters on columns outside the covering facet index.
-_NON_FACET_FILTERS = ("text", "tensor_type", "min_params", "max_params", "size_label", "min_context",
+_NON_FACET_FILTERS = ("text", "tensor_type", "min_params", "max_params", "min_size", "max_size", "size_label",
+                      "min_context",
                       "expert_count", "verification", "descendant_of", "template_severity")  # fmt: skip
 STATUSES = (*ARTIFACT_STATUSES, "all")
 HINT_TTL_S = 60.0  # how long a probe's "common or rare" answer steers plans
@@ -124,6 +125,8 @@ class SearchQuery:
     tensor_type: str | None = None  # artifact has at least one tensor of this ggml type
     min_params: int | None = None
     max_params: int | None = None
+    min_size: int | None = None  # bytes, all shards together
+    max_size: int | None = None
     size_label: str | None = None
     min_context: int | None = None
     expert_count: int | None = None
@@ -310,6 +313,10 @@ def _column_predicates(q: SearchQuery) -> list[_Predicate]:
         preds.append(_Predicate(Artifact.parameter_count, ("parameter_count", ">=", low), lambda c: c >= low))
     if (high := q.max_params) is not None:
         preds.append(_Predicate(Artifact.parameter_count, ("parameter_count", "<=", high), lambda c: c <= high))
+    if (small := q.min_size) is not None:
+        preds.append(_Predicate(Artifact.file_size, ("file_size", ">=", small), lambda c: c >= small))
+    if (big := q.max_size) is not None:
+        preds.append(_Predicate(Artifact.file_size, ("file_size", "<=", big), lambda c: c <= big))
     if (context := q.min_context) is not None:
         preds.append(_Predicate(Artifact.context_length, ("context_length", ">=", context), lambda c: c >= context))
     if q.template_severity is not None:

@@ -58,6 +58,10 @@ async def test_default_search_lists_indexed_artifacts_by_downloads(api: ApiClien
         ("descendant_of=bartowski/Llama-3-8B-GGUF", ["someone/llama-3-8b-finetune-GGUF/ft.gguf"]),
         ("verification=passed", []),
         ("min_params=10&max_params=5", []),
+        ("min_size=16001", ["mistralai/Mixtral-8x7B-GGUF/mixtral-00001-of-00002.gguf"]),  # 2 shards of 13,000
+        ("max_size=2500&descendant_of=meta-llama/llama-3-8b",
+         ["bartowski/Llama-3-8B-GGUF/Llama-3-8B-IQ2_XS.gguf", "someone/llama-3-8b-finetune-GGUF/ft.gguf"]),
+        ("min_size=10&max_size=5", []),
     ],
 )
 async def test_each_filter(api: ApiClient, query: str, expected: list[str]) -> None:
@@ -112,6 +116,7 @@ async def test_keyset_pages_walk_everything_once_with_link_headers(api: ApiClien
         ("limit=ten", "limit", "invalid_parameter"),
         ("limit=1&limit=2", "limit", "invalid_parameter"),
         ("min_params=-1", "min_params", "invalid_parameter"),
+        ("max_size=8GB", "max_size", "invalid_parameter"),
         ("sort=popularity", "sort", "invalid_parameter"),
         ("status=deleted", "status", "invalid_parameter"),
         ("verification=great", "verification", "invalid_parameter"),

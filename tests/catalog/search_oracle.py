@@ -260,6 +260,8 @@ class Oracle:
                 q.tensor_type is None or q.tensor_type.upper() in row.tensor_types,
                 q.min_params is None or i["parameter_count"] >= q.min_params,
                 q.max_params is None or i["parameter_count"] <= q.max_params,
+                q.min_size is None or i["file_size"] >= q.min_size,
+                q.max_size is None or i["file_size"] <= q.max_size,
                 q.min_context is None
                 or (i["context_length"] is not None and i["context_length"] >= q.min_context),
                 severity is None or (row.severity is not None and row.severity >= severity),
@@ -464,6 +466,9 @@ FILTER_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "tensor_type": st.sampled_from((*TENSOR_TYPES, "q4_k", "Q2_K")),
     "min_params": st.sampled_from((*PARAMS, 1, 8_000_000_001)),
     "max_params": st.sampled_from((*PARAMS, 7_999_999_999)),
+    # file sizes are SIZES times 1 or 2 shards, and 10 for an error row: each edge and between
+    "min_size": st.sampled_from((0, 5, 6, 10, 14, 1000, 2000, 2001)),
+    "max_size": st.sampled_from((4, 5, 9, 10, 13, 999, 2000)),
     "size_label": _any_case([s for s in SIZE_LABELS if s]),
     "min_context": st.sampled_from((1, 2048, 8193, 32768)),
     "expert_count": st.sampled_from((2, 8)),

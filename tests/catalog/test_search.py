@@ -114,6 +114,11 @@ async def test_default_is_indexed_by_downloads(catalog: Database) -> None:
         ({"min_params": 10_000_000_000}, {"mixtral-00001-of-00002.gguf"}),
         ({"max_params": 1_000_000_000}, {"qwen2-0_5b-q8_0.gguf"}),
         ({"size_label": "8x7B"}, {"mixtral-00001-of-00002.gguf"}),
+        ({"min_size": 16_000}, {"llama-3-8b-f16.gguf", "mixtral-00001-of-00002.gguf"}),  # 2 shards of 13,000
+        ({"min_size": 2500, "max_size": 4800}, {"Llama-3-8B-Q4_K_M.gguf", "Llama-3-8B-IQ2_XS.gguf"}),
+        ({"max_size": 4800, "descendant_of": "meta-llama/Llama-3-8B"}, {"Llama-3-8B-Q4_K_M.gguf",
+                                                                         "Llama-3-8B-IQ2_XS.gguf", "ft.gguf"}),
+        ({"max_size": 4799, "min_size": 4801}, set()),
         ({"min_context": 32768, "architecture": "llama"}, {"mixtral-00001-of-00002.gguf"}),
         ({"expert_count": 8}, {"mixtral-00001-of-00002.gguf"}),
         ({"text": "mixture experts"}, {"mixtral-00001-of-00002.gguf"}),

@@ -44,6 +44,8 @@ FILTER_PARAMS: tuple[Param, ...] = (
     text_param("tensor_type", "Only artifacts with at least one tensor of this ggml type, e.g. IQ2_XS."),
     int_param("min_params", "At least this many parameters."),
     int_param("max_params", "At most this many parameters."),
+    int_param("min_size", "At least this many bytes, all shards together."),
+    int_param("max_size", "At most this many bytes, all shards together: the files that fit a disk or memory."),
     text_param("size_label", "Size label, e.g. 7B or 8x7B; matches in any ASCII case."),
     int_param("min_context", "Context length at least this."),
     int_param("expert_count", "Exactly this many experts.", maximum=INT_MAX),
