@@ -657,6 +657,45 @@ async def test_facet_counts_follow_writes_of_any_connection(catalog: Database) -
     assert after["architecture"]["phi3"] == 1
 
 
+async def test_facet_counts_are_kept_until_a_write_and_never_miss_one_in_flight(
+    catalog: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asked again with nothing written, the counts come from the memo (SQLite file or
+    PostgreSQL snapshot). A write that another connection has begun but not committed while
+    the counts are taken, and commits afterwards, is in the next answer."""
+    import registry.catalog.search as search_module
+
+    counted = 0
+    count_facets = search_module._count_facets
+
+    async def counting(session: Any, q: SearchQuery) -> dict[str, dict[str, int]]:
+        nonlocal counted
+        counted += 1
+        return await count_facets(session, q)
+
+    monkeypatch.setattr(search_module, "_count_facets", counting)
+
+    async def architectures() -> dict[str, int]:
+        async with catalog.sessions() as session:
+            return (await facets(session, SearchQuery()))["architecture"]
+
+    first = await architectures()
+    assert await architectures() == first and counted == 1
+    other = Database.from_url(catalog.engine.url.render_as_string(hide_password=False))
+    try:
+        async with other.sessions() as session, session.begin():
+            await upsert_repo_snapshot(session, make_snapshot("new/Phi-GGUF", artifacts=(
+                artifact("phi.gguf", make_facts(architecture="phi3")),)))  # fmt: skip
+            await session.flush()
+            during = await architectures()  # the write is in flight, not committed
+        after = await architectures()
+    finally:
+        await other.dispose()
+    assert "phi3" not in during and after["phi3"] == 1
+    settled = counted
+    assert await architectures() == after and counted == settled
+
+
 @pytest.mark.parametrize("common", [False, True], ids=["rare", "common"])
 async def test_a_word_matches_the_same_rows_whichever_way_in(
     db: Database, monkeypatch: pytest.MonkeyPatch, common: bool
