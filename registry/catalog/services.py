@@ -421,16 +421,18 @@ async def repo_moved(session: AsyncSession, old: str, new: str) -> str | None:
     repo `new` yet, the row takes the new id, keeping its artifacts, their ids and
     verifications, and its edges; a new id beyond letter case also forgets its revision,
     since every artifact's search text and sort name hold the id ("renamed"). When the
-    catalog has both, `old` is marked deleted as a repo the hub no longer has ("retired").
+    catalog has both (`new` in any letter case), `old` is marked deleted as a repo the hub no
+    longer has ("retired").
     None when the catalog has no hub repo `old`."""
     repo = await session.scalar(select(Repo).where(Repo.repo_id == old, Repo.source == "hub").with_for_update())
     if repo is None:
         return None
     new = _fit(Repo.__table__, {"repo_id": new})["repo_id"]
-    if await session.scalar(select(func.count()).where(Repo.repo_id == new)):
+    key = repo_key(new)
+    has_new = select(func.count()).where(Repo.repo_key == key, Repo.source == "hub", Repo.id != repo.id)
+    if await session.scalar(has_new):  # in any letter case: the hub's ids are one repo
         await mark_repo_deleted(session, old)
         return "retired"
-    key = repo_key(new)
     if key != repo.repo_key:
         repo.revision = None
     repo.repo_id, repo.repo_key = new, key

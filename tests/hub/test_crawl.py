@@ -516,3 +516,33 @@ async def test_another_hub_answering_under_another_id_moves_nothing(db: Database
         report = await crawl_hub(db, client, http, CrawlParams(repos=(old,), prune=False))
     assert report.errors == []
     assert await _hub_rows(db, old) == before
+
+
+async def test_a_rename_onto_an_id_the_catalog_has_in_another_case_retires_the_old_row(
+    db: Database, hub: FakeHub
+) -> None:
+    """The catalog already has the new id spelled otherwise: the old row is marked deleted
+    rather than taking the new id (which would make two rows of one repo), and the other
+    row takes the hub's spelling."""
+    from datetime import UTC, datetime
+
+    from registry.catalog.services import upsert_repo_snapshot
+    from tests.catalog.factories import artifact, make_snapshot
+
+    old, new = "synth/tiny-llama-GGUF", "new-owner/tiny-llama-GGUF"
+    async with db.sessions() as session, session.begin():
+        older = datetime(2024, 1, 1, tzinfo=UTC)  # than the hub's commit
+        other = make_snapshot("New-Owner/Tiny-Llama-gguf", artifacts=(artifact("x.gguf"),), last_modified=older)
+        await upsert_repo_snapshot(session, other)
+    client, http = _clients(hub)
+    async with http:
+        await crawl_hub(db, client, http, CrawlParams(repos=(old,)))
+        hub.corpus.rename(old, new)
+        report = await crawl_hub(db, client, http, CrawlParams(repos=(old,)))
+    assert (report.failed, report.indexed) == (0, 1), report.counters()
+    [(spelled, revision, artifacts)] = await _hub_rows(db, new)
+    assert (spelled, revision) == (new, hub.corpus.repos[new].sha)
+    ggufs = {f.path for f in hub.corpus.repos[new].files if f.path.endswith(".gguf")}
+    assert {p for p, (_, s) in artifacts.items() if s == "indexed"} == ggufs
+    [(old_spelled, old_revision, gone)] = await _hub_rows(db, old)
+    assert (old_spelled, old_revision) == (old, None) and {s for _, s in gone.values()} == {"gone"}
