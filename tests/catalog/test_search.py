@@ -741,3 +741,34 @@ async def test_names_sort_by_code_point_whatever_the_database_collation(temp_dat
             assert await _all_pages(db, {"sort": sort}) == [i.id for i in page.items]
     finally:
         await db.dispose()
+
+
+@pytest.mark.postgres
+async def test_postgres_plans_a_search_with_its_values_and_only_that_transaction(
+    temp_databases: TempDatabases,
+) -> None:
+    """From a prepared statement's sixth run PostgreSQL may plan it once for all values;
+    the search asks for plans made with its values, for its own transaction only (the
+    lineage walks keep their generic plans)."""
+    from sqlalchemy import text
+
+    url = temp_databases.new_url("postgresql")
+    engine = create_engine(url)
+    try:
+        await migrate.upgrade(engine)
+    finally:
+        await engine.dispose()
+    db = Database.from_url(url)
+    show = text("SELECT current_setting('plan_cache_mode')")
+    try:
+        async with db.sessions() as session:
+            assert (await session.execute(show)).scalar_one() == "auto"
+            await search(session, SearchQuery(text="coder 7b"))
+            assert (await session.execute(show)).scalar_one() == "force_custom_plan"
+            await facets(session, SearchQuery(architecture="llama"))
+        async with db.sessions() as session:
+            assert (await session.execute(show)).scalar_one() == "auto"
+            await facets(session, SearchQuery(architecture="qwen2"))  # counted, not memoised
+            assert (await session.execute(show)).scalar_one() == "force_custom_plan"
+    finally:
+        await db.dispose()
