@@ -718,18 +718,23 @@ async def test_a_word_matches_the_same_rows_whichever_way_in(
             assert (await facets(session, SearchQuery(text=text)))["architecture"] == ({"llama": 1} if found else {})
 
 
-@pytest.mark.postgres
-async def test_names_sort_by_code_point_whatever_the_database_collation(temp_databases: TempDatabases) -> None:
-    """PostgreSQL compares text by the database's collation, and a database created with a
-    language's (an initdb default such as en_US.UTF-8, or ICU) sorted names by its rules:
-    "org/a_b", "org/a-c", "org/ab", where SQLite gives "org/a-c", "org/a_b", "org/ab"."""
-    url = temp_databases.new_url("postgresql", "TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'")
+async def _migrated_postgres(temp_databases: TempDatabases, pg_options: str = "") -> Database:
+    """A new PostgreSQL database (`pg_options` follow CREATE DATABASE name) migrated to head."""
+    url = temp_databases.new_url("postgresql", pg_options)
     engine = create_engine(url)
     try:
         await migrate.upgrade(engine)
     finally:
         await engine.dispose()
-    db = Database.from_url(url)
+    return Database.from_url(url)
+
+
+@pytest.mark.postgres
+async def test_names_sort_by_code_point_whatever_the_database_collation(temp_databases: TempDatabases) -> None:
+    """PostgreSQL compares text by the database's collation, and a database created with a
+    language's (an initdb default such as en_US.UTF-8, or ICU) sorted names by its rules:
+    "org/a_b", "org/a-c", "org/ab", where SQLite gives "org/a-c", "org/a_b", "org/ab"."""
+    db = await _migrated_postgres(temp_databases, "TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'")
     try:
         for repo in ("org/ab", "org/a_b", "org/A-c", "org/aa"):
             async with db.sessions() as session, session.begin():
@@ -752,13 +757,7 @@ async def test_postgres_plans_a_search_with_its_values_and_only_that_transaction
     lineage walks keep their generic plans)."""
     from sqlalchemy import text
 
-    url = temp_databases.new_url("postgresql")
-    engine = create_engine(url)
-    try:
-        await migrate.upgrade(engine)
-    finally:
-        await engine.dispose()
-    db = Database.from_url(url)
+    db = await _migrated_postgres(temp_databases)
     show = text("SELECT current_setting('plan_cache_mode')")
     try:
         async with db.sessions() as session:
