@@ -109,8 +109,7 @@ SORT_ALIASES = {"modified": "last_modified", "params": "parameter_count", "size"
 FACETS = ("architecture", "license", "file_type", "size_bucket")
 # SearchQuery filters on columns outside the covering facet index.
 _NON_FACET_FILTERS = ("text", "tensor_type", "min_params", "max_params", "min_size", "max_size", "size_label",
-                      "min_context",
-                      "expert_count", "verification", "descendant_of", "template_severity")  # fmt: skip
+                      "min_context", "expert_count", "verification", "descendant_of", "template_severity")  # fmt: skip
 STATUSES = (*ARTIFACT_STATUSES, "all")
 HINT_TTL_S = 60.0  # how long a probe's "common or rare" answer steers plans
 HINT_ENTRIES = 4096
@@ -792,7 +791,7 @@ async def facets(session: AsyncSession, q: SearchQuery) -> dict[str, dict[str, i
     PostgreSQL: one scan with GROUPING SETS; SQLite has none (see `_sqlite_facet_rows`).
     NULL counts as "unknown", together with a value so named (the hub's license list has
     `unknown`). The counts are kept per filter set until the next commit to a SQLite file
-    (see `FileMemo`), or on PostgreSQL until a transaction that writes begins or ends (see
+    (see `FileMemo`), or on PostgreSQL until a transaction that wrote ends (see
     `SnapshotMemo`): a browsing UI asks for the same few facet sets on every page, and the
     unfiltered ones read the whole catalog.
     """
@@ -868,9 +867,10 @@ class SnapshotMemo(_FacetEntries):
     list. So an unchanged snapshot means no commit since, and a write still in flight,
     invisible to a count, changes nothing until it commits. The generation is read before
     counting, so a commit during the count leaves the entry under an older snapshot, never
-    read again. Conservative: a write to any table (jobs, crawls) also starts a new one. One round trip (~0.2 ms) against
-    counts that read a large share of the catalog (35-50 ms for the whole of 100,000
-    artifacts or a common word, bench.search). One memo per engine, held weakly."""
+    read again. Conservative: a write to any table (jobs, crawls) also starts a new one.
+    One round trip (~0.2 ms) against counts that read a large share of the catalog (35-50
+    ms for the whole of 100,000 artifacts or a common word, bench.search). One memo per
+    engine, held weakly."""
 
     @classmethod
     def of(cls, session: AsyncSession) -> SnapshotMemo | None:
