@@ -409,7 +409,8 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     query = SearchQuery(
         text=args.text, architecture=args.architecture, license=args.license, file_type=args.file_type,
         tensor_type=args.tensor_type, min_params=args.min_params, max_params=args.max_params,
-        min_size=args.min_size, max_size=args.max_size, size_label=args.size_label, min_context=args.min_context, expert_count=args.expert_count,
+        min_size=args.min_size, max_size=args.max_size, size_label=args.size_label,
+        min_context=args.min_context, expert_count=args.expert_count,
         verification=args.verification, descendant_of=args.descendant_of,
         template_severity=args.template_severity,
         status=args.status, sort=args.sort, limit=args.limit, cursor=args.cursor,

@@ -162,14 +162,19 @@ async def _lock_repo(session: AsyncSession, snap: RepoSnapshot) -> tuple[Repo, b
         repo = await _locked_repo(session, Repo.repo_key == key, Repo.source == "hub")
         assert repo is not None, "the insert found a row of this key"
         if snap.complete:
-            repo.repo_id = repo_id
-            await session.execute(
-                update(LineageEdge)
-                .where(LineageEdge.child_pk == repo.id)
-                .values(child_repo_id=repo_id)
-                .execution_options(synchronize_session=False)
-            )
+            await _rename_repo(session, repo, repo_id)
     return repo, created
+
+
+async def _rename_repo(session: AsyncSession, repo: Repo, repo_id: str) -> None:
+    """The repo row and the edges it has as a child take the id `repo_id`."""
+    repo.repo_id, repo.repo_key = repo_id, repo_key(repo_id)
+    await session.execute(
+        update(LineageEdge)
+        .where(LineageEdge.child_pk == repo.id)
+        .values(child_repo_id=repo_id, child_key=repo.repo_key)
+        .execution_options(synchronize_session=False)
+    )
 
 
 async def _locked_repo(session: AsyncSession, *where: Any) -> Repo | None:
@@ -424,7 +429,7 @@ async def repo_moved(session: AsyncSession, old: str, new: str) -> str | None:
     catalog has both (`new` in any letter case), `old` is marked deleted as a repo the hub no
     longer has ("retired").
     None when the catalog has no hub repo `old`."""
-    repo = await session.scalar(select(Repo).where(Repo.repo_id == old, Repo.source == "hub").with_for_update())
+    repo = await _locked_repo(session, Repo.repo_id == old, Repo.source == "hub")
     if repo is None:
         return None
     new = _fit(Repo.__table__, {"repo_id": new})["repo_id"]
@@ -435,13 +440,7 @@ async def repo_moved(session: AsyncSession, old: str, new: str) -> str | None:
         return "retired"
     if key != repo.repo_key:
         repo.revision = None
-    repo.repo_id, repo.repo_key = new, key
-    await session.execute(
-        update(LineageEdge)
-        .where(LineageEdge.child_pk == repo.id)
-        .values(child_repo_id=new, child_key=key)
-        .execution_options(synchronize_session=False)
-    )
+    await _rename_repo(session, repo, new)
     await session.flush()
     return "renamed"
 

@@ -12,12 +12,12 @@ import functools
 import hashlib
 import json
 import random
-import string
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from registry.catalog.folding import ascii_lower
 from tests.fakehub.synth import FILE_TYPES, ModelSpec, SynthFile, build
 
 
@@ -129,13 +129,6 @@ class Repo:
         return next((f for f in self.files if f.path == path), None)
 
 
-def _key(repo_id: str) -> str:
-    return repo_id.translate(_ASCII_LOWER)
-
-
-_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
-
-
 class Corpus:
     """An ordered set of repos; `blobs` finds a file by its LFS oid for the CDN.
 
@@ -152,7 +145,7 @@ class Corpus:
 
     def add(self, repo: Repo) -> Repo:
         self.repos[repo.repo_id] = repo
-        self._spelled[_key(repo.repo_id)] = repo.repo_id
+        self._spelled[ascii_lower(repo.repo_id)] = repo.repo_id
         for f in repo.files:
             self._blobs[f.blob.sha256] = f.blob
         return repo
@@ -170,7 +163,7 @@ class Corpus:
         """The repo spelled `repo_id` in any ASCII case (not following renames)."""
         repo = self.repos.get(repo_id)
         if repo is None:
-            repo = self.repos.get(self._spelled.get(_key(repo_id), ""))
+            repo = self.repos.get(self._spelled.get(ascii_lower(repo_id), ""))
         return repo
 
     def rename(self, old: str, new: str) -> Repo:
@@ -178,17 +171,16 @@ class Corpus:
         repo = self.repos.pop(old)
         repo.repo_id = new
         self.add(repo)
-        self._moved[_key(old)] = new
+        self._moved = {k: new if v == old else v for k, v in self._moved.items()}  # renamed again
+        self._moved[ascii_lower(old)] = new
         return repo
 
     def moved_to(self, repo_id: str) -> str | None:
         """Where a renamed repo's old id points now, when no repo has that id any more."""
-        if self.get(repo_id) is not None:
+        new = self._moved.get(ascii_lower(repo_id))
+        if new is None or self.get(repo_id) is not None or self.get(new) is None:
             return None
-        new = self._moved.get(_key(repo_id))
-        while new is not None and self.get(new) is None and _key(new) in self._moved:
-            new = self._moved[_key(new)]  # renamed again
-        return new if new is not None and self.get(new) is not None else None
+        return new
 
 
 def card_readme(card: dict[str, Any]) -> BytesBlob:
