@@ -27,10 +27,12 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
     Select,
     String,
     and_,
+    any_,
     bindparam,
     exists,
     func,
@@ -41,6 +43,7 @@ from sqlalchemy import (
     true,
     tuple_,
 )
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
@@ -493,7 +496,7 @@ async def _filters(session: AsyncSession, q: SearchQuery, *, all_matches: bool =
     # family's tens of thousands of artifacts to sort them took 15 ms a page.
     family = await _family_pks(session, q.descendant_of) if q.descendant_of is not None else None
     big_family = family is not None and await _matches_many(
-        session, ("descendant_of", q.descendant_of), lambda: Artifact.repo_pk.in_(family)
+        session, ("descendant_of", q.descendant_of), lambda: _in_family(Artifact.repo_pk, family)
     )
     walk_family = False
     if family is not None and big_family and not terms:
@@ -554,12 +557,12 @@ def _only_columns(q: SearchQuery) -> bool:
 
 
 async def _common_in_family(
-    session: AsyncSession, q: SearchQuery, preds: list[_Predicate], family: Select[Any]
+    session: AsyncSession, q: SearchQuery, preds: list[_Predicate], family: Family
 ) -> bool:
     """Whether common filters match more than FAMILY_COMMON_ROWS (_WALK_INDEX) rows of a big family too
     (a family of llama fine-tunes and a common quantization)."""
     key = ("family with", q.descendant_of, tuple(p.key for p in preds))
-    predicate = lambda: and_(Artifact.repo_pk.in_(family), *(_clause(p) for p in preds))  # noqa: E731
+    predicate = lambda: and_(_in_family(Artifact.repo_pk, family), *(_clause(p) for p in preds))  # noqa: E731
     walk_index = parse_sort(q.sort)[1] is Artifact.downloads
     threshold = min(FAMILY_COMMON_ROWS_WALK_INDEX, FAMILY_COMMON_ROWS) if walk_index else FAMILY_COMMON_ROWS
     return await _matches_many(session, key, predicate, threshold)
@@ -617,13 +620,13 @@ async def _common_together(session: AsyncSession, q: SearchQuery, preds: list[_P
 
 async def _where(
     session: AsyncSession, q: SearchQuery, where: list[ColumnElement[bool]], terms: list[str],
-    common: Collection[str] | None, walk_family: bool = False, family: Select[Any] | None = None,
+    common: Collection[str] | None, walk_family: bool = False, family: Family | None = None,
 ) -> list[ColumnElement[bool]]:  # fmt: skip
     """The filters outside the probed columns added to `where`. `walk_family`: the lineage
     family holds many artifacts (a popular base model's thousands of descendants), so its
     repos are a membership test along the sort index (`+repo_pk IN ...`) rather than the
     way in: fetching and sorting all of their artifacts for one page cost ~100 ms.
-    `family`: the family's repos as `_family_pks` gave them (default: the walk)."""
+    `family`: the family's repos as `_family_pks` gave them (default: asked for here)."""
     where = list(where)
     if q.tensor_type:
         where.append(
@@ -631,7 +634,7 @@ async def _where(
         )
     if q.descendant_of:
         repo_pk = _unindexed(Artifact.repo_pk) if walk_family else Artifact.repo_pk
-        where.append(repo_pk.in_(family if family is not None else descendant_repo_pks(q.descendant_of)))
+        where.append(_in_family(repo_pk, family if family is not None else await _family_pks(session, q.descendant_of)))
     if terms:
         where.append(
             await search_index.text_filter(session, terms, all_matches=common is None, common=common)
@@ -639,26 +642,53 @@ async def _where(
     return where
 
 
-async def _family_pks(session: AsyncSession, repo_id: str) -> Select[Any]:
-    """The repo keys of a lineage family: on a SQLite file, the keys its walk found last time,
-    as one JSON array parameter, while nothing has committed since; else the walk.
+# The repos of a lineage family: a walk to run in the statement, or the primary keys it found.
+Family = Select[Any] | list[int]
+
+
+async def _family_pks(session: AsyncSession, repo_id: str) -> Family:
+    """The primary keys of a lineage family's repos: those its walk found last time while
+    nothing has committed since (a SQLite file: as one JSON array parameter; PostgreSQL: as
+    a list, bound as one array); else the walk itself.
 
     Walking the most popular base model's family (thousands of repos) took 15-25 ms, more
     than all the rest of a page, and the probes that choose the plan walked it again;
-    reading its memoised keys back through `json_each` takes a fraction of that, and a
-    commit anywhere makes the memo walk it again."""
+    reading its memoised repos back through `json_each` takes a fraction of that, and a
+    commit anywhere makes the memo walk it again.
+
+    On PostgreSQL the repos are the plan's, too: the planner cannot tell how many repos a
+    recursive walk reaches (200, it guessed, of the 2,648 below bench.search's popular
+    base), so it fetched and sorted all 8,472 of their artifacts for a page and hashed the
+    whole repos table to name them: 60-88 ms a page on 2026-11-26. Bound as an array that
+    the search plans with (`_CUSTOM_PLANS`), they let it walk the sort index and check
+    each row against them instead: 14-16 ms a page, most of it planning with 2,648 values
+    (4-8 ms; the statement itself runs in about 1 ms)."""
     walk = descendant_repo_pks(repo_id)
-    memo = FileMemo.of(session)
-    if memo is None:
-        return walk
     key = (repo_key(repo_id), MAX_DEPTH)
-    generation = memo.generation()  # before walking: a commit meanwhile makes the entry stale
-    if (pks := memo.family(key, generation)) is None:
-        with longer_inline_reads(FAMILY_WALK_INLINE_MS):
-            found = sorted(set((await (await session.connection()).execute(walk)).scalars()))
-        pks = json.dumps(found, separators=(",", ":"))
-        memo.put_family(key, generation, pks)
-    return _memoised_family().params(family_pks=pks)
+    if (memo := FileMemo.of(session)) is not None:
+        generation = memo.generation()  # before walking: a commit meanwhile makes the entry stale
+        if (text_pks := memo.family(key, generation)) is None:
+            with longer_inline_reads(FAMILY_WALK_INLINE_MS):
+                found = sorted(set((await (await session.connection()).execute(walk)).scalars()))
+            text_pks = json.dumps(found, separators=(",", ":"))
+            memo.put_family(key, generation, text_pks)
+        assert isinstance(text_pks, str)
+        return _memoised_family().params(family_pks=text_pks)
+    if (snapshots := SnapshotMemo.of(session)) is not None:
+        snapshot = await SnapshotMemo.generation(session)
+        if (pks := snapshots.family(key, snapshot)) is None:
+            pks = sorted(set((await (await session.connection()).execute(walk)).scalars()))
+            snapshots.put_family(key, snapshot, pks)
+        assert isinstance(pks, list)
+        return pks
+    return walk
+
+
+def _in_family(repo_pk: ColumnElement[Any] | InstrumentedAttribute[Any], family: Family) -> ColumnElement[bool]:
+    """`repo_pk` is one of the family's repos (`_family_pks`)."""
+    if isinstance(family, list):
+        return repo_pk == any_(bindparam(None, family, type_=postgresql.ARRAY(BigInteger)))
+    return repo_pk.in_(family)
 
 
 @functools.cache
@@ -796,7 +826,7 @@ async def facets(session: AsyncSession, q: SearchQuery) -> dict[str, dict[str, i
     unfiltered ones read the whole catalog.
     """
     q = _normalised(q)
-    memo: _FacetEntries | None = FileMemo.of(session)
+    memo: _MemoEntries | None = FileMemo.of(session)
     # Either generation is read before counting: a commit meanwhile makes the entry stale.
     if isinstance(memo, FileMemo):
         generation: object = memo.generation()
@@ -834,14 +864,18 @@ async def _count_facets(session: AsyncSession, q: SearchQuery) -> dict[str, dict
     }
 
 
-class _FacetEntries:
-    """Facet counts per (normalised) filter set, each under the generation it was counted
-    in; least recently used first out."""
+class _MemoEntries:
+    """Facet counts per (normalised) filter set and the repos of lineage families, each
+    under the generation it was found in; least recently used first out."""
 
     FACET_ENTRIES = 512
+    FAMILY_ENTRIES = 256
+    FAMILY_SIZE = 8 << 20  # all memoised families together: JSON characters, or 8 per repo
 
     def __init__(self) -> None:
         self._facets: OrderedDict[SearchQuery, tuple[object, dict[str, dict[str, int]]]] = OrderedDict()
+        self._families: OrderedDict[tuple[str, int], tuple[object, str | list[int]]] = OrderedDict()
+        self._family_size = 0
 
     def facets(self, q: SearchQuery, generation: object) -> dict[str, dict[str, int]] | None:
         found = self._facets.get(q)
@@ -856,10 +890,34 @@ class _FacetEntries:
         while len(self._facets) > self.FACET_ENTRIES:
             self._facets.popitem(last=False)
 
+    def family(self, key: tuple[str, int], generation: object) -> str | list[int] | None:
+        """The primary keys of the family's repos, if memoised in this generation: as a
+        JSON array (SQLite) or a list (PostgreSQL); the caller must not change the list."""
+        found = self._families.get(key)
+        if found is None or found[0] != generation:
+            return None
+        self._families.move_to_end(key)
+        return found[1]
 
-class SnapshotMemo(_FacetEntries):
-    """PostgreSQL: facet counts per filter set, valid while no transaction that wrote has
-    ended anywhere in the database server since they were counted.
+    def put_family(self, key: tuple[str, int], generation: object, pks: str | list[int]) -> None:
+        if (old := self._families.pop(key, None)) is not None:
+            self._family_size -= self._size(old[1])
+        if self._size(pks) > self.FAMILY_SIZE:
+            return
+        self._families[key] = (generation, pks)
+        self._family_size += self._size(pks)
+        while len(self._families) > self.FAMILY_ENTRIES or self._family_size > self.FAMILY_SIZE:
+            self._family_size -= self._size(self._families.popitem(last=False)[1][1])
+
+    @staticmethod
+    def _size(pks: str | list[int]) -> int:
+        return len(pks) if isinstance(pks, str) else 8 * len(pks)
+
+
+class SnapshotMemo(_MemoEntries):
+    """PostgreSQL: facet counts per filter set and the repos of lineage families, valid
+    while no transaction that wrote has ended anywhere in the database server since they
+    were found.
 
     The generation is the text of `txid_current_snapshot()` (xmin:xmax:in-progress xids).
     xmax is one past the latest transaction id to end; a transaction that wrote has an id,
@@ -888,7 +946,7 @@ class SnapshotMemo(_FacetEntries):
         return str(snapshot.scalar_one())
 
 
-class FileMemo(_FacetEntries):
+class FileMemo(_MemoEntries):
     """What the search derives from one SQLite file, valid until anything commits to it:
     facet counts per filter set, the repos of big lineage families, and the few artifacts
     holding text terms that are too short for the FTS5 index.
@@ -901,16 +959,12 @@ class FileMemo(_FacetEntries):
     rows: a session's own uncommitted writes may not show in them (the API only reads).
     """
 
-    FAMILY_ENTRIES = 256
-    FAMILY_CHARS = 8 << 20  # all memoised families together, as JSON text
     TERM_SCAN_ENTRIES = 1024  # each at most TERM_SCAN_ROWS ids
 
     def __init__(self, path: str) -> None:
         uri = Path(path).resolve().as_uri() + "?mode=ro"
         super().__init__()
         self._watch = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
-        self._families: OrderedDict[tuple[str, int], tuple[int, str]] = OrderedDict()
-        self._family_chars = 0
         self._term_ids: OrderedDict[tuple[str, ...], tuple[int, str | None]] = OrderedDict()
 
     @classmethod
@@ -933,24 +987,6 @@ class FileMemo(_FacetEntries):
     def generation(self) -> int:
         # fetchall: the statement runs to its end, so no read transaction stays open.
         return int(self._watch.execute("PRAGMA data_version").fetchall()[0][0])
-
-    def family(self, key: tuple[str, int], generation: int) -> str | None:
-        """The family's repo keys as a JSON array, if memoised in this generation."""
-        found = self._families.get(key)
-        if found is None or found[0] != generation:
-            return None
-        self._families.move_to_end(key)
-        return found[1]
-
-    def put_family(self, key: tuple[str, int], generation: int, pks: str) -> None:
-        if (old := self._families.pop(key, None)) is not None:
-            self._family_chars -= len(old[1])
-        if len(pks) > self.FAMILY_CHARS:
-            return
-        self._families[key] = (generation, pks)
-        self._family_chars += len(pks)
-        while len(self._families) > self.FAMILY_ENTRIES or self._family_chars > self.FAMILY_CHARS:
-            self._family_chars -= len(self._families.popitem(last=False)[1][1])
 
     def term_ids(self, terms: tuple[str, ...], generation: int) -> tuple[bool, str | None]:
         """(known, the matching ids as a JSON array or None: more than TERM_SCAN_ROWS)."""

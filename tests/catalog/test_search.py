@@ -542,7 +542,8 @@ async def test_a_next_page_of_a_rare_filter_keeps_off_the_sort_index(
 async def test_a_memoised_family_follows_writes_of_any_connection(
     catalog: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A big family's repos are kept until the next commit to the file (SQLite): a new
+    """A family's repos are kept until the next commit to the file (SQLite) or of any
+    transaction that wrote (PostgreSQL, where the search binds them as one array): a new
     descendant, written by another engine, is in the next page at once."""
     from registry.catalog import search as search_module
 
@@ -550,11 +551,18 @@ async def test_a_memoised_family_follows_writes_of_any_connection(
     family = {"Llama-3-8B-Q4_K_M.gguf", "Llama-3-8B-IQ2_XS.gguf", "Llama-3-8B-Q8_0.gguf", "ft.gguf"}
     for _ in range(2):  # the second page comes from the memo
         assert set(paths(await run(catalog, descendant_of="meta-llama/Llama-3-8B"))) == family
-    if catalog.dialect == "sqlite":
-        async with catalog.sessions() as session:
-            memo = search_module.FileMemo.of(session)
-            assert memo is not None
-            assert memo.family(("meta-llama/llama-3-8b", search_module.MAX_DEPTH), memo.generation()) is not None
+    key = ("meta-llama/llama-3-8b", search_module.MAX_DEPTH)
+    async with catalog.sessions() as session:
+        file_memo = search_module.FileMemo.of(session)
+        snapshots = search_module.SnapshotMemo.of(session)
+        if file_memo is not None:
+            assert isinstance(file_memo.family(key, file_memo.generation()), str)
+        else:
+            assert snapshots is not None and catalog.dialect == "postgresql"
+            pks = snapshots.family(key, await search_module.SnapshotMemo.generation(session))
+            assert isinstance(pks, list) and len(pks) == 2  # the quant repo and its fine-tune
+            plan = await search_module._filters(session, SearchQuery(descendant_of="meta-llama/Llama-3-8B"))
+            assert "= ANY (" in _where_sql(catalog, plan.where)
     other = Database.from_url(catalog.engine.url.render_as_string(hide_password=False))
     try:
         async with other.sessions() as session, session.begin():
