@@ -79,6 +79,7 @@ class CrawlReport:
     indexed: int = 0  # repos written
     failed: int = 0  # repos not written because of a transient or hub error
     deleted: int = 0  # repos the hub no longer has: their artifacts marked gone
+    moved: int = 0  # repos asked for by an id the hub answers under another (renamed, transferred, respelled)
     artifacts: int = 0
     artifact_errors: int = 0  # artifacts recorded with an error (bad or unreadable files)
     files: int = 0  # GGUF files whose header was read (each shard counts)
@@ -255,6 +256,8 @@ async def index_repo(
             moved = await repo_moved(session, repo_id, info.repo_id)
         if moved is not None:
             log.info("%s: the hub now calls it %s; %s", repo_id, info.repo_id, _MOVED_LOG[moved])
+            if report is not None:
+                report.moved += 1
             known_revision = None  # that was the old id's revision
     if known_revision is not None and info.sha == known_revision:
         return None

@@ -440,11 +440,13 @@ async def test_a_repo_respelled_on_the_hub_keeps_its_row_artifacts_and_ids(
         [(_, revision, artifacts)] = await _hub_rows(any_db, old)
         hub.corpus.rename(old, new)
         second = await crawl_hub(any_db, client, http, params)
-        assert (second.deleted, second.failed) == (0, 0)
+        # The whole-hub crawl asks for the unlisted old id and is answered under the new
+        # one (a move); the filtered listing meets the new spelling only.
+        assert (second.deleted, second.failed, second.moved) == (0, 0, int(params.whole_hub))
         assert await _hub_rows(any_db, old) == [(new, revision, artifacts)]
         assert {s for _, s in artifacts.values()} == {"indexed"}
         third = await crawl_hub(any_db, client, http, params)
-    assert (third.indexed, third.deleted, third.failed) == (0, 0, 0)
+    assert (third.indexed, third.deleted, third.failed, third.moved) == (0, 0, 0, 0)
 
 
 async def test_a_repo_renamed_on_the_hub_leaves_one_row_under_its_new_id(db: Database, hub: FakeHub) -> None:
@@ -494,7 +496,7 @@ async def test_a_renamed_repo_asked_for_by_its_old_id_moves_its_row(
                 counters = row.counters
             else:
                 counters = (await crawl_hub(db, client, http, CrawlParams(repos=(old,)))).counters()
-        assert (counters["indexed"], counters["failed"], counters["deleted"]) == (1, 0, 0)
+        assert (counters["indexed"], counters["failed"], counters["deleted"], counters["moved"]) == (1, 0, 0, 1)
         assert await _hub_rows(db, new) == [(new, revision, artifacts)]
         assert await _hub_rows(db, old) == []
         assert await _searched(db, "new-owner") == {new} and await _searched(db, "synth/tiny-llama-gguf") == set()
@@ -514,7 +516,7 @@ async def test_another_hub_answering_under_another_id_moves_nothing(db: Database
         before = await _hub_rows(db, old)
         hub.corpus.rename(old, new)
         report = await crawl_hub(db, client, http, CrawlParams(repos=(old,), prune=False))
-    assert report.errors == []
+    assert report.errors == [] and report.moved == 0
     assert await _hub_rows(db, old) == before
 
 
@@ -539,7 +541,7 @@ async def test_a_rename_onto_an_id_the_catalog_has_in_another_case_retires_the_o
         await crawl_hub(db, client, http, CrawlParams(repos=(old,)))
         hub.corpus.rename(old, new)
         report = await crawl_hub(db, client, http, CrawlParams(repos=(old,)))
-    assert (report.failed, report.indexed) == (0, 1), report.counters()
+    assert (report.failed, report.indexed, report.moved) == (0, 1, 1), report.counters()
     [(spelled, revision, artifacts)] = await _hub_rows(db, new)
     assert (spelled, revision) == (new, hub.corpus.repos[new].sha)
     ggufs = {f.path for f in hub.corpus.repos[new].files if f.path.endswith(".gguf")}

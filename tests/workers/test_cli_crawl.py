@@ -83,3 +83,17 @@ async def test_crawl_command_marks_repos_the_hub_deleted_but_not_on_another_hub(
         assert "1 deleted (the hub no longer has them)" in out and "0 failed" in out
         code, out, err = await _registry(tmp_path, hub, "search", "--status", "gone", "--json")
         assert code == 0 and {i["repo"] for i in json.loads(out)["items"]} == {"synth/tiny-llama-GGUF"}, err
+
+
+async def test_crawl_command_counts_repos_the_hub_moved(tmp_path: Path) -> None:
+    async with FakeHub(sample_corpus(real=False), tokens={TOKEN}) as hub:
+        code, out, err = await _registry(tmp_path, hub, "crawl", "--json")
+        assert code == 0, err
+        hub.corpus.rename("synth/tiny-llama-GGUF", "new-owner/tiny-llama-GGUF")
+        code, out, err = await _registry(tmp_path, hub, "crawl")  # asks for the unlisted old id
+        assert code == 0, err
+        assert " 1 indexed, " in out and "unchanged, 1 moved (the hub has them under another id), 0 failed" in out
+        code, out, err = await _registry(tmp_path, hub, "search", "--json", "tiny-llama")
+        assert code == 0, err
+        repos = {i["repo"] for i in json.loads(out)["items"]}
+        assert "new-owner/tiny-llama-GGUF" in repos and "synth/tiny-llama-GGUF" not in repos
