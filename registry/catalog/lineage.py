@@ -1,4 +1,4 @@
-"""Lineage: where edges come from, and ancestors / descendants through a recursive CTE.
+"""Lineage: where edges come from, and walks to ancestors / descendants, one query a step.
 
 Edges point from a child repo (a row) to a parent repo id (a string: the parent may not be
 in the catalog yet). Walks are bounded by a depth limit and by a number of edges, and
@@ -8,10 +8,11 @@ expand each repo once, which makes them safe on cycles.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from sqlalchemy import BindParameter, Select, String, any_, bindparam, or_, select
+from sqlalchemy import BindParameter, Select, String, any_, bindparam, func, or_, select
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -110,33 +111,54 @@ def _parent_spelling() -> Any:
     )
 
 
-@functools.cache
-def _level_statement(down: bool, dialect: str) -> Select[Any]:
-    """The edges of one step of a walk: those leaving the frontier's repos (their keys), in
-    the order a walk reports them, at most `n` (the frontier and the limit are bound
-    parameters).
+def _in_keys(column: Any, dialect: str) -> Any:
+    """`column` is one of the bound `keys` (`_keys`), bound as one parameter so that every
+    call is the same statement: on PostgreSQL an array, prepared once per connection (an
+    expanding IN list is a new statement text for every number of keys, and asyncpg
+    prepared each one anew); on SQLite a JSON array read by `json_each` (rendering an
+    expanding list of 1,000 keys took 0.4 ms a walk, and SQLite plans both alike)."""
+    if dialect == "postgresql":
+        return column == any_(bindparam("keys", type_=postgresql.ARRAY(String)))
+    keys = func.json_each(bindparam("keys", type_=String)).table_valued("value")
+    return column.in_(select(keys.c.value))
 
-    On PostgreSQL the frontier is one array parameter, so every step of every walk is the
-    same statement, prepared once per connection; an expanding IN list is a new statement
-    text for every frontier size, and asyncpg prepared each one anew. bench.search's depth-5
-    walk of its popular family (30,000 repos; 1,000 of its 3,992 edges): 175 ms with the
-    list, 6.2 with the array, where the recursive CTE this replaced took 29 for all 3,992
-    (this walk, uncapped: 18.5). SQLite has no arrays and takes the list: 4.0 ms capped,
-    19 uncapped, the CTE 28."""
+
+def _keys(keys: list[str], dialect: str) -> list[str] | str:
+    """The value of the `keys` parameter of `_in_keys`."""
+    return keys if dialect == "postgresql" else json.dumps(keys, separators=(",", ":"))
+
+
+@functools.cache
+def _level_statement(down: bool, dialect: str) -> Select[str, str, str, str, str, str]:
+    """The edges of one step of a walk: those leaving the frontier's repos (their keys,
+    bound as `keys`), in the order a walk reports them, at most `n`.
+
+    bench.search's depth-5 walk of its popular family (30,000 repos; 1,000 of its 3,992
+    edges): 175 ms with an IN list on PostgreSQL, 6.2 with the array, where the recursive
+    CTE this replaced took 29 for all 3,992 (this walk, uncapped: 18.5). SQLite: 4.0 ms
+    capped, 19 uncapped, the CTE 28. The parents' spellings are looked up apart
+    (`_spellings_statement`)."""
     e = LineageEdge
     start_col = e.parent_key if down else e.child_key
-    if dialect == "postgresql":
-        in_frontier = start_col == any_(bindparam("frontier", type_=postgresql.ARRAY(String)))
-    else:
-        in_frontier = start_col.in_(bindparam("frontier", expanding=True))
     # The child of an edge is always a catalog row; the parent may be a repo never indexed.
     return (
-        select(e.child_repo_id, e.parent_repo_id, e.relation, e.source, _parent_spelling(), e.child_key,
-               e.parent_key)
-        .where(in_frontier)
+        select(e.child_repo_id, e.parent_repo_id, e.relation, e.source, e.child_key, e.parent_key)
+        .where(_in_keys(start_col, dialect))
         .order_by(e.child_key, e.parent_key, e.relation, e.source)
         .limit(bindparam("n"))
-    )  # fmt: skip
+    )
+
+
+@functools.cache
+def _spellings_statement(dialect: str) -> Select[str, str]:
+    """(key, spelling) of the catalog's repos of the bound `keys`, the first indexed first.
+
+    Once per step of a walk for the parents it has not met yet: as a subquery of the step's
+    statement it was one index search per edge, and took 3.6 of the 5.7 ms of the
+    457-edge step of bench.search's depth-5 walk on PostgreSQL, and 2.2 of 5.3 on SQLite
+    (over the 5 ms of `database.sqlite_inline_read_ms`, after which a read on the event
+    loop is stopped and run again on the connection's thread)."""
+    return select(Repo.repo_key, Repo.repo_id).where(_in_keys(Repo.repo_key, dialect)).order_by(Repo.id)
 
 
 class Walk(NamedTuple):
@@ -157,18 +179,31 @@ async def _walk(session: AsyncSession, repo_id: str, max_depth: int, down: bool,
     walk stops as soon as `max_edges` are found, so the database reads at most the edges
     of the repos it reached, whatever the graph."""
     conn = await session.connection()  # Core: rows, not ORM results
+    dialect = conn.dialect.name
     start = repo_key(repo_id)
     seen = {start}
     frontier = [start]
     edges: list[EdgeView] = []
+    spellings: dict[str, str] = {}  # parent key -> the catalog's spelling
+    looked_up: set[str] = set()
     for depth in range(1, max(1, min(max_depth, MAX_DEPTH)) + 1):
         room = max_edges - len(edges)
-        params = {"frontier": frontier, "n": room + 1}
-        rows = (await conn.execute(_level_statement(down, conn.dialect.name), params)).all()
-        edges += [_view(row, depth) for row in rows[:room]]
+        params = {"keys": _keys(frontier, dialect), "n": room + 1}
+        # plain tuples (child, parent, relation, source, child key, parent key): a Row's
+        # attributes cost more than the rest of a step's Python
+        rows = [tuple(row) for row in await conn.execute(_level_statement(down, dialect), params)]
+        if unknown := sorted({row[5] for row in rows[:room]} - looked_up):
+            looked_up.update(unknown)
+            keys = {"keys": _keys(unknown, dialect)}
+            for key, name in await conn.execute(_spellings_statement(dialect), keys):
+                spellings.setdefault(key, name)
+        for child, parent, relation, source, _, parent_key in rows[:room]:
+            spelling = spellings.get(parent_key)
+            edges.append(EdgeView(child, parent if spelling is None else spelling, relation, source, depth, True,
+                                  spelling is not None))  # fmt: skip
         if len(rows) > room:
             return Walk(edges, True)
-        reached = sorted({(row.child_key if down else row.parent_key) for row in rows} - seen)
+        reached = sorted({row[4] if down else row[5] for row in rows} - seen)
         if not reached:
             break
         seen.update(reached)
@@ -176,11 +211,12 @@ async def _walk(session: AsyncSession, repo_id: str, max_depth: int, down: bool,
     return Walk(edges, False)
 
 
-def _view(row: Any, depth: int) -> EdgeView:
-    """An edge row of a walk; its parent as the catalog spells it when the catalog has it."""
-    child, parent, relation, source, catalog_spelling = row[:5]
+def _view(row: Any, depth: int, catalog_spelling: str | None) -> EdgeView:
+    """An edge row; its parent as the catalog spells it when the catalog has it."""
+    child, parent, relation, source = row[:4]
     known = catalog_spelling is not None
-    return EdgeView(child, catalog_spelling if known else parent, relation, source, depth, True, known)
+    return EdgeView(child, parent if catalog_spelling is None else catalog_spelling, relation, source, depth, True,
+                    known)  # fmt: skip
 
 
 async def descendants(
@@ -199,8 +235,8 @@ async def ancestors(
 def _neighbours_statement() -> Select[Any]:
     e = LineageEdge
     repo: BindParameter[str] = bindparam("repo")
-    return select(e.child_repo_id, e.parent_repo_id, e.relation, e.source, _parent_spelling(), e.child_key,
-                  e.parent_key).where(or_(e.child_key == repo, e.parent_key == repo))  # fmt: skip
+    return select(e.child_repo_id, e.parent_repo_id, e.relation, e.source, e.child_key, e.parent_key,
+                  _parent_spelling()).where(or_(e.child_key == repo, e.parent_key == repo))  # fmt: skip
 
 
 async def neighbours(session: AsyncSession, repo_id: str) -> tuple[list[EdgeView], list[EdgeView]]:
@@ -211,7 +247,7 @@ async def neighbours(session: AsyncSession, repo_id: str) -> tuple[list[EdgeView
     key = repo_key(repo_id)
     rows = await (await session.connection()).execute(_neighbours_statement(), {"repo": key})
     for row in rows:
-        view = _view(row, 1)
+        view = _view(row, 1, row[6])
         if row.child_key == key:
             parents.append(view)
         if row.parent_key == key:

@@ -108,6 +108,35 @@ async def test_a_parent_outside_the_catalog_is_one_node_in_any_case(db: Database
     assert {(e.parent, e.parent_in_catalog) for e in down} == {("nobody/Base", True)}
 
 
+async def test_a_key_with_two_catalog_rows_is_spelled_as_the_first_indexed(db: Database) -> None:
+    """A hub repo and a local folder indexed under one id in another case are two rows of
+    one node: walks at any depth, and a repo page, spell the parent as the row indexed
+    first does."""
+    await link(db, "org/Base")
+    snap = make_snapshot("ORG/base", "rev1", source="local", lineage=())
+    async with db.sessions() as session, session.begin():
+        await upsert_repo_snapshot(session, snap)
+    await link(db, "q/quant", "org/BASE")
+    await link(db, "m/mid", "t/top")
+    await link(db, "org/base-ft", "m/mid")  # not the same key: its own row
+    await link(db, "z/deep", "ORG/BASE", "org/base-ft")
+    async with db.sessions() as session:
+        down = (await lineage.descendants(session, "t/top")).edges
+        base_down = (await lineage.descendants(session, "org/base")).edges
+        up = (await lineage.ancestors(session, "z/deep")).edges
+        _, children = await lineage.neighbours(session, "ORG/BASE")
+    assert [(e.child, e.parent, e.depth) for e in down] == [
+        ("m/mid", "t/top", 1), ("org/base-ft", "m/mid", 2), ("z/deep", "org/base-ft", 3),
+    ]  # fmt: skip
+    assert [(e.child, e.parent, e.parent_in_catalog) for e in base_down] == [
+        ("q/quant", "org/Base", True), ("z/deep", "org/Base", True),
+    ]  # fmt: skip
+    assert [(e.child, e.parent, e.depth) for e in up] == [
+        ("z/deep", "org/Base", 1), ("z/deep", "org/base-ft", 1), ("org/base-ft", "m/mid", 2), ("m/mid", "t/top", 3),
+    ]  # fmt: skip
+    assert [(e.child, e.parent) for e in children] == [("q/quant", "org/Base"), ("z/deep", "org/Base")]
+
+
 async def test_two_spellings_of_a_parent_from_one_source_are_one_edge(db: Database) -> None:
     await link(db, "c/c", "A/B", "a/b")
     await link(db, "d/d", "A/B")
