@@ -473,6 +473,39 @@ async def test_a_rare_filter_seeks_the_facet_index_prefix(catalog: Database, mon
         assert "+artifacts.architecture" in _where_sql(catalog, plan.where)
 
 
+async def test_a_common_range_of_the_sort_column_bounds_the_walk_of_its_index(
+    catalog: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A common size range sorted by size: SQLite walks the size index between the bounds
+    (the range stays indexed) instead of from the biggest file down, checking each row. A
+    common range of another column is checked row by row; a rare filter beside it is the
+    way in, and the range is then checked row by row too. Pages come out in order."""
+    from registry.catalog import search as search_module
+
+    monkeypatch.setattr(search_module, "COMMON_ROWS", 1)  # every filter is common
+    bounded = SearchQuery(min_size=1000, max_size=16_000, sort="file_size")
+    async with catalog.sessions() as session:
+        walked = _where_sql(catalog, (await search_module._filters(session, bounded)).where)
+        by_name = _where_sql(catalog, (await search_module._filters(session, SearchQuery(
+            min_size=1000, max_size=16_000, sort="name"))).where)  # fmt: skip
+    if catalog.dialect == "sqlite":
+        assert "artifacts.file_size >=" in walked and "+artifacts.file_size" not in walked
+        assert "+artifacts.file_size >=" in by_name
+    monkeypatch.setattr(search_module, "COMMON_ROWS", 2000)  # every filter is rare: the way in
+    async with catalog.sessions() as session:
+        rare = await search_module._filters(session, SearchQuery(architecture="qwen2", min_size=1000, sort="file_size"))
+    assert rare.filter_way_in is (catalog.dialect == "sqlite")
+    monkeypatch.setattr(search_module, "COMMON_ROWS", 1)
+    seen, cursor = [], None
+    for _ in range(10):
+        page = await run(catalog, min_size=1000, max_size=16_000, sort="file_size", limit=2, cursor=cursor)
+        seen += [(i.file_size, i.id) for i in page.items]
+        if (cursor := page.next_cursor) is None:
+            break
+    assert seen == sorted(seen, reverse=True) and len(seen) == len(set(seen)) >= 3
+    assert all(1000 <= size <= 16_000 for size, _ in seen)
+
+
 async def test_a_big_lineage_family_is_walked_along_the_sort_index(
     catalog: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
