@@ -670,25 +670,29 @@ async def _family_pks(session: AsyncSession, repo_id: str) -> Family:
     the search plans with (`_CUSTOM_PLANS`), they let it walk the sort index and check
     each row against them instead: 14-16 ms a page, most of it planning with 2,648 values
     (4-8 ms; the statement itself runs in about 1 ms)."""
-    walk = descendant_repo_pks(repo_id)
     key = (repo_key(repo_id), MAX_DEPTH)
     if (memo := FileMemo.of(session)) is not None:
         generation = memo.generation()  # before walking: a commit meanwhile makes the entry stale
         if (text_pks := memo.family(key, generation)) is None:
             with longer_inline_reads(FAMILY_WALK_INLINE_MS):
-                found = sorted(set((await (await session.connection()).execute(walk)).scalars()))
-            text_pks = json.dumps(found, separators=(",", ":"))
+                text_pks = json.dumps(await _walked_family(session, repo_id), separators=(",", ":"))
             memo.put_family(key, generation, text_pks)
         assert isinstance(text_pks, str)
         return _memoised_family().params(family_pks=text_pks)
     if (snapshots := SnapshotMemo.of(session)) is not None:
         snapshot = await SnapshotMemo.generation(session)
         if (pks := snapshots.family(key, snapshot)) is None:
-            pks = sorted(set((await (await session.connection()).execute(walk)).scalars()))
+            pks = await _walked_family(session, repo_id)
             snapshots.put_family(key, snapshot, pks)
         assert isinstance(pks, list)
         return pks
-    return walk
+    return descendant_repo_pks(repo_id)
+
+
+async def _walked_family(session: AsyncSession, repo_id: str) -> list[int]:
+    """The family's repos as its walk finds them now, each once, in order."""
+    rows = await (await session.connection()).execute(descendant_repo_pks(repo_id))
+    return sorted(set(rows.scalars()))
 
 
 def _in_family(repo_pk: ColumnElement[Any] | InstrumentedAttribute[Any], family: Family) -> ColumnElement[bool]:
