@@ -263,7 +263,7 @@ async def index_repo(
         return None
     snap = await build_snapshot(client, http, info, opts or ReadOptions(), report)
     async with write_turn or contextlib.nullcontext(), db.sessions() as session, session.begin():
-        return await upsert_repo_snapshot(session, snap)
+        return await upsert_repo_snapshot(session, snap, hub_answered=prune)
 
 
 def count_outcome(report: CrawlReport, result: UpsertResult | None) -> None:

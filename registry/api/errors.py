@@ -84,6 +84,19 @@ class NotFound(ApiError):
     code = "not_found"
 
 
+class Moved(ApiError):
+    """A repo id the hub has moved: a permanent redirect to the repo's own id. The body is
+    the envelope too, so a client that does not follow redirects learns where it went."""
+
+    status = 308
+    code = "moved"
+
+    def __init__(self, message: str, repo_id: str, moved_to: str, location: str) -> None:
+        super().__init__(
+            message, details={"repo": repo_id, "moved_to": moved_to}, headers={"Location": location}
+        )
+
+
 class Conflict(ApiError):
     status = 409
     code = "conflict"

@@ -23,12 +23,20 @@ _ERROR_TEXT = {
     "400": "A query parameter, path parameter or body field is invalid; `details` names it.",
     "401": "A bearer token is required or the one given is not valid.",
     "403": "Writes are disabled on this server.",
+    "308": "The hub has moved this repo id (renamed, transferred): `Location` is the same request for "
+    "the repo's id now, which `details.moved_to` names.",
     "404": "No such resource.",
     "413": "The request body is larger than the server accepts.",
     "501": "The request asks for something this server does not store.",
     "503": "A component this request needs is not available; `details.component` names it.",
     "500": "Unexpected failure; `details.request_id` identifies it in the server log.",
 }
+
+
+_ERROR_HEADERS = {
+    "308": {"headers": {"Location": {"description": "The same request for the repo's id now.",
+                                     "schema": {"type": "string"}}}},
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -75,11 +83,11 @@ def operations(api: ApiSettings) -> list[Operation]:
                   ok_schema="Facets", query=artifacts.FILTER_PARAMS),
         Operation("get", "/v1/repos/{org}/{name}", "get_repo",
                   "A repo with its artifacts and direct lineage edges.", "repos",
-                  ok_schema="RepoDetail", path_params=_REPO_PATH, errors=("404",)),
+                  ok_schema="RepoDetail", path_params=_REPO_PATH, errors=("308", "404")),
         Operation("get", "/v1/repos/{org}/{name}/lineage", "get_lineage",
                   "The model tree around a repo: at most `max_edges` edges a side, shallowest first.",
                   "repos", ok_schema="Lineage", query=repos.LINEAGE_PARAMS, path_params=_REPO_PATH,
-                  errors=("404",)),
+                  errors=("308", "404")),
         Operation("post", "/v1/crawls", "start_crawl", "Start a crawl of a configured source.", "crawls",
                   ok_status="202", ok_schema="Crawl", body="CrawlRequest", errors=("503",), write=True,
                   headers={"Location": "URL of the new crawl (`GET /v1/crawls/{id}`)."}),
@@ -157,7 +165,8 @@ def build_openapi(api: ApiSettings, sources: Collection[str] = ()) -> dict[str, 
         "components": {
             "schemas": {**COMPONENT_SCHEMAS, "CrawlRequest": crawl_request(sources)},
             "responses": {
-                f"E{code}": {"description": text, "content": error_content} for code, text in _ERROR_TEXT.items()
+                f"E{code}": {"description": text, "content": error_content, **_ERROR_HEADERS.get(code, {})}
+                for code, text in _ERROR_TEXT.items()
             },
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },

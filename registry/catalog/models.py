@@ -342,6 +342,21 @@ class LineageEdge(Base):
     )
 
 
+class RepoMove(Base):
+    """A hub id that the hub now answers under the id of another catalog repo (renamed,
+    transferred to another owner): files and cards keep naming the old id as their base
+    model long after a move, so lineage edges that name it are filed under the repo's key
+    (`parent_key`), and the API's routes for the old id redirect to the repo. Dropped when
+    the hub answers for the old id as a repo of its own again."""
+
+    __tablename__ = "repo_moves"
+
+    old_key: Mapped[str] = mapped_column(String(REPO_ID_LENGTH), primary_key=True)  # repo_key() of the old id
+    old_repo_id: Mapped[str] = mapped_column(String(REPO_ID_LENGTH))  # as the catalog spelled it
+    repo_pk: Mapped[int] = mapped_column(ForeignKey("repos.id", ondelete="CASCADE"), index=True)
+    moved_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
 class Verification(Base):
     """One verification run over an artifact (filled by the verify worker)."""
 

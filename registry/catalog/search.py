@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import (
     BigInteger,
+    BindParameter,
     ColumnElement,
     Select,
     String,
@@ -53,7 +54,15 @@ from registry.catalog.db import longer_inline_reads
 from registry.catalog.errors import InvalidCursor, InvalidQuery
 from registry.catalog.folding import FOLDS, fold
 from registry.catalog.lineage import MAX_DEPTH
-from registry.catalog.models import ARTIFACT_STATUSES, Artifact, LineageEdge, QuantMix, Repo, repo_key
+from registry.catalog.models import (
+    ARTIFACT_STATUSES,
+    Artifact,
+    LineageEdge,
+    QuantMix,
+    Repo,
+    RepoMove,
+    repo_key,
+)
 from registry.safety.findings import SEVERITIES, severity_rank
 
 MAX_LIMIT = 200
@@ -250,14 +259,19 @@ def descendant_repo_pks(repo_id: str, max_depth: int = MAX_DEPTH) -> Select[Any]
 @functools.cache
 def _descendant_pks(max_depth: int) -> Select[Any]:
     """The walk with its start as a bound parameter, built once: building the recursive CTE
-    took about a millisecond, more than running it for most repos."""
+    took about a millisecond, more than running it for most repos. An id the hub has moved
+    starts at the repo it moved to, under whose key its children's edges are filed."""
+    start: BindParameter[str] = bindparam("descendant_of", type_=String)
+    moved_to = (
+        select(Repo.repo_key).join(RepoMove, RepoMove.repo_pk == Repo.id).where(RepoMove.old_key == start)
+    ).scalar_subquery()
     base = (
         select(
             LineageEdge.child_pk.label("pk"),
             LineageEdge.child_key.label("name"),
             literal(1).label("depth"),
         )
-        .where(LineageEdge.parent_key == bindparam("descendant_of"))
+        .where(LineageEdge.parent_key == func.coalesce(moved_to, start))
         .cte("descendant_pks", recursive=True)
     )
     step = (

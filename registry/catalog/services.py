@@ -16,12 +16,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, fields
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     BigInteger,
     Integer,
     String,
+    Table,
     case,
     delete,
     exists,
@@ -36,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry.catalog.folding import fold, folded
 from registry.catalog.lineage import derive_edges
-from registry.catalog.models import Artifact, Facts, LineageEdge, QuantMix, Repo, Shard, repo_key
+from registry.catalog.models import Artifact, Facts, LineageEdge, QuantMix, Repo, RepoMove, Shard, repo_key
 from registry.catalog.snapshot import ArtifactRecord, LineageRecord, RepoSnapshot, UpsertResult
 from registry.catalog.types import EPOCH, utcnow
 from registry.gguf.facts_model import Facts as FactsData
@@ -308,11 +309,14 @@ async def _sync_edges(
 ) -> int:
     rows = (await session.scalars(select(LineageEdge).where(LineageEdge.child_pk == repo.id))).all()
     existing = {(e.parent_key, e.relation, e.source): e for e in rows}
-    # One edge per parent, relation and source: the first spelling of a parent is kept.
+    parents = [(storable_text(e.parent_repo_id), e.relation, e.source) for e in wanted]
+    moved = await _moved_keys(session, {repo_key(parent) for parent, _, _ in parents})
+    # One edge per parent, relation and source: the first spelling of a parent is kept. A
+    # parent the hub has moved is filed under its repo's key, spelled as the source wrote it.
     want: dict[tuple[str, str, str], str] = {}
-    for e in wanted:
-        parent = storable_text(e.parent_repo_id)
-        want.setdefault((repo_key(parent), e.relation, e.source), parent)
+    for parent, relation, source in parents:
+        key = repo_key(parent)
+        want.setdefault((moved.get(key, key), relation, source), parent)
     if replace and (stale := [edge.id for k, edge in existing.items() if k not in want]):
         await session.execute(delete(LineageEdge).where(LineageEdge.id.in_(stale)))
     for k, edge in existing.items():
@@ -367,8 +371,12 @@ async def _edge_count(session: AsyncSession, repo: Repo) -> int:
     return len((await session.scalars(select(LineageEdge.id).where(LineageEdge.child_pk == repo.id))).all())
 
 
-async def upsert_repo_snapshot(session: AsyncSession, snap: RepoSnapshot) -> UpsertResult:
+async def upsert_repo_snapshot(session: AsyncSession, snap: RepoSnapshot, *, hub_answered: bool = False) -> UpsertResult:
+    """Write a repo snapshot. `hub_answered`: the catalog's hub answered for the repo by this
+    id (a crawl of it, not of another endpoint), so a move recorded from the id is over."""
     repo, created = await _lock_repo(session, snap)
+    if hub_answered and snap.source == "hub":
+        await _reclaim(session, repo.repo_key)
     if _older_commit(repo, snap):
         return UpsertResult(repo.id, created, True, 0, 0, await _edge_count(session, repo))
     # A partial view (a cache folder, single files) knows files, not the repo's card or
@@ -420,6 +428,69 @@ async def upsert_repo_snapshot(session: AsyncSession, snap: RepoSnapshot) -> Ups
     return UpsertResult(repo.id, created, False, written, gone, edges)
 
 
+async def _moved_keys(session: AsyncSession, keys: set[str]) -> dict[str, str]:
+    """old key -> the key of the repo the hub moved it to, for those of `keys` it moved."""
+    if not keys:
+        return {}
+    rows = await session.execute(
+        select(RepoMove.old_key, Repo.repo_key)
+        .join(Repo, Repo.id == RepoMove.repo_pk)
+        .where(RepoMove.old_key.in_(sorted(keys)))
+    )
+    return {old: new for old, new in rows}
+
+
+async def _file_edges_under(session: AsyncSession, from_key: str, to_key: str) -> None:
+    """Edges whose parent is `from_key` are filed under `to_key`. A child that has an edge
+    under `to_key` of the same relation and source already keeps that one (one edge per
+    parent, relation and source)."""
+    edges = cast(Table, LineageEdge.__table__)
+    other = edges.alias("other")
+    twin = exists().where(
+        other.c.child_pk == edges.c.child_pk,
+        other.c.parent_key == to_key,
+        other.c.relation == edges.c.relation,
+        other.c.source == edges.c.source,
+    )
+    await session.execute(delete(edges).where(edges.c.parent_key == from_key, twin))
+    await session.execute(update(edges).where(edges.c.parent_key == from_key).values(parent_key=to_key))
+
+
+async def _record_move(session: AsyncSession, old_id: str, repo: Repo) -> None:
+    """The hub answers for `old_id` as `repo` (whose id differs beyond letter case): the
+    edges that name the old id are filed under the repo, now and when written later."""
+    old_key = repo_key(old_id)
+    await session.execute(delete(RepoMove).where(RepoMove.old_key == old_key))
+    await session.execute(insert(RepoMove), [{"old_key": old_key, "old_repo_id": old_id, "repo_pk": repo.id}])
+    await _file_edges_under(session, old_key, repo.repo_key)
+
+
+# Edges re-filed per statement when a move is undone: well under any database's limit of
+# bound parameters.
+_REFILE_BATCH = 1000
+
+
+async def _reclaim(session: AsyncSession, key: str) -> None:
+    """The hub answers for the id `key` as a repo of that id: a move recorded from it is over,
+    and the edges whose source spelled that id are filed under it again.
+
+    An edge is kept once per parent, relation and source in its first spelling; a child
+    whose sources named both the old id and the repo it had moved to keeps the one edge,
+    filed by that spelling, until the child is read again."""
+    target = await session.scalar(
+        select(Repo.repo_key).join(RepoMove, RepoMove.repo_pk == Repo.id).where(RepoMove.old_key == key)
+    )
+    if target is None:
+        return
+    await session.execute(delete(RepoMove).where(RepoMove.old_key == key))
+    edges = cast(Table, LineageEdge.__table__)
+    rows = await session.execute(select(edges.c.id, edges.c.parent_repo_id).where(edges.c.parent_key == target))
+    ids = [edge_id for edge_id, spelled in rows if repo_key(spelled) == key]
+    for at in range(0, len(ids), _REFILE_BATCH):
+        batch = ids[at : at + _REFILE_BATCH]
+        await session.execute(update(edges).where(edges.c.id.in_(batch)).values(parent_key=key))
+
+
 async def repo_moved(session: AsyncSession, old: str, new: str) -> str | None:
     """The hub answers for `old` as `new` (the repo was renamed, transferred to another
     owner, or respelled): the catalog's hub repo `old` is that repo. When the catalog has no
@@ -427,20 +498,36 @@ async def repo_moved(session: AsyncSession, old: str, new: str) -> str | None:
     verifications, and its edges; a new id beyond letter case also forgets its revision,
     since every artifact's search text and sort name hold the id ("renamed"). When the
     catalog has both (`new` in any letter case), `old` is marked deleted as a repo the hub no
-    longer has ("retired").
+    longer has ("retired"). Either way, an old id other than in letter case is recorded as
+    moved to the repo (`RepoMove`): edges naming it are filed under the repo.
     None when the catalog has no hub repo `old`."""
     repo = await _locked_repo(session, Repo.repo_id == old, Repo.source == "hub")
     if repo is None:
         return None
     new = _fit(Repo.__table__, {"repo_id": new})["repo_id"]
     key = repo_key(new)
-    has_new = select(func.count()).where(Repo.repo_key == key, Repo.source == "hub", Repo.id != repo.id)
-    if await session.scalar(has_new):  # in any letter case: the hub's ids are one repo
+    old_key = repo.repo_key
+    other = await session.scalar(
+        select(Repo)
+        .where(Repo.repo_key == key, Repo.source == "hub", Repo.id != repo.id)
+        .order_by((Repo.repo_id == new).desc(), Repo.id)
+        .limit(1)
+    )
+    if other is not None:  # in any letter case: the hub's ids are one repo
         await mark_repo_deleted(session, old)
+        if key != old_key:
+            await _reclaim(session, key)
+            # moves onto the retired row follow it (their edges are filed under old_key)
+            await session.execute(update(RepoMove).where(RepoMove.repo_pk == repo.id).values(repo_pk=other.id))
+            await _record_move(session, old, other)
+        await session.flush()
         return "retired"
-    if key != repo.repo_key:
+    if key != old_key:
         repo.revision = None
+        await _reclaim(session, key)  # while edges of a move from `new` are filed under their repo
     await _rename_repo(session, repo, new)
+    if key != old_key:
+        await _record_move(session, old, repo)
     await session.flush()
     return "renamed"
 

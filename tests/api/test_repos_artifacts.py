@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from registry.catalog import lineage
+from registry.catalog.db import Database
 from registry.catalog.snapshot import LineageRecord
 from tests.api.conftest import ApiClient
 from tests.api.data import TEMPLATE
@@ -172,3 +173,29 @@ async def test_artifact_errors(api: ApiClient) -> None:
     assert tensors.status == 501 and tensors.body["error"]["code"] == "not_stored"
     assert (await api.get(f"/v1/artifacts/{artifact_id}?tensors=0")).status == 200
     assert (await api.get(f"/v1/artifacts/{artifact_id}?tensors=maybe")).status == 400
+
+
+async def test_a_repo_id_the_hub_moved_redirects_to_the_repo(api: ApiClient, db: Database) -> None:
+    """After the hub moved bartowski/Llama-3-8B-GGUF to another owner, the old id's routes
+    answer 308 to the same request for the new id (as the hub does), its children show the new
+    id as their parent, and `descendant_of` finds them by either id."""
+    from registry.catalog.services import repo_moved
+
+    old, new = "bartowski/Llama-3-8B-GGUF", "lmstudio/Llama-3-8B-GGUF"
+    async with db.sessions() as session, session.begin():
+        assert await repo_moved(session, old, new) == "renamed"
+    query = "?direction=both&depth=2"
+    reply = await api.get(f"/v1/repos/Bartowski/llama-3-8b-gguf/lineage{query}", allow_redirects=False)
+    assert reply.status == 308
+    assert reply.headers["Location"] == f"/v1/repos/{new}/lineage{query}"
+    assert reply.body["error"]["code"] == "moved"
+    assert reply.body["error"]["details"] == {"repo": "Bartowski/llama-3-8b-gguf", "moved_to": new}
+    page = await api.get(f"/v1/repos/{old}")  # followed
+    assert page.status == 200 and page.body["repo"]["repo_id"] == new
+    assert [e["child"] for e in page.body["lineage"]["children"]] == ["someone/llama-3-8b-finetune-GGUF"]
+    child = await api.get("/v1/repos/someone/llama-3-8b-finetune-GGUF")
+    assert [(e["parent"], e["parent_in_catalog"]) for e in child.body["lineage"]["parents"]] == [(new, True)]
+    for name in (old, new):
+        found = await api.get(f"/v1/artifacts?descendant_of={name}")
+        assert {i["repo"] for i in found.body["items"]} == {"someone/llama-3-8b-finetune-GGUF"}
+    assert (await api.get("/v1/repos/bartowski/Other-GGUF")).status == 404  # other ids are not moved

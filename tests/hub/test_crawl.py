@@ -505,6 +505,111 @@ async def test_a_renamed_repo_asked_for_by_its_old_id_moves_its_row(
         assert new in children and old not in children
 
 
+async def _write_children(db: Database, *children: tuple[str, tuple[tuple[str, str, str], ...]]) -> None:
+    """Catalog repos (one artifact each) whose lineage names these (parent, relation, source)."""
+    from registry.catalog.services import upsert_repo_snapshot
+    from registry.catalog.snapshot import LineageRecord
+    from tests.catalog.factories import make_snapshot
+
+    for repo_id, parents in children:
+        lineage = tuple(LineageRecord(*p) for p in parents)
+        async with db.sessions() as session, session.begin():
+            await upsert_repo_snapshot(session, make_snapshot(repo_id, lineage=lineage))
+
+
+async def _tree(db: Database, repo_id: str) -> dict[str, set[tuple[str, str, str, str]] | str | None]:
+    """Where the catalog files `repo_id`'s children: its depth-1 descendants (child, parent as
+    shown, relation, source), the repos of a `descendant_of` search, and the repo the API
+    redirects the id to."""
+    from registry.api import reads
+    from registry.catalog import lineage
+    from registry.catalog.search import SearchQuery, search
+
+    async with db.sessions() as session:
+        walk = await lineage.descendants(session, repo_id, max_depth=1)
+        page = await search(session, SearchQuery(descendant_of=repo_id, limit=100))
+        return {
+            "edges": {(e.child, e.parent, e.relation, e.source) for e in walk.edges},
+            "searched": {h.repo for h in page.items},
+            "moved_to": await reads.moved_to(session, repo_id),
+        }
+
+
+async def test_children_that_name_a_moved_repo_by_its_old_id_stay_in_its_tree(
+    any_db: Database, hub: FakeHub
+) -> None:
+    """Files and cards keep naming a repo's old id long after the hub moved it. Edges that name
+    it, written before or after the move and in any letter case, are filed under the repo: its
+    tree and `descendant_of` (by either id) list those children, showing the repo's new id.
+    When the hub later answers for the old id as a repo of its own, the edges whose sources
+    spelled the old id are filed under it again."""
+    old, new = "synth/tiny-llama-GGUF", "new-owner/tiny-llama-GGUF"
+    client, http = _clients(hub)
+    async with http:
+        await crawl_hub(any_db, client, http, CrawlParams(repos=(old,)))
+        await _write_children(
+            any_db,
+            ("fan/early-GGUF", ((old, "quantized", "card"),)),
+            # the new id before the hub moved the repo to it: two edges, one after the move
+            ("fan/ahead-GGUF", ((old, "finetune", "card"), (new, "finetune", "card"))),
+        )
+        hub.corpus.rename(old, new)
+        moved = await crawl_hub(any_db, client, http, CrawlParams(repos=(old,)))
+        assert (moved.moved, moved.failed) == (1, 0)
+        await _write_children(
+            any_db,
+            ("fan/late-GGUF", (("Synth/Tiny-Llama-GGUF", "quantized", "gguf"),)),
+            # both ids of the repo: one edge, under the first spelling
+            ("fan/both-GGUF", ((new, "finetune", "card"), (old, "finetune", "card"))),
+        )
+        fans = {"fan/early-GGUF", "fan/ahead-GGUF", "fan/late-GGUF", "fan/both-GGUF"}
+        under_new = {
+            ("fan/early-GGUF", new, "quantized", "card"),
+            ("fan/ahead-GGUF", new, "finetune", "card"),
+            ("fan/late-GGUF", new, "quantized", "gguf"),
+            ("fan/both-GGUF", new, "finetune", "card"),
+        }
+        assert await _tree(any_db, new) == {"edges": under_new, "searched": fans, "moved_to": None}
+        # the old id: its own edges are none, its search is the repo's, and the API redirects it
+        assert await _tree(any_db, old) == {"edges": set(), "searched": fans, "moved_to": new}
+
+        # A new repo under the old id, which the hub answers for as itself.
+        hub.corpus.add(HubRepo(old, files=list(hub.corpus.repos[new].files), sha="f" * 40))
+        reclaimed = await crawl_hub(any_db, client, http, CrawlParams(repos=(old,)))
+        assert (reclaimed.indexed, reclaimed.moved, reclaimed.failed) == (1, 0, 0)
+    assert await _tree(any_db, old) == {
+        "edges": {("fan/early-GGUF", old, "quantized", "card"), ("fan/late-GGUF", old, "quantized", "gguf")},
+        "searched": {"fan/early-GGUF", "fan/late-GGUF"},
+        "moved_to": None,
+    }
+    assert await _tree(any_db, new) == {
+        "edges": {("fan/ahead-GGUF", new, "finetune", "card"), ("fan/both-GGUF", new, "finetune", "card")},
+        "searched": {"fan/ahead-GGUF", "fan/both-GGUF"},
+        "moved_to": None,
+    }
+
+
+async def test_a_repo_moved_twice_keeps_the_children_of_both_old_ids(any_db: Database, hub: FakeHub) -> None:
+    """A -> B -> C: children naming A or B are C's, and both old ids redirect to C."""
+    a, b, c = "synth/tiny-llama-GGUF", "second/tiny-llama-GGUF", "third/tiny-llama-GGUF"
+    client, http = _clients(hub)
+    async with http:
+        await crawl_hub(any_db, client, http, CrawlParams(repos=(a,)))
+        await _write_children(any_db, ("fan/of-a-GGUF", ((a, "quantized", "card"),)))
+        hub.corpus.rename(a, b)
+        await crawl_hub(any_db, client, http, CrawlParams(repos=(a,)))
+        await _write_children(any_db, ("fan/of-b-GGUF", ((b, "quantized", "card"),)))
+        hub.corpus.rename(b, c)
+        report = await crawl_hub(any_db, client, http, CrawlParams(repos=(b,)))
+        assert (report.moved, report.failed) == (1, 0)
+        await _write_children(any_db, ("fan/late-GGUF", ((a, "merge", "gguf"),)))
+    fans = {"fan/of-a-GGUF", "fan/of-b-GGUF", "fan/late-GGUF"}
+    tree = await _tree(any_db, c)
+    assert tree["searched"] == fans and {e[1] for e in tree["edges"]} == {c}  # type: ignore[union-attr]
+    for old in (a, b):
+        assert await _tree(any_db, old) == {"edges": set(), "searched": fans, "moved_to": c}
+
+
 async def test_another_hub_answering_under_another_id_moves_nothing(db: Database, hub: FakeHub) -> None:
     """`crawl --endpoint` elsewhere: that hub's renames say nothing about the catalog's
     repos; the old row stays as it was (and the repo, at the revision the catalog has
@@ -539,6 +644,7 @@ async def test_a_rename_onto_an_id_the_catalog_has_in_another_case_retires_the_o
     client, http = _clients(hub)
     async with http:
         await crawl_hub(db, client, http, CrawlParams(repos=(old,)))
+        await _write_children(db, ("fan/early-GGUF", ((old, "quantized", "card"),)))
         hub.corpus.rename(old, new)
         report = await crawl_hub(db, client, http, CrawlParams(repos=(old,)))
     assert (report.failed, report.indexed, report.moved) == (0, 1, 1), report.counters()
@@ -548,3 +654,9 @@ async def test_a_rename_onto_an_id_the_catalog_has_in_another_case_retires_the_o
     assert {p for p, (_, s) in artifacts.items() if s == "indexed"} == ggufs
     [(old_spelled, old_revision, gone)] = await _hub_rows(db, old)
     assert (old_spelled, old_revision) == (old, None) and {s for _, s in gone.values()} == {"gone"}
+    # The old id moved to the other row: children naming it, before or after, are that row's.
+    await _write_children(db, ("fan/late-GGUF", ((old, "quantized", "card"),)))
+    assert await _tree(db, old) == {"edges": set(), "searched": {"fan/early-GGUF", "fan/late-GGUF"},
+                                    "moved_to": new}  # fmt: skip
+    assert (await _tree(db, new))["edges"] == {("fan/early-GGUF", new, "quantized", "card"),
+                                               ("fan/late-GGUF", new, "quantized", "card")}  # fmt: skip

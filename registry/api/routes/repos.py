@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
+from sqlalchemy import Row
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry.api import present, reads
-from registry.api.errors import InvalidParameter, NotFound
+from registry.api.errors import InvalidParameter, Moved, NotFound
 from registry.api.params import Param, choice_param, int_param, parse_query
 from registry.api.responses import json_response
 from registry.api.sessions import read_session
@@ -36,12 +40,27 @@ def repo_id_from_path(request: web.Request) -> str:
     return f"{org}/{name}"
 
 
+async def _moved(request: web.Request, session: AsyncSession, repo_id: str, repo: Row[Any] | None) -> None:
+    """A repo id the hub has moved to another repo (renamed, transferred) redirects there, as
+    the hub does: 308 to the same route of the repo's id, with the same query. Only an id
+    with no indexed row of its own is looked up (a retired row keeps no revision)."""
+    if repo is not None and repo.revision is not None:
+        return
+    target = await reads.moved_to(session, repo_id)
+    if target is None:
+        return
+    org, _, name = target.partition("/")
+    url = request.app.router[request.match_info.route.name or "get_repo"].url_for(org=org, name=name)
+    raise Moved(f"the hub has moved {repo_id} to {target}", repo_id, target, str(url.with_query(request.query)))
+
+
 @routes.get("/v1/repos/{org}/{name}", name="get_repo")
 async def get_repo(request: web.Request) -> web.Response:
     parse_query(request, ())
     repo_id = repo_id_from_path(request)
     async with read_session(request) as session:
         repo = await reads.get_repo(session, repo_id)
+        await _moved(request, session, repo_id, repo)
         if repo is None:
             raise NotFound(f"no repo {repo_id} in the catalog", details={"repo": repo_id})
         repo_id = repo.repo_id  # any case finds it (as on the hub); the catalog's spelling from here
@@ -63,6 +82,7 @@ async def get_lineage(request: web.Request) -> web.Response:
     direction, depth = args["direction"], args["depth"]
     async with read_session(request) as session:
         repo = await reads.get_repo(session, repo_id)
+        await _moved(request, session, repo_id, repo)
         in_catalog = repo is not None
         if repo is not None:
             repo_id = repo.repo_id  # any case finds it (as on the hub); the catalog's spelling
