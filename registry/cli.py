@@ -451,6 +451,82 @@ def _search_table(items: Sequence[SearchItem]) -> str:
     )
 
 
+def _add_tree(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
+    from registry.catalog.lineage import MAX_DEPTH
+
+    p = sub.add_parser(
+        "tree",
+        help="show the model tree around a repo: what it was made from and what was made from it",
+        description="Walk the lineage edges (from the files' general.base_model.* keys, the cards and the "
+        "hub's tags) up to the repo's ancestors and down to its descendants, as the API's "
+        "/v1/repos/{org}/{name}/lineage does. A repo id the hub has moved shows the repo it moved to.",
+    )
+    p.add_argument("repo", metavar="REPO", help="org/name, in any case of A-Z")
+    p.add_argument("--direction", choices=["ancestors", "descendants", "both"], default="both",
+                   help="which side of the tree (default: both)")  # fmt: skip
+    p.add_argument("--depth", type=_int_in(1, MAX_DEPTH), default=3, metavar="N",
+                   help=f"edges to follow, 1 to {MAX_DEPTH} (default: 3)")  # fmt: skip
+    p.add_argument("--json", action="store_true",
+                   help='print {"repo", "in_catalog", "moved_from", "ancestors", "descendants", "truncated"}')  # fmt: skip
+    return "tree", _cmd_tree
+
+
+def _cmd_tree(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+
+    from registry.catalog import lineage, migrate
+    from registry.catalog.db import Database
+
+    async def work() -> int:
+        async with Database.from_settings(settings) as db:
+            if await migrate.current_revision(db.engine) != migrate.head_revision():
+                print("registry: tree: the catalog is not set up: run `registry db upgrade` "
+                      "or `registry index PATH`", file=sys.stderr)  # fmt: skip
+                return EXIT_ERROR
+            async with db.sessions() as session:
+                repo, moved_from = args.repo, None
+                if (target := await lineage.moved_to(session, repo)) is not None:
+                    repo, moved_from = target, repo
+                spelled = await lineage.catalog_spelling(session, repo)
+                walks = {}
+                for side, down in (("ancestors", False), ("descendants", True)):
+                    if args.direction in (side, "both"):
+                        walks[side] = await (lineage.descendants if down else lineage.ancestors)(
+                            session, spelled or repo, args.depth
+                        )
+        if spelled is not None:
+            repo = spelled
+        else:  # a parent the catalog has not indexed: spelled as its children's sources do
+            if not any(w.edges for w in walks.values()):
+                print(f"registry: tree: no repo {repo} in the catalog or its lineage", file=sys.stderr)
+                return EXIT_ERROR
+            repo = next((e.parent for e in walks.get("descendants", lineage.Walk([], False)).edges), repo)
+        truncated = any(w.truncated for w in walks.values())
+        if args.json:
+            body: dict[str, Any] = {"repo": repo, "in_catalog": spelled is not None, "moved_from": moved_from}
+            body.update({side: [e._asdict() for e in w.edges] for side, w in walks.items()})
+            body["truncated"] = truncated
+            print(json.dumps(body, ensure_ascii=False))
+            return EXIT_OK
+        if moved_from is not None:
+            print(f"{moved_from}: the hub has moved it to {repo}")
+        for side, w in walks.items():
+            title = "made from" if side == "ancestors" else "made from it"
+            print(f"{title} ({side}, depth {args.depth}):")
+            if w.edges:
+                lines = lineage.tree_lines(repo, w.edges, side == "descendants")
+                lines[0] += "" if spelled is not None else "  (not in catalog)"
+                print("\n".join("  " + line for line in lines))
+            else:
+                print("  none known")
+        if truncated:
+            print(f"cut short at {lineage.MAX_EDGES} edges a side: ask for a smaller --depth, or page "
+                  "through `registry search --descendant-of`")  # fmt: skip
+        return EXIT_OK
+
+    return _catalog_call("tree", work)
+
+
 # Registered subcommands, in the order `registry --help` lists them.
 def _add_verify(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p = sub.add_parser(
@@ -841,6 +917,7 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction], tuple[str, Handler]]] = [
     _add_inspect,
     _add_index,
     _add_search,
+    _add_tree,
     _add_db,
     _add_verify,
     _add_run,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -228,3 +229,101 @@ def test_search_offers_every_verification_status() -> None:
     [subcommands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     [action] = [a for a in subcommands.choices["search"]._actions if a.dest == "verification"]
     assert tuple(action.choices or ()) == VERIFICATION_STATUSES
+
+
+def _write_tree(url: str) -> None:
+    """org/base <- q/base-GGUF (quantized: card; unknown: gguf), org/base <- ft/tuned <-
+    q/tuned-GGUF, which is also a merge with q/base-GGUF (two ways down to it); q/base-GGUF
+    was first indexed as old/base-GGUF, which the hub then moved."""
+    from registry.catalog.db import Database
+    from registry.catalog.services import repo_moved, upsert_repo_snapshot
+    from registry.catalog.snapshot import LineageRecord
+    from tests.catalog.factories import make_snapshot
+
+    repos = {
+        "org/base": (),
+        "old/base-GGUF": (("org/base", "quantized", "card"), ("Org/Base", "unknown", "gguf")),
+        "ft/tuned": (("org/base", "finetune", "card"),),
+        "q/tuned-GGUF": (("ft/tuned", "quantized", "card"), ("old/base-GGUF", "merge", "card")),
+    }
+
+    async def write() -> None:
+        async with Database.from_url(url) as db:
+            await migrate.ensure_schema(db.engine)
+            for repo_id, parents in repos.items():
+                snap = make_snapshot(repo_id, lineage=tuple(LineageRecord(*p) for p in parents))
+                async with db.sessions() as session, session.begin():
+                    await upsert_repo_snapshot(session, snap)
+            async with db.sessions() as session, session.begin():
+                assert await repo_moved(session, "old/base-GGUF", "q/base-GGUF") == "renamed"
+
+    asyncio.run(write())
+
+
+def test_tree_draws_the_model_tree(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    _write_tree(url)
+    code, out, err = run(capsys, "tree", "ORG/BASE", "--direction", "descendants")
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        "made from it (descendants, depth 3):",
+        "  org/base",
+        "  |-- ft/tuned  finetune (card)",
+        "  |   `-- q/tuned-GGUF  quantized (card)",
+        "  `-- q/base-GGUF  quantized (card), unknown (gguf)",
+        "      `-- q/tuned-GGUF  merge (card)  (above)",
+    ]
+    code, out, _ = run(capsys, "tree", "q/tuned-GGUF", "--direction", "ancestors", "--depth", "1")
+    assert out.splitlines() == [
+        "made from (ancestors, depth 1):",
+        "  q/tuned-GGUF",
+        "  |-- ft/tuned  quantized (card)",
+        "  `-- q/base-GGUF  merge (card)",
+    ]
+    # the old id: the repo it moved to, which its children name by the old id
+    code, out, _ = run(capsys, "tree", "old/base-GGUF")
+    assert code == 0 and out.splitlines() == [
+        "old/base-GGUF: the hub has moved it to q/base-GGUF",
+        "made from (ancestors, depth 3):",
+        "  q/base-GGUF",
+        "  `-- org/base  quantized (card), unknown (gguf)",
+        "made from it (descendants, depth 3):",
+        "  q/base-GGUF",
+        "  `-- q/tuned-GGUF  merge (card)",
+    ]
+    code, out, _ = run(capsys, "tree", "old/base-GGUF", "--json", "--depth", "1")
+    body = json.loads(out)
+    assert (body["repo"], body["moved_from"], body["in_catalog"], body["truncated"]) == (
+        "q/base-GGUF", "old/base-GGUF", True, False)  # fmt: skip
+    assert {(e["parent"], e["relation"], e["source"], e["depth"]) for e in body["ancestors"]} == {
+        ("org/base", "quantized", "card", 1), ("org/base", "unknown", "gguf", 1)}  # fmt: skip
+    assert [(e["child"], e["parent"]) for e in body["descendants"]] == [("q/tuned-GGUF", "q/base-GGUF")]
+
+
+def test_tree_of_a_repo_only_its_children_name(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A base model the catalog has not indexed is still a node of the tree, spelled as its
+    children's sources spell it; an id nothing names is an error."""
+    from registry.catalog.db import Database
+    from registry.catalog.services import upsert_repo_snapshot
+    from registry.catalog.snapshot import LineageRecord
+    from tests.catalog.factories import make_snapshot
+
+    async def write() -> None:
+        async with Database.from_url(url) as db:
+            await migrate.ensure_schema(db.engine)
+            async with db.sessions() as session, session.begin():
+                lineage = (LineageRecord("Meta-Llama/Llama-3.1-8B", "quantized", "gguf"),)
+                await upsert_repo_snapshot(session, make_snapshot("q/llama-GGUF", lineage=lineage))
+
+    asyncio.run(write())
+    code, out, _ = run(capsys, "tree", "meta-llama/llama-3.1-8b")
+    assert code == 0 and out.splitlines() == [
+        "made from (ancestors, depth 3):",
+        "  none known",
+        "made from it (descendants, depth 3):",
+        "  Meta-Llama/Llama-3.1-8B  (not in catalog)",
+        "  `-- q/llama-GGUF  quantized (gguf)",
+    ]
+    code, out, _ = run(capsys, "tree", "q/llama-gguf", "--direction", "ancestors")
+    assert out.splitlines()[1:] == ["  q/llama-GGUF", "  `-- Meta-Llama/Llama-3.1-8B  quantized (gguf)  (not in catalog)"]
+    code, out, err = run(capsys, "tree", "nobody/nothing")
+    assert (code, out) == (1, "") and "no repo nobody/nothing in the catalog or its lineage" in err

@@ -26,7 +26,6 @@ from registry.catalog.models import (
     LineageEdge,
     QuantMix,
     Repo,
-    RepoMove,
     Shard,
     Verification,
     repo_key,
@@ -172,20 +171,6 @@ async def latest_verifications(session: AsyncSession, details: Sequence[Artifact
         return {}
     conn = await session.connection()
     return {v.artifact_id: v for v in await conn.execute(_LATEST_VERIFICATIONS, {"ids": ids})}
-
-
-_MOVED_TO = (
-    select(_REPOS.c.repo_id)
-    .join(RepoMove.__table__, RepoMove.__table__.c.repo_pk == _REPOS.c.id)
-    .where(RepoMove.__table__.c.old_key == bindparam("key"))
-)
-
-
-async def moved_to(session: AsyncSession, repo_id: str) -> str | None:
-    """The id of the repo that the hub answers for `repo_id` as (a move the crawl saw), as
-    the catalog spells it; None when the hub has not moved `repo_id`."""
-    conn = await session.connection()
-    return (await conn.execute(_MOVED_TO, {"key": repo_key(repo_id)})).scalar_one_or_none()
 
 
 async def is_lineage_node(session: AsyncSession, repo_id: str) -> bool:

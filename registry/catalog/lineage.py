@@ -16,7 +16,7 @@ from sqlalchemy import BindParameter, Select, String, any_, bindparam, func, or_
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from registry.catalog.models import LINEAGE_RELATIONS, LINEAGE_SOURCES, LineageEdge, Repo, repo_key
+from registry.catalog.models import LINEAGE_RELATIONS, LINEAGE_SOURCES, LineageEdge, Repo, RepoMove, repo_key
 from registry.catalog.snapshot import LineageRecord, RepoSnapshot
 
 MAX_DEPTH = 10
@@ -259,3 +259,63 @@ async def neighbours(session: AsyncSession, repo_id: str) -> tuple[list[EdgeView
 
 def _order(v: EdgeView) -> tuple[int, str, str, str, str]:
     return (v.depth, repo_key(v.child), repo_key(v.parent), v.relation, v.source)  # as walks order them
+
+
+@functools.cache
+def _moved_to_statement() -> Select[str]:
+    return (
+        select(Repo.repo_id)
+        .join(RepoMove, RepoMove.repo_pk == Repo.id)
+        .where(RepoMove.old_key == bindparam("key", type_=String))
+    )
+
+
+async def moved_to(session: AsyncSession, repo_id: str) -> str | None:
+    """The id, as the catalog spells it, of the repo that the hub answers for `repo_id` as
+    (a move a crawl saw: `RepoMove`); None when the hub has not moved `repo_id`."""
+    conn = await session.connection()
+    return (await conn.execute(_moved_to_statement(), {"key": repo_key(repo_id)})).scalar_one_or_none()
+
+
+async def catalog_spelling(session: AsyncSession, repo_id: str) -> str | None:
+    """`repo_id` as the catalog spells it (any ASCII case finds it; the first indexed row of
+    a key a hub's rename left twice); None when the catalog has no such repo."""
+    conn = await session.connection()
+    dialect = conn.dialect.name
+    rows = await conn.execute(_spellings_statement(dialect), {"keys": _keys([repo_key(repo_id)], dialect)})
+    first = rows.first()
+    return None if first is None else str(first[1])
+
+
+def tree_lines(root: str, edges: Iterable[EdgeView], down: bool) -> list[str]:
+    """A walk's edges drawn as an indented tree under `root` (`tree`-style, ASCII): each repo
+    with its relations to the line above, "relation (source, ...)" (several when sources
+    disagree); a repo met again is marked "(above)" and not expanded twice; a parent the
+    catalog does not have is marked "(not in catalog)"."""
+    below: dict[str, dict[str, list[EdgeView]]] = {}  # key -> next key -> edges between them
+    names: dict[str, str] = {repo_key(root): root}
+    for e in edges:
+        near, far = (e.parent, e.child) if down else (e.child, e.parent)
+        names.setdefault(repo_key(far), far)
+        below.setdefault(repo_key(near), {}).setdefault(repo_key(far), []).append(e)
+    lines = [root]
+    expanded = {repo_key(root)}
+
+    def draw(key: str, indent: str) -> None:
+        nexts = sorted(below.get(key, {}).items())
+        for i, (far, between) in enumerate(nexts):
+            last = i == len(nexts) - 1
+            relations: dict[str, list[str]] = {}
+            for e in between:
+                relations.setdefault(e.relation, []).append(e.source)
+            label = ", ".join(f"{r} ({', '.join(sorted(s))})" for r, s in sorted(relations.items()))
+            marks = "" if down or all(e.parent_in_catalog for e in between) else "  (not in catalog)"
+            again = far in expanded
+            lines.append(f"{indent}{'`-- ' if last else '|-- '}{names[far]}  {label}{marks}"
+                         f"{'  (above)' if again else ''}")  # fmt: skip
+            if not again:
+                expanded.add(far)
+                draw(far, indent + ("    " if last else "|   "))
+
+    draw(repo_key(root), "")
+    return lines

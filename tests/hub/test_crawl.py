@@ -521,7 +521,6 @@ async def _tree(db: Database, repo_id: str) -> dict[str, set[tuple[str, str, str
     """Where the catalog files `repo_id`'s children: its depth-1 descendants (child, parent as
     shown, relation, source), the repos of a `descendant_of` search, and the repo the API
     redirects the id to."""
-    from registry.api import reads
     from registry.catalog import lineage
     from registry.catalog.search import SearchQuery, search
 
@@ -531,7 +530,7 @@ async def _tree(db: Database, repo_id: str) -> dict[str, set[tuple[str, str, str
         return {
             "edges": {(e.child, e.parent, e.relation, e.source) for e in walk.edges},
             "searched": {h.repo for h in page.items},
-            "moved_to": await reads.moved_to(session, repo_id),
+            "moved_to": await lineage.moved_to(session, repo_id),
         }
 
 

@@ -46,7 +46,7 @@ async def _moved(request: web.Request, session: AsyncSession, repo_id: str, repo
     with no indexed row of its own is looked up (a retired row keeps no revision)."""
     if repo is not None and repo.revision is not None:
         return
-    target = await reads.moved_to(session, repo_id)
+    target = await lineage.moved_to(session, repo_id)
     if target is None:
         return
     org, _, name = target.partition("/")
