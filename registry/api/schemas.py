@@ -191,6 +191,9 @@ REPO_DETAIL = obj({
     "repo": ref("Repo"),
     "artifacts": {"type": "array", "items": ref("ArtifactInRepo")},
     "lineage": obj({"parents": EDGES, "children": EDGES}),
+    "moved_from": {"type": "array", "items": STR,
+                   "description": "Ids the hub has answered for as this repo (renamed, transferred), as the "
+                   "catalog spelled them, oldest move first; their routes redirect here."},
 })  # fmt: skip
 
 LINEAGE = obj(

@@ -319,3 +319,19 @@ def tree_lines(root: str, edges: Iterable[EdgeView], down: bool) -> list[str]:
 
     draw(repo_key(root), "")
     return lines
+
+
+@functools.cache
+def _moved_from_statement() -> Select[str]:
+    return (
+        select(RepoMove.old_repo_id)
+        .where(RepoMove.repo_pk == bindparam("repo_pk"))
+        .order_by(RepoMove.moved_at, RepoMove.old_key)
+    )
+
+
+async def moved_from(session: AsyncSession, repo_pk: int) -> list[str]:
+    """The ids the hub has moved to the repo `repo_pk`, as the catalog spelled them, oldest
+    move first."""
+    conn = await session.connection()
+    return list((await conn.execute(_moved_from_statement(), {"repo_pk": repo_pk})).scalars())

@@ -23,7 +23,7 @@ async def _artifact_id(api: ApiClient, query: str) -> int:
 
 async def test_repo_page_has_card_artifacts_and_direct_edges(api: ApiClient) -> None:
     reply = await api.get("/v1/repos/bartowski/Llama-3-8B-GGUF")
-    assert reply.status == 200
+    assert reply.status == 200 and reply.body["moved_from"] == []
     repo = reply.body["repo"]
     assert repo["card_base_model"] == ["meta-llama/Llama-3-8B"]
     assert repo["card_base_model_relation"] == "quantized"
@@ -191,7 +191,7 @@ async def test_a_repo_id_the_hub_moved_redirects_to_the_repo(api: ApiClient, db:
     assert reply.body["error"]["code"] == "moved"
     assert reply.body["error"]["details"] == {"repo": "Bartowski/llama-3-8b-gguf", "moved_to": new}
     page = await api.get(f"/v1/repos/{old}")  # followed
-    assert page.status == 200 and page.body["repo"]["repo_id"] == new
+    assert page.status == 200 and page.body["repo"]["repo_id"] == new and page.body["moved_from"] == [old]
     assert [e["child"] for e in page.body["lineage"]["children"]] == ["someone/llama-3-8b-finetune-GGUF"]
     child = await api.get("/v1/repos/someone/llama-3-8b-finetune-GGUF")
     assert [(e["parent"], e["parent_in_catalog"]) for e in child.body["lineage"]["parents"]] == [(new, True)]

@@ -607,6 +607,11 @@ async def test_a_repo_moved_twice_keeps_the_children_of_both_old_ids(any_db: Dat
     assert tree["searched"] == fans and {e[1] for e in tree["edges"]} == {c}  # type: ignore[union-attr]
     for old in (a, b):
         assert await _tree(any_db, old) == {"edges": set(), "searched": fans, "moved_to": c}
+    from registry.catalog import lineage
+
+    async with any_db.sessions() as session:
+        pk = await session.scalar(select(Repo.id).where(Repo.repo_id == c))
+        assert pk is not None and await lineage.moved_from(session, pk) == [a, b]
 
 
 async def test_another_hub_answering_under_another_id_moves_nothing(db: Database, hub: FakeHub) -> None:
