@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from registry.config import ConfigError, Settings, load_settings
 
 if TYPE_CHECKING:
+    from registry.catalog.db import Database
     from registry.catalog.search import SearchItem
     from registry.gguf.limits import Limits
     from registry.hub.http import RemoteHeader
@@ -402,7 +403,6 @@ def _add_search(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
 def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     import json
 
-    from registry.catalog import migrate
     from registry.catalog.db import Database
     from registry.catalog.search import SearchQuery, search
 
@@ -418,9 +418,7 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
 
     async def work() -> int:
         async with Database.from_settings(settings) as db:
-            if await migrate.current_revision(db.engine) != migrate.head_revision():
-                print("registry: search: the catalog is not set up: run `registry db upgrade` "
-                      "or `registry index PATH`", file=sys.stderr)  # fmt: skip
+            if not await _catalog_set_up(db, "search"):
                 return EXIT_ERROR
             async with db.sessions() as session:
                 page = await search(session, query)
@@ -433,6 +431,17 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_OK
 
     return _catalog_call("search", work)
+
+
+async def _catalog_set_up(db: Database, name: str) -> bool:
+    """Whether the catalog's schema is at head; else says how to set it up, on stderr."""
+    from registry.catalog import migrate
+
+    if await migrate.current_revision(db.engine) == migrate.head_revision():
+        return True
+    print(f"registry: {name}: the catalog is not set up: run `registry db upgrade` or `registry index PATH`",
+          file=sys.stderr)  # fmt: skip
+    return False
 
 
 def _search_table(items: Sequence[SearchItem]) -> str:
@@ -474,14 +483,12 @@ def _add_tree(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
 def _cmd_tree(args: argparse.Namespace, settings: Settings) -> int:
     import json
 
-    from registry.catalog import lineage, migrate
+    from registry.catalog import lineage
     from registry.catalog.db import Database
 
     async def work() -> int:
         async with Database.from_settings(settings) as db:
-            if await migrate.current_revision(db.engine) != migrate.head_revision():
-                print("registry: tree: the catalog is not set up: run `registry db upgrade` "
-                      "or `registry index PATH`", file=sys.stderr)  # fmt: skip
+            if not await _catalog_set_up(db, "tree"):
                 return EXIT_ERROR
             async with db.sessions() as session:
                 repo, moved_from = args.repo, None

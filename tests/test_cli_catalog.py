@@ -231,21 +231,14 @@ def test_search_offers_every_verification_status() -> None:
     assert tuple(action.choices or ()) == VERIFICATION_STATUSES
 
 
-def _write_tree(url: str) -> None:
-    """org/base <- q/base-GGUF (quantized: card; unknown: gguf), org/base <- ft/tuned <-
-    q/tuned-GGUF, which is also a merge with q/base-GGUF (two ways down to it); q/base-GGUF
-    was first indexed as old/base-GGUF, which the hub then moved."""
+def _write_catalog(url: str, repos: dict[str, tuple[tuple[str, str, str], ...]],
+                   moves: tuple[tuple[str, str], ...] = ()) -> None:  # fmt: skip
+    """Migrate the database, write a repo (one artifact) per id naming these (parent,
+    relation, source), then tell the catalog the hub moved each (old, new) id."""
     from registry.catalog.db import Database
     from registry.catalog.services import repo_moved, upsert_repo_snapshot
     from registry.catalog.snapshot import LineageRecord
     from tests.catalog.factories import make_snapshot
-
-    repos = {
-        "org/base": (),
-        "old/base-GGUF": (("org/base", "quantized", "card"), ("Org/Base", "unknown", "gguf")),
-        "ft/tuned": (("org/base", "finetune", "card"),),
-        "q/tuned-GGUF": (("ft/tuned", "quantized", "card"), ("old/base-GGUF", "merge", "card")),
-    }
 
     async def write() -> None:
         async with Database.from_url(url) as db:
@@ -254,14 +247,24 @@ def _write_tree(url: str) -> None:
                 snap = make_snapshot(repo_id, lineage=tuple(LineageRecord(*p) for p in parents))
                 async with db.sessions() as session, session.begin():
                     await upsert_repo_snapshot(session, snap)
-            async with db.sessions() as session, session.begin():
-                assert await repo_moved(session, "old/base-GGUF", "q/base-GGUF") == "renamed"
+            for old, new in moves:
+                async with db.sessions() as session, session.begin():
+                    assert await repo_moved(session, old, new) == "renamed"
 
     asyncio.run(write())
 
 
 def test_tree_draws_the_model_tree(url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    _write_tree(url)
+    """org/base <- q/base-GGUF (quantized: card; unknown: gguf), org/base <- ft/tuned <-
+    q/tuned-GGUF, which is also a merge with q/base-GGUF (two ways down to it); q/base-GGUF
+    was first indexed as old/base-GGUF, which the hub then moved."""
+    repos = {
+        "org/base": (),
+        "old/base-GGUF": (("org/base", "quantized", "card"), ("Org/Base", "unknown", "gguf")),
+        "ft/tuned": (("org/base", "finetune", "card"),),
+        "q/tuned-GGUF": (("ft/tuned", "quantized", "card"), ("old/base-GGUF", "merge", "card")),
+    }
+    _write_catalog(url, repos, moves=(("old/base-GGUF", "q/base-GGUF"),))
     code, out, err = run(capsys, "tree", "ORG/BASE", "--direction", "descendants")
     assert (code, err) == (0, "")
     assert out.splitlines() == [
@@ -302,19 +305,7 @@ def test_tree_draws_the_model_tree(url: str, capsys: pytest.CaptureFixture[str])
 def test_tree_of_a_repo_only_its_children_name(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     """A base model the catalog has not indexed is still a node of the tree, spelled as its
     children's sources spell it; an id nothing names is an error."""
-    from registry.catalog.db import Database
-    from registry.catalog.services import upsert_repo_snapshot
-    from registry.catalog.snapshot import LineageRecord
-    from tests.catalog.factories import make_snapshot
-
-    async def write() -> None:
-        async with Database.from_url(url) as db:
-            await migrate.ensure_schema(db.engine)
-            async with db.sessions() as session, session.begin():
-                lineage = (LineageRecord("Meta-Llama/Llama-3.1-8B", "quantized", "gguf"),)
-                await upsert_repo_snapshot(session, make_snapshot("q/llama-GGUF", lineage=lineage))
-
-    asyncio.run(write())
+    _write_catalog(url, {"q/llama-GGUF": (("Meta-Llama/Llama-3.1-8B", "quantized", "gguf"),)})
     code, out, _ = run(capsys, "tree", "meta-llama/llama-3.1-8b")
     assert code == 0 and out.splitlines() == [
         "made from (ancestors, depth 3):",
