@@ -199,3 +199,14 @@ async def test_a_repo_id_the_hub_moved_redirects_to_the_repo(api: ApiClient, db:
         found = await api.get(f"/v1/artifacts?descendant_of={name}")
         assert {i["repo"] for i in found.body["items"]} == {"someone/llama-3-8b-finetune-GGUF"}
     assert (await api.get("/v1/repos/bartowski/Other-GGUF")).status == 404  # other ids are not moved
+
+
+async def test_a_repo_moved_to_an_id_without_an_owner_is_not_redirected(api: ApiClient, db: Database) -> None:
+    """The hub has legacy ids with no owner part (`gpt2`): no route of the repo's shape names
+    them, so the old id is not redirected to a path that would not match."""
+    from registry.catalog.services import repo_moved
+
+    async with db.sessions() as session, session.begin():
+        assert await repo_moved(session, "bartowski/Llama-3-8B-GGUF", "llama-3-8b-gguf") == "renamed"
+    reply = await api.get("/v1/repos/bartowski/Llama-3-8B-GGUF", allow_redirects=False)
+    assert reply.status == 404 and reply.body["error"]["code"] == "not_found"

@@ -47,9 +47,9 @@ async def _moved(request: web.Request, session: AsyncSession, repo_id: str, repo
     if repo is not None and repo.revision is not None:
         return
     target = await lineage.moved_to(session, repo_id)
-    if target is None:
+    org, _, name = (target or "").partition("/")
+    if target is None or not org or not name:  # an id with no owner part has no route of this shape
         return
-    org, _, name = target.partition("/")
     url = request.app.router[request.match_info.route.name or "get_repo"].url_for(org=org, name=name)
     raise Moved(f"the hub has moved {repo_id} to {target}", repo_id, target, str(url.with_query(request.query)))
 
