@@ -153,11 +153,13 @@ def _level_statement(down: bool, dialect: str) -> Select[str, str, str, str, str
 def _spellings_statement(dialect: str) -> Select[str, str]:
     """(key, spelling) of the catalog's repos of the bound `keys`, the first indexed first.
 
-    Once per step of a walk for the parents it has not met yet: as a subquery of the step's
-    statement it was one index search per edge, and took 3.6 of the 5.7 ms of the
-    457-edge step of bench.search's depth-5 walk on PostgreSQL, and 2.2 of 5.3 on SQLite
-    (over the 5 ms of `database.sqlite_inline_read_ms`, after which a read on the event
-    loop is stopped and run again on the connection's thread)."""
+    Once per walk, for the parents of all its edges (the steps follow keys only): as a
+    subquery of each step's statement it was one index search per edge, and took 3.6 of
+    the 5.7 ms of the 457-edge step of bench.search's depth-5 walk on PostgreSQL, and 2.2
+    of 5.3 on SQLite (over the 5 ms of `database.sqlite_inline_read_ms`, after which a read
+    on the event loop is stopped and run again on the connection's thread). Looked up once
+    a step instead, its four lookups were four more round trips; all 233 parents of that
+    walk at once take 1.6-1.8 ms on SQLite and 3.1-3.9 on PostgreSQL."""
     return select(Repo.repo_key, Repo.repo_id).where(_in_keys(Repo.repo_key, dialect)).order_by(Repo.id)
 
 
@@ -183,32 +185,34 @@ async def _walk(session: AsyncSession, repo_id: str, max_depth: int, down: bool,
     start = repo_key(repo_id)
     seen = {start}
     frontier = [start]
-    edges: list[EdgeView] = []
-    spellings: dict[str, str] = {}  # parent key -> the catalog's spelling
-    looked_up: set[str] = set()
+    # (depth, plain tuple (child, parent, relation, source, child key, parent key)): a Row's
+    # attributes cost more than the rest of a step's Python
+    found: list[tuple[int, tuple[Any, ...]]] = []
+    truncated = False
     for depth in range(1, max(1, min(max_depth, MAX_DEPTH)) + 1):
-        room = max_edges - len(edges)
+        room = max_edges - len(found)
         params = {"keys": _keys(frontier, dialect), "n": room + 1}
-        # plain tuples (child, parent, relation, source, child key, parent key): a Row's
-        # attributes cost more than the rest of a step's Python
         rows = [tuple(row) for row in await conn.execute(_level_statement(down, dialect), params)]
-        if unknown := sorted({row[5] for row in rows[:room]} - looked_up):
-            looked_up.update(unknown)
-            keys = {"keys": _keys(unknown, dialect)}
-            for key, name in await conn.execute(_spellings_statement(dialect), keys):
-                spellings.setdefault(key, name)
-        for child, parent, relation, source, _, parent_key in rows[:room]:
-            spelling = spellings.get(parent_key)
-            edges.append(EdgeView(child, parent if spelling is None else spelling, relation, source, depth, True,
-                                  spelling is not None))  # fmt: skip
+        found.extend((depth, row) for row in rows[:room])
         if len(rows) > room:
-            return Walk(edges, True)
+            truncated = True
+            break
         reached = sorted({row[4] if down else row[5] for row in rows} - seen)
         if not reached:
             break
         seen.update(reached)
         frontier = reached
-    return Walk(edges, False)
+    # The parents' spellings, once for the whole walk: the steps need keys only.
+    spellings: dict[str, str] = {}  # parent key -> the catalog's spelling
+    if parents := sorted({row[5] for _, row in found}):
+        for key, name in await conn.execute(_spellings_statement(dialect), {"keys": _keys(parents, dialect)}):
+            spellings.setdefault(key, name)
+    edges = []
+    for depth, (child, parent, relation, source, _, parent_key) in found:
+        spelling = spellings.get(parent_key)
+        edges.append(EdgeView(child, parent if spelling is None else spelling, relation, source, depth, True,
+                              spelling is not None))  # fmt: skip
+    return Walk(edges, truncated)
 
 
 def _view(row: Any, depth: int, catalog_spelling: str | None) -> EdgeView:
