@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from sqlalchemy import Row, Select, bindparam, func, select
+from sqlalchemy import Row, Select, bindparam, exists, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry.catalog.models import (
@@ -26,6 +26,7 @@ from registry.catalog.models import (
     LineageEdge,
     QuantMix,
     Repo,
+    RepoMove,
     Shard,
     Verification,
     repo_key,
@@ -119,7 +120,9 @@ def _artifact_by_id(dialect: str) -> Select[Any]:
 # A repo by any spelling of its id (repo_key), the exact spelling first when a hub's
 # rename left two rows.
 _REPO_BY_NAME = (
-    select(_REPOS)
+    # has_moves: whether the hub has moved other ids to it (lineage.moved_from lists them),
+    # asked here so that the page of a repo without any costs no query of its own
+    select(_REPOS, exists().where(RepoMove.__table__.c.repo_pk == _REPOS.c.id).label("has_moves"))
     .where(_REPOS.c.repo_key == bindparam("key"))
     .order_by((_REPOS.c.repo_id == bindparam("repo_id")).desc(), _REPOS.c.id)
     .limit(1)

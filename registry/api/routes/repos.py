@@ -67,7 +67,7 @@ async def get_repo(request: web.Request) -> web.Response:
         artifacts = await reads.repo_artifacts(session, repo.id)
         latest = await reads.latest_verifications(session, artifacts)
         parents, children = await lineage.neighbours(session, repo_id)
-        moved_from = await lineage.moved_from(session, repo.id)
+        moved_from = await lineage.moved_from(session, repo.id) if repo.has_moves else []
     body = {
         "repo": present.repo(repo),
         "artifacts": [present.artifact_full(a, repo_id, latest.get(a.row.id), with_metadata=False) for a in artifacts],
