@@ -476,7 +476,8 @@ def _add_tree(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument("--depth", type=_int_in(1, MAX_DEPTH), default=3, metavar="N",
                    help=f"edges to follow, 1 to {MAX_DEPTH} (default: 3)")  # fmt: skip
     p.add_argument("--json", action="store_true",
-                   help='print {"repo", "in_catalog", "moved_from", "ancestors", "descendants", "truncated"}')  # fmt: skip
+                   help='print {"repo", "in_catalog", "moved_from" (ids the hub moved to it), "ancestors", '
+                   '"descendants", "truncated"}')  # fmt: skip
     return "tree", _cmd_tree
 
 
@@ -491,10 +492,12 @@ def _cmd_tree(args: argparse.Namespace, settings: Settings) -> int:
             if not await _catalog_set_up(db, "tree"):
                 return EXIT_ERROR
             async with db.sessions() as session:
-                repo, moved_from = args.repo, None
+                repo, asked_for = args.repo, None
                 if (target := await lineage.moved_to(session, repo)) is not None:
-                    repo, moved_from = target, repo
-                spelled = await lineage.catalog_spelling(session, repo)
+                    repo, asked_for = target, repo
+                found = await lineage.catalog_repo(session, repo)
+                spelled = None if found is None else found[1]
+                moved_from = [] if found is None else await lineage.moved_from(session, found[0])
                 walks = {}
                 for side, down in (("ancestors", False), ("descendants", True)):
                     if args.direction in (side, "both"):
@@ -515,8 +518,10 @@ def _cmd_tree(args: argparse.Namespace, settings: Settings) -> int:
             body["truncated"] = truncated
             print(json.dumps(body, ensure_ascii=False))
             return EXIT_OK
-        if moved_from is not None:
-            print(f"{moved_from}: the hub has moved it to {repo}")
+        if asked_for is not None:
+            print(f"{asked_for}: the hub has moved it to {repo}")
+        elif moved_from:
+            print(f"{repo}: the hub has moved it from {', '.join(moved_from)}")
         for side, w in walks.items():
             title = "made from" if side == "ancestors" else "made from it"
             print(f"{title} ({side}, depth {args.depth}):")

@@ -293,10 +293,12 @@ def test_tree_draws_the_model_tree(url: str, capsys: pytest.CaptureFixture[str])
         "  q/base-GGUF",
         "  `-- q/tuned-GGUF  merge (card)",
     ]
+    code, out, _ = run(capsys, "tree", "q/base-gguf", "--direction", "ancestors", "--depth", "1")
+    assert out.splitlines()[0] == "q/base-GGUF: the hub has moved it from old/base-GGUF"
     code, out, _ = run(capsys, "tree", "old/base-GGUF", "--json", "--depth", "1")
     body = json.loads(out)
     assert (body["repo"], body["moved_from"], body["in_catalog"], body["truncated"]) == (
-        "q/base-GGUF", "old/base-GGUF", True, False)  # fmt: skip
+        "q/base-GGUF", ["old/base-GGUF"], True, False)  # fmt: skip
     assert {(e["parent"], e["relation"], e["source"], e["depth"]) for e in body["ancestors"]} == {
         ("org/base", "quantized", "card", 1), ("org/base", "unknown", "gguf", 1)}  # fmt: skip
     assert [(e["child"], e["parent"]) for e in body["descendants"]] == [("q/tuned-GGUF", "q/base-GGUF")]

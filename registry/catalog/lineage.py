@@ -281,14 +281,18 @@ async def moved_to(session: AsyncSession, repo_id: str) -> str | None:
     return (await conn.execute(_moved_to_statement(), {"key": repo_key(repo_id)})).scalar_one_or_none()
 
 
-async def catalog_spelling(session: AsyncSession, repo_id: str) -> str | None:
-    """`repo_id` as the catalog spells it (any ASCII case finds it; the first indexed row of
-    a key a hub's rename left twice); None when the catalog has no such repo."""
+@functools.cache
+def _repo_by_key_statement() -> Select[int, str]:
+    return select(Repo.id, Repo.repo_id).where(Repo.repo_key == bindparam("key", type_=String)).order_by(Repo.id).limit(1)
+
+
+async def catalog_repo(session: AsyncSession, repo_id: str) -> tuple[int, str] | None:
+    """(primary key, id as the catalog spells it) of the repo `repo_id` names in any ASCII
+    case (the first indexed row of a key a hub's rename left twice); None when the catalog
+    has no such repo."""
     conn = await session.connection()
-    dialect = conn.dialect.name
-    rows = await conn.execute(_spellings_statement(dialect), {"keys": _keys([repo_key(repo_id)], dialect)})
-    first = rows.first()
-    return None if first is None else str(first[1])
+    row = (await conn.execute(_repo_by_key_statement(), {"key": repo_key(repo_id)})).first()
+    return None if row is None else (int(row[0]), str(row[1]))
 
 
 def tree_lines(root: str, edges: Iterable[EdgeView], down: bool) -> list[str]:
