@@ -28,7 +28,7 @@ from sqlalchemy import select
 
 from registry.catalog import migrate
 from registry.catalog.db import Database
-from registry.catalog.models import Crawl, Repo
+from registry.catalog.models import Crawl, Repo, repo_key
 from registry.catalog.services import mark_repo_deleted, repo_moved, upsert_repo_snapshot
 from registry.catalog.snapshot import ArtifactError, ArtifactRecord, RepoSnapshot, ShardRecord, UpsertResult
 from registry.catalog.types import utcnow
@@ -256,9 +256,13 @@ async def index_repo(
             moved = await repo_moved(session, repo_id, info.repo_id)
         if moved is not None:
             log.info("%s: the hub now calls it %s; %s", repo_id, info.repo_id, _MOVED_LOG[moved])
-            if report is not None:
-                report.moved += 1
             known_revision = None  # that was the old id's revision
+        # Counted also when the catalog has no row of the old id any more: an earlier
+        # attempt of this job moved it and then failed for a transient reason (an attempt
+        # that is retried reports nothing), or another crawl did. An id asked for in
+        # another letter case only is not a move unless a row took the new spelling.
+        if report is not None and (moved is not None or repo_key(info.repo_id) != repo_key(repo_id)):
+            report.moved += 1
     if known_revision is not None and info.sha == known_revision:
         return None
     snap = await build_snapshot(client, http, info, opts or ReadOptions(), report)

@@ -25,7 +25,7 @@ from tests.fakehub.corpus import Repo as HubRepo
 from tests.fakehub.testing import FAST_RETRY, TOKEN, Sleeps
 from workers.crawl import CrawlParams, crawl_hub, index_repo
 from workers.crawl_jobs import enqueue_crawl
-from workers.jobs import JobContext, index_repo_job
+from workers.jobs import JobContext, TransientJobError, index_repo_job
 
 
 @pytest.fixture
@@ -612,6 +612,33 @@ async def test_a_repo_moved_twice_keeps_the_children_of_both_old_ids(any_db: Dat
     async with any_db.sessions() as session:
         pk = await session.scalar(select(Repo.id).where(Repo.repo_id == c))
         assert pk is not None and await lineage.moved_from(session, pk) == [a, b]
+
+
+async def test_a_move_is_counted_when_the_job_that_made_it_is_retried(tmp_path: Path, hub: FakeHub) -> None:
+    """A repo job moves the row, then fails for a transient reason and is retried (the
+    attempt reports nothing): the retry, which finds the row moved already, counts the move."""
+    old, new = "synth/tiny-llama-GGUF", "new-owner/tiny-llama-GGUF"
+    async with Database.from_url(f"sqlite+aiosqlite:///{tmp_path / 'retried.db'}") as db:
+        client, http = _clients(hub)
+        async with http:
+            await crawl_hub(db, client, http, CrawlParams(repos=(old,)))
+            hub.corpus.rename(old, new)
+            params = CrawlParams(repos=(old,))
+            async with db.sessions() as session, session.begin():
+                crawl = Crawl(kind="hub", parameters=params.to_parameters())
+                session.add(crawl)
+                await session.flush()
+                crawl_id = crawl.id
+            ctx = JobContext(Settings(hub=HubSettings(endpoint=hub.endpoint, token=TOKEN)), db, client, http)
+            # every request for the repo's files fails through all of the client's retries
+            hub.faults.add(Fault("status", route="cdn", repo=new, status=503, times=FAST_RETRY.max_attempts))
+            with pytest.raises(TransientJobError):
+                await index_repo_job(ctx, old, None, crawl_id, final_attempt=False)
+            assert await _hub_rows(db, new) != []  # moved by the failed attempt
+            await index_repo_job(ctx, old, None, crawl_id)
+            async with db.sessions() as session:
+                counters = (await session.get_one(Crawl, crawl_id)).counters
+    assert (counters["moved"], counters["indexed"], counters["failed"]) == (1, 1, 0)
 
 
 async def test_another_hub_answering_under_another_id_moves_nothing(db: Database, hub: FakeHub) -> None:
