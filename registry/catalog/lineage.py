@@ -207,12 +207,7 @@ async def _walk(session: AsyncSession, repo_id: str, max_depth: int, down: bool,
     if parents := sorted({row[5] for _, row in found}):
         for key, name in await conn.execute(_spellings_statement(dialect), {"keys": _keys(parents, dialect)}):
             spellings.setdefault(key, name)
-    edges = []
-    for depth, (child, parent, relation, source, _, parent_key) in found:
-        spelling = spellings.get(parent_key)
-        edges.append(EdgeView(child, parent if spelling is None else spelling, relation, source, depth, True,
-                              spelling is not None))  # fmt: skip
-    return Walk(edges, truncated)
+    return Walk([_view(row, depth, spellings.get(row[5])) for depth, row in found], truncated)
 
 
 def _view(row: Any, depth: int, catalog_spelling: str | None) -> EdgeView:

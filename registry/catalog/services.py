@@ -477,9 +477,7 @@ async def _reclaim(session: AsyncSession, key: str) -> None:
     An edge is kept once per parent, relation and source in its first spelling; a child
     whose sources named both the old id and the repo it had moved to keeps the one edge,
     filed by that spelling, until the child is read again."""
-    target = await session.scalar(
-        select(Repo.repo_key).join(RepoMove, RepoMove.repo_pk == Repo.id).where(RepoMove.old_key == key)
-    )
+    target = (await _moved_keys(session, {key})).get(key)
     if target is None:
         return
     await session.execute(delete(RepoMove).where(RepoMove.old_key == key))
