@@ -166,7 +166,8 @@ class Artifact(Base):
     sort_name: Mapped[str] = mapped_column(
         String(SORT_NAME_LENGTH).with_variant(String(SORT_NAME_LENGTH, collation="C"), "postgresql")
     )
-    # Lower-cased repo id, path, name, basename, tags and description: the free-text haystack
+    # Lower-cased repo id, the ids the hub moved to the repo, path, name, basename, tags and
+    # description: the free-text haystack
     # (pg_trgm GIN index on PostgreSQL, FTS5 trigram table on SQLite; see migrations).
     search_text: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -123,8 +123,10 @@ def _path_key(path: str) -> str:
     return str(_fit(Artifact.__table__, {"path": path})["path"])
 
 
-def _search_text(repo: Repo, record: ArtifactRecord) -> str:
-    parts = [repo.repo_id, record.path, *repo.tags]
+def _search_text(repo: Repo, record: ArtifactRecord, moved_from: Iterable[str]) -> str:
+    """The artifact's free-text haystack; `moved_from`: the ids the hub moved to its repo,
+    right after the repo's own id, so that a long description never cuts them off."""
+    parts = [repo.repo_id, *moved_from, record.path, *repo.tags]
     f = record.facts
     if f is not None:
         parts += [f.name or "", f.basename or "", f.finetune or "", *f.tags, f.description or ""]
@@ -205,7 +207,9 @@ def _file_license(facts: FactsData | None) -> str | None:
     return str(_fit(Facts.__table__, {"license": facts.license})["license"])
 
 
-def _artifact_values(repo: Repo, snap: RepoSnapshot, record: ArtifactRecord) -> dict[str, Any]:
+def _artifact_values(
+    repo: Repo, snap: RepoSnapshot, record: ArtifactRecord, moved_from: Iterable[str]
+) -> dict[str, Any]:
     f = record.facts
     values: dict[str, Any] = {
         "revision": snap.revision,
@@ -227,7 +231,7 @@ def _artifact_values(repo: Repo, snap: RepoSnapshot, record: ArtifactRecord) -> 
         "likes": repo.likes,
         "last_modified": repo.last_modified or EPOCH,
         "sort_name": f"{repo.repo_id}/{record.path}".lower(),
-        "search_text": _search_text(repo, record),
+        "search_text": _search_text(repo, record, moved_from),
         **_template_safety(record),
     }
     # Folded as stored (cleaned and cut to their columns): a query's value, folded alike,
@@ -265,8 +269,9 @@ async def _write_artifacts(
     if not todo:
         return
     rows: list[Artifact] = []
+    moved_from = await _moved_ids(session, repo)
     for record, artifact in todo:
-        values = _artifact_values(repo, snap, record)
+        values = _artifact_values(repo, snap, record, moved_from)
         if artifact is None:
             artifact = Artifact(repo_pk=repo.id, path=_path_key(record.path), **values)
             session.add(artifact)
@@ -440,6 +445,19 @@ async def _moved_keys(session: AsyncSession, keys: set[str]) -> dict[str, str]:
     return {old: new for old, new in rows}
 
 
+async def _moved_ids(session: AsyncSession, repo: Repo) -> list[str]:
+    """The ids the hub moved to `repo`, in the order of the moves: its artifacts' search text
+    holds them, so that a search for an id people knew finds the repo it became."""
+    if repo.source != "hub":
+        return []
+    query = (
+        select(RepoMove.old_repo_id)
+        .where(RepoMove.repo_pk == repo.id)
+        .order_by(RepoMove.moved_at, RepoMove.old_key)
+    )
+    return list((await session.scalars(query)).all())
+
+
 async def _file_edges_under(session: AsyncSession, from_key: str, to_key: str) -> None:
     """Edges whose parent is `from_key` are filed under `to_key`. A child that has an edge
     under `to_key` of the same relation and source already keeps that one (one edge per
@@ -477,10 +495,16 @@ async def _reclaim(session: AsyncSession, key: str) -> None:
     An edge is kept once per parent, relation and source in its first spelling; a child
     whose sources named both the old id and the repo it had moved to keeps the one edge,
     filed by that spelling, until the child is read again."""
-    target = (await _moved_keys(session, {key})).get(key)
-    if target is None:
+    moved = await session.scalar(
+        select(Repo).join(RepoMove, RepoMove.repo_pk == Repo.id).where(RepoMove.old_key == key)
+    )
+    if moved is None:
         return
+    target = moved.repo_key
     await session.execute(delete(RepoMove).where(RepoMove.old_key == key))
+    # Its artifacts' search text holds the old id: forgetting the revision has the next
+    # crawl of it write them again.
+    moved.revision = None
     edges = cast(Table, LineageEdge.__table__)
     rows = await session.execute(select(edges.c.id, edges.c.parent_repo_id).where(edges.c.parent_key == target))
     ids = [edge_id for edge_id, spelled in rows if repo_key(spelled) == key]
@@ -518,6 +542,7 @@ async def repo_moved(session: AsyncSession, old: str, new: str) -> str | None:
             # moves onto the retired row follow it (their edges are filed under old_key)
             await session.execute(update(RepoMove).where(RepoMove.repo_pk == repo.id).values(repo_pk=other.id))
             await _record_move(session, old, other)
+            other.revision = None  # its search text gains the ids moved to it when it is indexed next
         await session.flush()
         return "retired"
     if key != old_key:

@@ -20,6 +20,7 @@ from sqlalchemy import (
     Connection,
     MetaData,
     Table,
+    func,
     insert,
     inspect,
     select,
@@ -102,7 +103,7 @@ async def _copies(db: Database) -> dict[str, tuple[str | None, ...]]:
 async def test_folding_rewrites_the_rows_written_before_and_the_downgrade_restores_them(empty_db_url: str) -> None:
     db = Database.from_url(empty_db_url)
     try:
-        await migrate.upgrade(db.engine, BEFORE_FOLDING)
+        await migrate.upgrade(db.engine)  # written by today's writer, then taken back
         async with db.sessions() as session, session.begin():
             await upsert_repo_snapshot(session, make_snapshot(card_license="MIT", artifacts=(
                 artifact("a.gguf", make_facts(architecture="LLaMA", license="Apache-2.0", file_type="q4_k_m",
@@ -111,6 +112,8 @@ async def test_folding_rewrites_the_rows_written_before_and_the_downgrade_restor
                                               size_label="7b")),
                 error_artifact("c.gguf"),
             )))  # fmt: skip
+        await migrate.downgrade(db.engine, BEFORE_FOLDING)
+        async with db.sessions() as session, session.begin():
             for path, (arch, license, file_type, size_label) in UNFOLDED.items():
                 await session.execute(update(Artifact).where(Artifact.path == path).values(
                     architecture=arch, license=license, file_type=file_type, size_label=size_label))  # fmt: skip
@@ -129,6 +132,44 @@ async def test_folding_rewrites_the_rows_written_before_and_the_downgrade_restor
         assert await _copies(db) == UNFOLDED
         await migrate.upgrade(db.engine)
         assert await _copies(db) == FOLDED
+    finally:
+        await empty_tables(db)
+        await db.dispose()
+
+
+BEFORE_MOVED_IDS_IN_TEXT = "5c1e9b7d2a40"
+
+
+async def test_repos_that_ids_moved_to_are_read_again_to_put_the_ids_in_their_search_text(
+    empty_db_url: str,
+) -> None:
+    """A move recorded by the writer before: the repo's text lacks the old id. The upgrade
+    forgets that repo's revision (no other's), and its next write adds the old id."""
+    from registry.catalog.models import Repo
+    from registry.catalog.services import repo_moved
+
+    old, new, other = "first-owner/model-GGUF", "second-owner/model-GGUF", "else/model-GGUF"
+    db = Database.from_url(empty_db_url)
+    try:
+        await migrate.upgrade(db.engine, BEFORE_MOVED_IDS_IN_TEXT)
+        async with db.sessions() as session, session.begin():
+            await upsert_repo_snapshot(session, make_snapshot(old), hub_answered=True)
+            await upsert_repo_snapshot(session, make_snapshot(other), hub_answered=True)
+            assert await repo_moved(session, old, new) == "renamed"
+            await upsert_repo_snapshot(session, make_snapshot(new), hub_answered=True)
+            # as the writer before this revision left it: the repo's own id only
+            unmoved = func.replace(Artifact.search_text, old.lower(), "")
+            await session.execute(update(Artifact).values(search_text=unmoved))
+        async with db.sessions() as session:
+            assert (await search(session, SearchQuery(text="first-owner"))).items == []
+
+        await migrate.upgrade(db.engine)
+        async with db.sessions() as session, session.begin():
+            revisions = dict((await session.execute(select(Repo.repo_id, Repo.revision))).all())
+            assert revisions == {new: None, other: "rev1"}
+            assert (await upsert_repo_snapshot(session, make_snapshot(new), hub_answered=True)).written == 1
+        async with db.sessions() as session:
+            assert [i.repo for i in (await search(session, SearchQuery(text="first-owner"))).items] == [new]
     finally:
         await empty_tables(db)
         await db.dispose()

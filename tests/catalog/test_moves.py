@@ -142,3 +142,48 @@ async def test_edges_follow_the_moves_in_force(db: Database, steps: list[Op]) ->
             assert {i.repo for i in found.items} == below, (repo_id, steps)
         ids = set((await session.scalars(select(Repo.repo_id).where(Repo.repo_id.not_like("child/%")))).all())
         assert ids == set(model.rows.values()), steps
+
+
+async def _searched(db: Database, text: str) -> set[str]:
+    async with db.sessions() as session:
+        return {i.repo for i in (await search(session, SearchQuery(text=text, limit=100))).items}
+
+
+async def _revision(db: Database, repo_id: str) -> str | None:
+    async with db.sessions() as session:
+        return await session.scalar(select(Repo.revision).where(Repo.repo_id == repo_id))
+
+
+async def test_a_search_for_an_old_id_finds_the_repo_the_hub_moved_it_to(db: Database) -> None:
+    """Each step as a crawl takes it: the move, then the repo indexed under the id the hub
+    answered with. A renamed row, and a row that an old id was retired onto at the revision
+    it has, both match a search for the old id; once the hub answers for the old id as a repo
+    of its own, the row it had moved to is read in full on its next crawl (its revision is
+    forgotten) and then no longer matches it."""
+    await empty_tables(db)
+    a, b, c = "first-owner/model-GGUF", "second-owner/model-GGUF", "third-owner/model-GGUF"
+    async with db.sessions() as session, session.begin():
+        await upsert_repo_snapshot(session, make_snapshot(a), hub_answered=True)
+        await upsert_repo_snapshot(session, make_snapshot(c), hub_answered=True)
+    async with db.sessions() as session, session.begin():
+        assert await repo_moved(session, a, b) == "renamed"
+        assert (await upsert_repo_snapshot(session, make_snapshot(b), hub_answered=True)).written == 1
+    assert await _searched(db, "first-owner") == {b} and await _searched(db, "second-owner") == {b}
+    async with db.sessions() as session, session.begin():
+        assert await repo_moved(session, b, c) == "retired"
+        written = await upsert_repo_snapshot(session, make_snapshot(c), hub_answered=True)
+    assert written.written == 1  # at the revision it had: written again all the same
+    # both old ids now name c's artifacts; b's own are gone
+    assert await _searched(db, "first-owner") == {c} and await _searched(db, "second-owner") == {c}
+    assert await _searched(db, "third-owner") == {c}
+
+    async with db.sessions() as session, session.begin():
+        await upsert_repo_snapshot(session, make_snapshot(a, revision="rev9"), hub_answered=True)
+    assert await _revision(db, c) is None
+    assert await _searched(db, "first-owner") == {a, c}  # until c is read again
+    async with db.sessions() as session, session.begin():
+        assert (await upsert_repo_snapshot(session, make_snapshot(c), hub_answered=True)).written == 1
+    assert await _searched(db, "first-owner") == {a} and await _searched(db, "second-owner") == {c}
+    async with db.sessions() as session:
+        pk = await session.scalar(select(Repo.id).where(Repo.repo_id == c))
+        assert pk is not None and await lineage.moved_from(session, pk) == [b]

@@ -481,7 +481,8 @@ async def test_a_renamed_repo_asked_for_by_its_old_id_moves_its_row(
 ) -> None:
     """Asked for by its old id while the catalog has no row for the new one, the repo's row
     takes the new id: its artifacts keep their ids (and so their verifications), its edges
-    follow, and it is read again so that searches match the new id, not the old."""
+    follow, and it is read again so that searches match the new id; the old id, which
+    people still know the repo by, finds it too (under its new id)."""
     from registry.catalog.models import LineageEdge
 
     old, new = "synth/tiny-llama-GGUF", "new-owner/tiny-llama-GGUF"
@@ -499,7 +500,7 @@ async def test_a_renamed_repo_asked_for_by_its_old_id_moves_its_row(
         assert (counters["indexed"], counters["failed"], counters["deleted"], counters["moved"]) == (1, 0, 0, 1)
         assert await _hub_rows(db, new) == [(new, revision, artifacts)]
         assert await _hub_rows(db, old) == []
-        assert await _searched(db, "new-owner") == {new} and await _searched(db, "synth/tiny-llama-gguf") == set()
+        assert await _searched(db, "new-owner") == {new} and await _searched(db, "synth/tiny-llama-gguf") == {new}
         async with db.sessions() as session:
             children = set(await session.scalars(select(LineageEdge.child_repo_id)))
         assert new in children and old not in children
@@ -541,7 +542,8 @@ async def test_children_that_name_a_moved_repo_by_its_old_id_stay_in_its_tree(
     it, written before or after the move and in any letter case, are filed under the repo: its
     tree and `descendant_of` (by either id) list those children, showing the repo's new id.
     When the hub later answers for the old id as a repo of its own, the edges whose sources
-    spelled the old id are filed under it again."""
+    spelled the old id are filed under it again, and the repo it had moved to is read again
+    on its next crawl, after which a search for the old id finds only the repo of that id."""
     old, new = "synth/tiny-llama-GGUF", "new-owner/tiny-llama-GGUF"
     client, http = _clients(hub)
     async with http:
@@ -574,8 +576,15 @@ async def test_children_that_name_a_moved_repo_by_its_old_id_stay_in_its_tree(
 
         # A new repo under the old id, which the hub answers for as itself.
         hub.corpus.add(HubRepo(old, files=list(hub.corpus.repos[new].files), sha="f" * 40))
+        assert await _searched(any_db, old) == {new}
         reclaimed = await crawl_hub(any_db, client, http, CrawlParams(repos=(old,)))
         assert (reclaimed.indexed, reclaimed.moved, reclaimed.failed) == (1, 0, 0)
+        [(_, forgotten, _)] = await _hub_rows(any_db, new)
+        assert forgotten is None  # its artifacts' search text still holds the old id
+        assert await _searched(any_db, old) == {old, new}
+        again = await crawl_hub(any_db, client, http, CrawlParams(repos=(new,)))
+        assert (again.indexed, again.failed) == (1, 0)
+        assert await _searched(any_db, old) == {old} and await _searched(any_db, new) == {new}
     assert await _tree(any_db, old) == {
         "edges": {("fan/early-GGUF", old, "quantized", "card"), ("fan/late-GGUF", old, "quantized", "gguf")},
         "searched": {"fan/early-GGUF", "fan/late-GGUF"},
@@ -685,6 +694,8 @@ async def test_a_rename_onto_an_id_the_catalog_has_in_another_case_retires_the_o
     assert {p for p, (_, s) in artifacts.items() if s == "indexed"} == ggufs
     [(old_spelled, old_revision, gone)] = await _hub_rows(db, old)
     assert (old_spelled, old_revision) == (old, None) and {s for _, s in gone.values()} == {"gone"}
+    # the other row was written again, its search text now holding the old id
+    assert await _searched(db, old) == {new} and await _searched(db, "synth") == {new}
     # The old id moved to the other row: children naming it, before or after, are that row's.
     await _write_children(db, ("fan/late-GGUF", ((old, "quantized", "card"),)))
     assert await _tree(db, old) == {"edges": set(), "searched": {"fan/early-GGUF", "fan/late-GGUF"},
