@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
 from functools import cache
 
 from registry.runner import pretokenize
-from registry.runner.tokenizer import TokenType, Vocab, byte_value, decode_bytes, partition_special
+from registry.runner.tokenizer import (
+    TokenType,
+    Vocab,
+    byte_value,
+    decode_bytes,
+    merge_pairs,
+    partition_special,
+)
 
 
 @cache
@@ -75,37 +81,8 @@ class BPETokenizer:
 
     def _merge(self, word: str) -> list[str]:
         """Apply merges lowest rank first, leftmost first among equal ranks."""
-        syms: list[str] = list(word)
-        if len(syms) < 2:
-            return syms
-        # Doubly linked symbols plus a heap of candidate pairs; stale entries are skipped.
-        nxt = [*range(1, len(syms)), -1]
-        prv = list(range(-1, len(syms) - 1))
-        heap: list[tuple[int, int, str, str]] = []
-
-        def push(i: int) -> None:
-            j = nxt[i] if i >= 0 else -1
-            if i < 0 or j < 0:
-                return
-            r = self._ranks.get((syms[i], syms[j]))
-            if r is not None:
-                heapq.heappush(heap, (r, i, syms[i], syms[j]))
-
-        for i in range(len(syms) - 1):
-            push(i)
-        while heap:
-            _, i, left, right = heapq.heappop(heap)
-            j = nxt[i]
-            if not syms[i] or j < 0 or syms[i] != left or syms[j] != right:
-                continue
-            syms[i] = left + right
-            syms[j] = ""
-            nxt[i] = nxt[j]
-            if nxt[j] >= 0:
-                prv[nxt[j]] = i
-            push(prv[i])
-            push(i)
-        return [s for s in syms if s]
+        ranks = self._ranks
+        return merge_pairs(list(word), lambda left, right: ranks.get((left, right)))
 
     def _lookup(self, sym: str) -> list[int]:
         tid = self.vocab.token_to_id.get(sym)

@@ -7,11 +7,17 @@ symbols that never became a token are emitted as <0xXX> byte tokens.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
 
 from registry.runner.errors import TokenizerUnsupported
-from registry.runner.tokenizer import TokenType, Vocab, byte_value, decode_bytes, partition_special
+from registry.runner.tokenizer import (
+    TokenType,
+    Vocab,
+    byte_value,
+    decode_bytes,
+    merge_pairs,
+    partition_special,
+)
 
 SPACE = "\u2581"
 
@@ -45,38 +51,14 @@ class SPMTokenizer:
 
     def _tokenize(self, text: str, out: list[int]) -> None:
         t2i = self.vocab.token_to_id
-        syms = list(text)
-        n = len(syms)
-        nxt = [*range(1, n), -1]
-        prv = list(range(-1, n - 1))
-        # Max-heap on score via negation; ties go to the leftmost pair.
-        heap: list[tuple[float, int, str, str]] = []
+        scores = self._scores
 
-        def push(i: int) -> None:
-            if i < 0 or nxt[i] < 0:
-                return
-            j = nxt[i]
-            tid = t2i.get(syms[i] + syms[j])
-            if tid is not None:
-                heapq.heappush(heap, (-self._scores[tid], i, syms[i], syms[j]))
+        def priority(left: str, right: str) -> float | None:
+            # the higher score first (a min-heap on its negation); ties to the leftmost pair
+            tid = t2i.get(left + right)
+            return None if tid is None else -scores[tid]
 
-        for i in range(n - 1):
-            push(i)
-        while heap:
-            _, i, left, right = heapq.heappop(heap)
-            j = nxt[i]
-            if not syms[i] or j < 0 or syms[i] != left or syms[j] != right:
-                continue
-            syms[i] = left + right
-            syms[j] = ""
-            nxt[i] = nxt[j]
-            if nxt[j] >= 0:
-                prv[nxt[j]] = i
-            push(prv[i])
-            push(i)
-        for s in syms:
-            if not s:
-                continue
+        for s in merge_pairs(list(text), priority):
             tid = t2i.get(s)
             if tid is not None:
                 out.append(tid)

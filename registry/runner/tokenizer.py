@@ -13,7 +13,8 @@ longest first. With `parse_special=True` control tokens in the text are matched 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+import heapq
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -193,3 +194,42 @@ def decode_bytes(tok: Tokenizer, ids: Sequence[int], *, special: bool = False) -
         if not 0 <= int(i) < n:
             raise ValueError(f"token id {i} outside the vocabulary of {n}")
     return b"".join(tok.token_bytes(int(i), special=special) for i in ids).decode("utf-8", errors="replace")
+
+
+def merge_pairs(syms: list[str], priority: Callable[[str, str], float | None]) -> list[str]:
+    """Join adjacent symbols pair by pair, the pair of the lowest `priority` first and the
+    leftmost among equals, until no adjacent pair has one (None: the pair never joins);
+    the symbols left, in order. Both BPE flavours: merge ranks (gpt2) and negated token
+    scores (SentencePiece).
+
+    Doubly linked symbols plus a heap of candidate pairs: a join pushes the two pairs it
+    makes, and entries a join made stale are skipped when they come up."""
+    if len(syms) < 2:
+        return syms
+    nxt = [*range(1, len(syms)), -1]
+    prv = list(range(-1, len(syms) - 1))
+    heap: list[tuple[float, int, str, str]] = []
+
+    def push(i: int) -> None:
+        j = nxt[i] if i >= 0 else -1
+        if j < 0:
+            return
+        p = priority(syms[i], syms[j])
+        if p is not None:
+            heapq.heappush(heap, (p, i, syms[i], syms[j]))
+
+    for i in range(len(syms) - 1):
+        push(i)
+    while heap:
+        _, i, left, right = heapq.heappop(heap)
+        j = nxt[i]
+        if not syms[i] or j < 0 or syms[i] != left or syms[j] != right:
+            continue
+        syms[i] = left + right
+        syms[j] = ""
+        nxt[i] = nxt[j]
+        if nxt[j] >= 0:
+            prv[nxt[j]] = i
+        push(prv[i])
+        push(i)
+    return [s for s in syms if s]
