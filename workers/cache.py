@@ -48,7 +48,7 @@ import aiofiles
 import aiohttp
 
 from registry.hub.errors import HubConnectionError, HubError, HubTimeout, InvalidResponse, error_for_status
-from registry.hub.http import HttpOptions, new_session, retry_hint
+from registry.hub.http import HttpOptions, SessionOwner, origin, retry_hint
 
 _CHUNK = 1 << 20
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -90,16 +90,7 @@ async def sha256_file(path: Path) -> str:
     return await asyncio.to_thread(run)
 
 
-def _origin(url: str) -> tuple[str, str, int | None]:
-    parts = urlsplit(url)
-    return (
-        parts.scheme,
-        (parts.hostname or "").lower(),
-        parts.port or {"http": 80, "https": 443}.get(parts.scheme),
-    )
-
-
-class Downloader:
+class Downloader(SessionOwner):
     """Whole-file GETs that resume by Range after a failure."""
 
     def __init__(
@@ -109,28 +100,9 @@ class Downloader:
         session: aiohttp.ClientSession | None = None,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
-        self.options = options
-        self._session = session
-        self._own = session is None
+        super().__init__(options, session)
         self._sleep = sleep
-        self._hub = _origin(options.endpoint)
-
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = new_session(self.options)
-        return self._session
-
-    async def close(self) -> None:
-        if self._own and self._session is not None:
-            await self._session.close()
-        self._session = None
-
-    async def __aenter__(self) -> Downloader:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+        self._hub = origin(options.endpoint)
 
     async def download(self, url: str, dest: Path, expected_size: int | None) -> int:
         """Complete `dest` (possibly partial) from `url`; returns the body bytes received.
@@ -244,7 +216,7 @@ class Downloader:
         for _ in range(self.options.max_redirects + 1):
             auth = (
                 {"Authorization": f"Bearer {self.options.token}"}
-                if self.options.token and _origin(url) == self._hub
+                if self.options.token and origin(url) == self._hub
                 else {}
             )
             try:

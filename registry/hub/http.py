@@ -31,7 +31,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 import aiohttp
@@ -212,31 +212,14 @@ def new_session(options: HttpOptions) -> aiohttp.ClientSession:
     )
 
 
-class HubHttp:
-    """One connection pool, per-host limits and the retry policy for all header reads."""
+class SessionOwner:
+    """An aiohttp session made on first use from `options` (closed by `close()`, or on
+    leaving `async with`), or one the caller lends (left open: it is the caller's)."""
 
-    def __init__(
-        self,
-        options: HttpOptions | None = None,
-        *,
-        session: aiohttp.ClientSession | None = None,
-        sleep: Sleep = asyncio.sleep,
-        jitter: Callable[[], float] = random.random,
-        parser: Parser | None = None,
-    ) -> None:
-        self.options = options or HttpOptions()
+    def __init__(self, options: HttpOptions, session: aiohttp.ClientSession | None) -> None:
+        self.options = options
         self._session = session
         self._own_session = session is None
-        self._sleep = sleep
-        self._jitter = jitter
-        self._parser = parser
-        self._endpoint = origin(self.options.endpoint)
-        self._slots: dict[tuple[str, str, int | None], asyncio.Semaphore] = {}
-        self._timeout = client_timeout(self.options)
-
-    @classmethod
-    def from_settings(cls, hub: HubSettings, **kw: Any) -> HubHttp:
-        return cls(HttpOptions.from_settings(hub), **kw)
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -249,11 +232,36 @@ class HubHttp:
             await self._session.close()
         self._session = None
 
-    async def __aenter__(self) -> HubHttp:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+class HubHttp(SessionOwner):
+    """One connection pool, per-host limits and the retry policy for all header reads."""
+
+    def __init__(
+        self,
+        options: HttpOptions | None = None,
+        *,
+        session: aiohttp.ClientSession | None = None,
+        sleep: Sleep = asyncio.sleep,
+        jitter: Callable[[], float] = random.random,
+        parser: Parser | None = None,
+    ) -> None:
+        super().__init__(options or HttpOptions(), session)
+        self._sleep = sleep
+        self._jitter = jitter
+        self._parser = parser
+        self._endpoint = origin(self.options.endpoint)
+        self._slots: dict[tuple[str, str, int | None], asyncio.Semaphore] = {}
+        self._timeout = client_timeout(self.options)
+
+    @classmethod
+    def from_settings(cls, hub: HubSettings, **kw: Any) -> HubHttp:
+        return cls(HttpOptions.from_settings(hub), **kw)
 
     # -- the header loop --------------------------------------------------------------
     async def fetch_header(
