@@ -318,6 +318,11 @@ class LineageEdge(Base):
     # walk is then one index lookup instead of a join through repos.
     child_repo_id: Mapped[str] = mapped_column(String(REPO_ID_LENGTH))
     parent_repo_id: Mapped[str] = mapped_column(String(REPO_ID_LENGTH))  # as the source wrote it
+    # The other ids of the parent the child's sources named, other than in letter case: ids
+    # the hub moved to one repo are one parent (`RepoMove`), and this edge stands for all of
+    # them. Should the hub answer for one of them as a repo of its own again, the edge is
+    # split in two (`services._reclaim`), so that neither parent loses the child.
+    also_spelled: Mapped[list[str]] = mapped_column(Json, default=list, server_default=text("'[]'"))
     # repo_key() of both: walks follow these, so that every spelling of a repo is one node.
     child_key: Mapped[str] = mapped_column(String(REPO_ID_LENGTH), default=_key_of("child_repo_id"))
     parent_key: Mapped[str] = mapped_column(String(REPO_ID_LENGTH), default=_key_of("parent_repo_id"))

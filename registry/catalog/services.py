@@ -317,19 +317,29 @@ async def _sync_edges(
     parents = [(storable_text(e.parent_repo_id), e.relation, e.source) for e in wanted]
     moved = await _moved_keys(session, {repo_key(parent) for parent, _, _ in parents})
     # One edge per parent, relation and source: the first spelling of a parent is kept. A
-    # parent the hub has moved is filed under its repo's key, spelled as the source wrote it.
-    want: dict[tuple[str, str, str], str] = {}
+    # parent the hub has moved is filed under its repo's key, spelled as the source wrote it;
+    # the other ids of it that the sources named are kept on the edge (`also_spelled`).
+    want: dict[tuple[str, str, str], list[str]] = {}
+    keys: dict[tuple[str, str, str], set[str]] = {}
     for parent, relation, source in parents:
         key = repo_key(parent)
-        want.setdefault((moved.get(key, key), relation, source), parent)
+        filed = (moved.get(key, key), relation, source)
+        if key not in keys.setdefault(filed, set()):
+            keys[filed].add(key)
+            want.setdefault(filed, []).append(parent)
     if replace and (stale := [edge.id for k, edge in existing.items() if k not in want]):
         await session.execute(delete(LineageEdge).where(LineageEdge.id.in_(stale)))
     for k, edge in existing.items():
-        if k in want and edge.parent_repo_id != want[k]:
-            edge.parent_repo_id = want[k]  # the source now spells it so
+        if k in want:
+            first, *also = want[k]
+            if edge.parent_repo_id != first:
+                edge.parent_repo_id = first  # the source now spells it so
+            if edge.also_spelled != also:
+                edge.also_spelled = also
     new = [
-        {"child_pk": repo.id, "child_repo_id": repo.repo_id, "parent_repo_id": want[k], "relation": k[1],
-         "source": k[2], "child_key": repo.repo_key, "parent_key": k[0]}
+        {"child_pk": repo.id, "child_repo_id": repo.repo_id, "parent_repo_id": want[k][0],
+         "also_spelled": want[k][1:], "relation": k[1], "source": k[2], "child_key": repo.repo_key,
+         "parent_key": k[0]}
         for k in sorted(want.keys() - existing.keys())
     ]  # fmt: skip
     if new:
@@ -458,19 +468,38 @@ async def _moved_ids(session: AsyncSession, repo: Repo) -> list[str]:
     return list((await session.scalars(query)).all())
 
 
+def _spelled_once(spellings: Iterable[str]) -> list[str]:
+    """The spellings, the first of each repo key only, in order."""
+    seen: set[str] = set()
+    once = []
+    for spelling in spellings:
+        if repo_key(spelling) not in seen:
+            seen.add(repo_key(spelling))
+            once.append(spelling)
+    return once
+
+
 async def _file_edges_under(session: AsyncSession, from_key: str, to_key: str) -> None:
     """Edges whose parent is `from_key` are filed under `to_key`. A child that has an edge
     under `to_key` of the same relation and source already keeps that one (one edge per
-    parent, relation and source)."""
+    parent, relation and source), which takes the other's spellings into `also_spelled`."""
     edges = cast(Table, LineageEdge.__table__)
     other = edges.alias("other")
-    twin = exists().where(
-        other.c.child_pk == edges.c.child_pk,
-        other.c.parent_key == to_key,
-        other.c.relation == edges.c.relation,
-        other.c.source == edges.c.source,
-    )
-    await session.execute(delete(edges).where(edges.c.parent_key == from_key, twin))
+    twins = await session.execute(
+        select(edges.c.id, edges.c.parent_repo_id, edges.c.also_spelled, other.c.id, other.c.parent_repo_id,
+               other.c.also_spelled)
+        .join(other, (other.c.child_pk == edges.c.child_pk) & (other.c.relation == edges.c.relation)
+              & (other.c.source == edges.c.source))
+        .where(edges.c.parent_key == from_key, other.c.parent_key == to_key)
+    )  # fmt: skip
+    merged = [
+        (gone, kept, _spelled_once([kept_spelling, *kept_also, spelling, *also])[1:])
+        for gone, spelling, also, kept, kept_spelling, kept_also in twins
+    ]
+    for _, kept, also in merged:
+        await session.execute(update(edges).where(edges.c.id == kept).values(also_spelled=also))
+    if merged:
+        await session.execute(delete(edges).where(edges.c.id.in_([gone for gone, _, _ in merged])))
     await session.execute(update(edges).where(edges.c.parent_key == from_key).values(parent_key=to_key))
 
 
@@ -478,7 +507,9 @@ async def _record_move(session: AsyncSession, old_id: str, repo: Repo) -> None:
     """The hub answers for `old_id` as `repo` (whose id differs beyond letter case): the
     edges that name the old id are filed under the repo, now and when written later."""
     old_key = repo_key(old_id)
-    await session.execute(delete(RepoMove).where(RepoMove.old_key == old_key))
+    # A move recorded from the id before, to another repo, ends first: the edges that spell
+    # the id come back from that repo, to go where the id goes now.
+    await _reclaim(session, old_key)
     await session.execute(insert(RepoMove), [{"old_key": old_key, "old_repo_id": old_id, "repo_pk": repo.id}])
     await _file_edges_under(session, old_key, repo.repo_key)
 
@@ -490,11 +521,9 @@ _REFILE_BATCH = 1000
 
 async def _reclaim(session: AsyncSession, key: str) -> None:
     """The hub answers for the id `key` as a repo of that id: a move recorded from it is over,
-    and the edges whose source spelled that id are filed under it again.
-
-    An edge is kept once per parent, relation and source in its first spelling; a child
-    whose sources named both the old id and the repo it had moved to keeps the one edge,
-    filed by that spelling, until the child is read again."""
+    and the edges whose source spelled that id are filed under it again. An edge that also
+    stands for other ids of the repo (`also_spelled`: the child's sources named both) is
+    split: it stays with the repo under the other ids, and a new edge takes this one."""
     moved = await session.scalar(
         select(Repo).join(RepoMove, RepoMove.repo_pk == Repo.id).where(RepoMove.old_key == key)
     )
@@ -506,11 +535,28 @@ async def _reclaim(session: AsyncSession, key: str) -> None:
     # crawl of it write them again.
     moved.revision = None
     edges = cast(Table, LineageEdge.__table__)
-    rows = await session.execute(select(edges.c.id, edges.c.parent_repo_id).where(edges.c.parent_key == target))
-    ids = [edge_id for edge_id, spelled in rows if repo_key(spelled) == key]
+    rows = await session.execute(select(edges).where(edges.c.parent_key == target))
+    ids: list[int] = []
+    split: list[dict[str, Any]] = []
+    for edge in rows.mappings():
+        spellings = [edge["parent_repo_id"], *edge["also_spelled"]]
+        back = [s for s in spellings if repo_key(s) == key]
+        if not back:
+            continue
+        stay = [s for s in spellings if repo_key(s) != key]
+        if not stay:
+            ids.append(edge["id"])
+            continue
+        # The sources named both: the edge keeps the other ids, and a new one takes this one.
+        kept = {"parent_repo_id": stay[0], "also_spelled": stay[1:]}
+        await session.execute(update(edges).where(edges.c.id == edge["id"]).values(kept))
+        child = {c: edge[c] for c in ("child_pk", "child_repo_id", "child_key", "relation", "source")}
+        split.append({**child, "parent_repo_id": back[0], "parent_key": key, "also_spelled": []})
     for at in range(0, len(ids), _REFILE_BATCH):
         batch = ids[at : at + _REFILE_BATCH]
         await session.execute(update(edges).where(edges.c.id.in_(batch)).values(parent_key=key))
+    if split:
+        await session.execute(insert(edges), split)
 
 
 async def repo_moved(session: AsyncSession, old: str, new: str) -> str | None:

@@ -151,7 +151,7 @@ async def test_repos_that_ids_moved_to_are_read_again_to_put_the_ids_in_their_se
     old, new, other = "first-owner/model-GGUF", "second-owner/model-GGUF", "else/model-GGUF"
     db = Database.from_url(empty_db_url)
     try:
-        await migrate.upgrade(db.engine, BEFORE_MOVED_IDS_IN_TEXT)
+        await migrate.upgrade(db.engine)  # written by today's writer, then taken back
         async with db.sessions() as session, session.begin():
             await upsert_repo_snapshot(session, make_snapshot(old), hub_answered=True)
             await upsert_repo_snapshot(session, make_snapshot(other), hub_answered=True)
@@ -160,8 +160,11 @@ async def test_repos_that_ids_moved_to_are_read_again_to_put_the_ids_in_their_se
             # as the writer before this revision left it: the repo's own id only
             unmoved = func.replace(Artifact.search_text, old.lower(), "")
             await session.execute(update(Artifact).values(search_text=unmoved))
+        await migrate.downgrade(db.engine, BEFORE_MOVED_IDS_IN_TEXT)
         async with db.sessions() as session:
             assert (await search(session, SearchQuery(text="first-owner"))).items == []
+            revisions = dict((await session.execute(select(Repo.repo_id, Repo.revision))).all())
+            assert revisions == {new: "rev1", other: "rev1"}
 
         await migrate.upgrade(db.engine)
         async with db.sessions() as session, session.begin():

@@ -41,13 +41,14 @@ IDS = ("p/a", "p/b", "p/c", "P/B")
 # ("add", id): the hub answers for id as a repo of its own (indexed, a move from it ends);
 # ("move", n, new): the hub answers for the id of the catalog's n-th hub row (by id, modulo
 # their number; retired rows too) as new (a crawl asked for it by its old id);
-# ("child", parent id): a new child repo whose card names the parent.
+# ("child", parent id, ...): a new child repo whose card names these parents (as one
+# relation, so that ids of one repo make one edge).
 Op = tuple[str, ...] | tuple[str, int, str]
 ops = st.lists(
     st.one_of(
         st.tuples(st.just("add"), st.sampled_from(IDS)),
         st.tuples(st.just("move"), st.integers(0, 7), st.sampled_from(IDS)),
-        st.tuples(st.just("child"), st.sampled_from(IDS)),
+        st.lists(st.sampled_from(IDS), min_size=1, max_size=3).map(lambda parents: ("child", *parents)),
     ),
     min_size=1,
     max_size=16,
@@ -58,7 +59,7 @@ ops = st.lists(
 class Model:
     rows: dict[int, str] = field(default_factory=dict)  # hub row -> its id (never removed)
     moves: dict[str, int] = field(default_factory=dict)  # old key -> row
-    children: dict[str, str] = field(default_factory=dict)  # child id -> the parent it names
+    children: dict[str, tuple[str, ...]] = field(default_factory=dict)  # child id -> the parents it names
 
     def row_of(self, repo_id: str) -> int | None:
         """The first row of this key, as the catalog looks a hub repo up."""
@@ -111,8 +112,8 @@ async def _apply(db: Database, model: Model, steps: list[Op]) -> None:
                 assert await repo_moved(session, old, str(step[2])) == expected, (old, step)
             else:
                 child = f"child/{n}"
-                model.children[child] = str(step[1])
-                lineage_ = (LineageRecord(str(step[1]), "finetune", "card"),)
+                model.children[child] = tuple(str(p) for p in step[1:])
+                lineage_ = tuple(LineageRecord(str(p), "finetune", "card") for p in step[1:])
                 await upsert_repo_snapshot(session, make_snapshot(child, lineage=lineage_))
 
 
@@ -124,21 +125,30 @@ async def _apply(db: Database, model: Model, steps: list[Op]) -> None:
 # p/a moves to p/b and back: the edges naming either id are p/a's; then the hub has p/b again
 @example(steps=[("add", "p/a"), ("child", "p/a"), ("child", "P/B"), ("move", 0, "p/b"), ("child", "p/a"),
                 ("move", 0, "p/a"), ("add", "p/b"), ("child", "p/b")])  # fmt: skip
+# children naming both ids, before the move and while it holds, then the hub has p/a again:
+# each child is a child of both
+@example(steps=[("add", "p/a"), ("child", "p/a", "p/b"), ("move", 0, "p/b"), ("child", "P/B", "p/a"),
+                ("add", "p/a")])  # fmt: skip
+# p/a retired onto p/b, which moves on to p/c; a child names p/a; then the hub answers for p/a
+# as p/b (the retired row takes that id): the child's edge leaves p/c for p/b
+@example(steps=[("add", "p/a"), ("add", "p/b"), ("move", 0, "p/b"), ("move", 1, "p/c"), ("child", "p/a"),
+                ("move", 0, "p/b")])  # fmt: skip
 async def test_edges_follow_the_moves_in_force(db: Database, steps: list[Op]) -> None:
     await empty_tables(db)
     model = Model()
     await _apply(db, model, steps)
     async with db.sessions() as session:
         rows = await session.execute(select(LineageEdge.child_repo_id, LineageEdge.parent_key))
-        edges = {child: key for child, key in rows}
-        assert edges == {c: model.resolve(repo_key(p)) for c, p in model.children.items()}, steps
+        edges = {(child, key) for child, key in rows}
+        assert edges == {(c, model.resolve(repo_key(p))) for c, ps in model.children.items() for p in ps}, steps
         for repo_id in IDS:
             row = model.moves.get(repo_key(repo_id))
             expected = None if row is None else model.rows[row]
             spelled = await lineage.moved_to(session, repo_id)
             assert spelled == expected, (repo_id, steps)
             found = await search(session, SearchQuery(descendant_of=repo_id, limit=100))
-            below = {c for c, p in model.children.items() if model.resolve(repo_key(p)) == model.resolve(repo_key(repo_id))}
+            here = model.resolve(repo_key(repo_id))
+            below = {c for c, ps in model.children.items() if any(model.resolve(repo_key(p)) == here for p in ps)}
             assert {i.repo for i in found.items} == below, (repo_id, steps)
         ids = set((await session.scalars(select(Repo.repo_id).where(Repo.repo_id.not_like("child/%")))).all())
         assert ids == set(model.rows.values()), steps

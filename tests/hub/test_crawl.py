@@ -542,8 +542,9 @@ async def test_children_that_name_a_moved_repo_by_its_old_id_stay_in_its_tree(
     it, written before or after the move and in any letter case, are filed under the repo: its
     tree and `descendant_of` (by either id) list those children, showing the repo's new id.
     When the hub later answers for the old id as a repo of its own, the edges whose sources
-    spelled the old id are filed under it again, and the repo it had moved to is read again
-    on its next crawl, after which a search for the old id finds only the repo of that id."""
+    spelled the old id are filed under it again (a child whose sources named both ids is
+    then a child of both), and the repo it had moved to is read again on its next crawl,
+    after which a search for the old id finds only the repo of that id."""
     old, new = "synth/tiny-llama-GGUF", "new-owner/tiny-llama-GGUF"
     client, http = _clients(hub)
     async with http:
@@ -560,7 +561,7 @@ async def test_children_that_name_a_moved_repo_by_its_old_id_stay_in_its_tree(
         await _write_children(
             any_db,
             ("fan/late-GGUF", (("Synth/Tiny-Llama-GGUF", "quantized", "gguf"),)),
-            # both ids of the repo: one edge, under the first spelling
+            # both ids of the repo: one edge, spelled as the first, holding the other
             ("fan/both-GGUF", ((new, "finetune", "card"), (old, "finetune", "card"))),
         )
         fans = {"fan/early-GGUF", "fan/ahead-GGUF", "fan/late-GGUF", "fan/both-GGUF"}
@@ -586,8 +587,13 @@ async def test_children_that_name_a_moved_repo_by_its_old_id_stay_in_its_tree(
         assert (again.indexed, again.failed) == (1, 0)
         assert await _searched(any_db, old) == {old} and await _searched(any_db, new) == {new}
     assert await _tree(any_db, old) == {
-        "edges": {("fan/early-GGUF", old, "quantized", "card"), ("fan/late-GGUF", old, "quantized", "gguf")},
-        "searched": {"fan/early-GGUF", "fan/late-GGUF"},
+        "edges": {
+            ("fan/early-GGUF", old, "quantized", "card"),
+            ("fan/late-GGUF", old, "quantized", "gguf"),
+            ("fan/ahead-GGUF", old, "finetune", "card"),
+            ("fan/both-GGUF", old, "finetune", "card"),
+        },
+        "searched": fans,
         "moved_to": None,
     }
     assert await _tree(any_db, new) == {
