@@ -319,14 +319,11 @@ async def _sync_edges(
     # One edge per parent, relation and source: the first spelling of a parent is kept. A
     # parent the hub has moved is filed under its repo's key, spelled as the source wrote it;
     # the other ids of it that the sources named are kept on the edge (`also_spelled`).
-    want: dict[tuple[str, str, str], list[str]] = {}
-    keys: dict[tuple[str, str, str], set[str]] = {}
+    named: dict[tuple[str, str, str], list[str]] = {}
     for parent, relation, source in parents:
         key = repo_key(parent)
-        filed = (moved.get(key, key), relation, source)
-        if key not in keys.setdefault(filed, set()):
-            keys[filed].add(key)
-            want.setdefault(filed, []).append(parent)
+        named.setdefault((moved.get(key, key), relation, source), []).append(parent)
+    want = {filed: _spelled_once(spellings) for filed, spellings in named.items()}
     if replace and (stale := [edge.id for k, edge in existing.items() if k not in want]):
         await session.execute(delete(LineageEdge).where(LineageEdge.id.in_(stale)))
     for k, edge in existing.items():
@@ -505,13 +502,16 @@ async def _file_edges_under(session: AsyncSession, from_key: str, to_key: str) -
 
 async def _record_move(session: AsyncSession, old_id: str, repo: Repo) -> None:
     """The hub answers for `old_id` as `repo` (whose id differs beyond letter case): the
-    edges that name the old id are filed under the repo, now and when written later."""
+    edges that name the old id are filed under the repo, now and when written later, and
+    the repo forgets its revision, so that it is written again with the old id in its
+    artifacts' search text."""
     old_key = repo_key(old_id)
     # A move recorded from the id before, to another repo, ends first: the edges that spell
     # the id come back from that repo, to go where the id goes now.
     await _reclaim(session, old_key)
     await session.execute(insert(RepoMove), [{"old_key": old_key, "old_repo_id": old_id, "repo_pk": repo.id}])
     await _file_edges_under(session, old_key, repo.repo_key)
+    repo.revision = None
 
 
 # Edges re-filed per statement when a move is undone: well under any database's limit of
@@ -588,15 +588,13 @@ async def repo_moved(session: AsyncSession, old: str, new: str) -> str | None:
             # moves onto the retired row follow it (their edges are filed under old_key)
             await session.execute(update(RepoMove).where(RepoMove.repo_pk == repo.id).values(repo_pk=other.id))
             await _record_move(session, old, other)
-            other.revision = None  # its search text gains the ids moved to it when it is indexed next
         await session.flush()
         return "retired"
     if key != old_key:
-        repo.revision = None
         await _reclaim(session, key)  # while edges of a move from `new` are filed under their repo
     await _rename_repo(session, repo, new)
     if key != old_key:
-        await _record_move(session, old, repo)
+        await _record_move(session, old, repo)  # which forgets the revision too
     await session.flush()
     return "renamed"
 
