@@ -35,6 +35,14 @@ contenders. A dequantizer that returns a new array does at least that work, so w
 gguf-py asks for more than the fill rate of the same thread setting the row says "MISS
 above fill": the target asks for more than writing zeros reached in the same rounds.
 
+arith (synthetic rows of the ggml-target types): the last stage of our kernel for the
+type alone, one thread, into the same kind of buffer: codes already unpacked (one step's
+worth, made once and reused, so they stay in cache) widened into the output and scaled by
+the per-block or per-sub-block scale and min as the kernel does it (legacy._scale,
+kquants._affine), over the same steps. Unpacking the quants and decoding the scales cost
+nothing here, so no kernel built this way gets faster than this; where 0.5x ggml asks for
+more, the row says "MISS above arith".
+
 The runs of all contenders are interleaved round by round, so that load from other
 processes hits them alike.
 """
@@ -51,7 +59,7 @@ from pathlib import Path
 import numpy as np
 
 from registry.gguf.types import TENSOR_TYPES, GGMLType
-from registry.quant import dequantize, parallel, supported_types, workspace
+from registry.quant import dequantize, kquants, legacy, parallel, supported_types, workspace
 
 GGML_TARGETS = {"Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"}
 GGUF_PY_TARGET = 5.0
@@ -141,6 +149,49 @@ def fresh_fill(n_elements: int, threads: int) -> Callable[[], object]:
     return run
 
 
+# type -> (values per block, values per scale, code dtype, has a min): the final stage of
+# the type's kernel, as `arith_only` runs it.
+_ARITH: dict[GGMLType, tuple[int, int, type[np.integer], bool]] = {
+    GGMLType.Q4_0: (32, 32, np.int8, False),
+    GGMLType.Q4_1: (32, 32, np.uint8, True),
+    GGMLType.Q5_0: (32, 32, np.int8, False),
+    GGMLType.Q8_0: (32, 32, np.int8, False),
+    GGMLType.Q4_K: (256, 32, np.uint8, True),
+    GGMLType.Q5_K: (256, 32, np.uint8, True),
+    GGMLType.Q6_K: (256, 16, np.int8, False),
+}
+
+
+def arith_only(t: GGMLType, n_elements: int, rng: np.random.Generator) -> Callable[[], object] | None:
+    """A run of the type's widen-and-scale stage alone over `n_elements` values into one
+    buffer, step by step as the kernel goes, on codes that are unpacked already (one
+    step's worth, reused). None for a type without an entry in _ARITH."""
+    if t not in _ARITH:
+        return None
+    block, per_scale, dtype, with_min = _ARITH[t]
+    n_blocks = n_elements // block
+    legacy_type = block == 32
+    step = legacy.STEP if legacy_type else kquants.STEP
+    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
+    codes = rng.integers(lo, hi + 1, (step, block)).astype(dtype)
+    scales_shape = (n_blocks,) if legacy_type else (n_blocks, block // per_scale)
+    d = rng.random(scales_shape, dtype=np.float32)
+    m = rng.random(scales_shape, dtype=np.float32) if with_min else None
+    y = np.zeros((n_blocks, block), np.float32)  # faulted in before any timing
+    y_sub = y.reshape(n_blocks, block // per_scale, per_scale)
+
+    def run() -> None:
+        for s in range(0, n_blocks, step):
+            k = min(step, n_blocks - s)
+            mk = None if m is None else m[s : s + k]
+            if legacy_type:
+                legacy._scale(y[s : s + k], codes[:k], d[s : s + k], mk)
+            else:
+                kquants._affine(codes[:k], d[s : s + k], mk, y_sub[s : s + k])
+
+    return run
+
+
 def _ggml_lib() -> tuple[object | None, str]:
     try:
         from bench.ggml_ref import GGMLUnavailable, library_version, load
@@ -194,6 +245,7 @@ def measure(
     threads: int | None,
     *,
     fill: bool = False,
+    arith: Callable[[], object] | None = None,
 ) -> dict[str, object]:
     info = TENSOR_TYPES[case.type]
     t = case.type
@@ -207,6 +259,7 @@ def measure(
         "ggml": "n/a",
         "fill": "-",
         "fill_mt": "-",
+        "arith": "-",
     }
     sizes = {"ours": n, "ours_mt": n, "into": n, "into_mt": n}
     bufs = [np.zeros(k, np.float32) for k in counts]  # faulted in before any timing
@@ -230,6 +283,9 @@ def measure(
         sizes["fill"] = sizes["fill_mt"] = n
         runs["fill"] = fresh_fill(n, 1)
         runs["fill_mt"] = fresh_fill(n, threads or parallel.default_threads(n))
+    if arith is not None:
+        sizes["arith"] = n
+        runs["arith"] = arith
 
     if gguf_py is not None and t is GGMLType.F32:
         row["gguf"] = "view"
@@ -275,7 +331,8 @@ def _verdicts(
     """The row's target notes ("gguf-py 1t MISS mt ok", ...). For a synthetic row
     misses are added to `misses` under "1t" and "mt"; a gguf-py target above the row's
     fill rate of the same thread setting is marked "MISS above fill" and also listed
-    under "fill"."""
+    under "fill"; a one-thread ggml target above the row's arith rate is marked "MISS
+    above arith" and listed under "arith"."""
     notes = []
     checks: list[tuple[str, str, str, str, float]] = []
     if isinstance(row["gguf"], float):
@@ -296,11 +353,16 @@ def _verdicts(
             needed = target * row[theirs]  # type: ignore[operator]
             fill = row["fill" if config == "1t" else "fill_mt"]
             above = not ok and peer == "gguf-py" and isinstance(fill, float) and needed > fill
-            parts.append(f"{config} {'ok' if ok else 'MISS above fill' if above else 'MISS'}")
+            arith = row["arith"] if peer == "ggml" and config == "1t" else None
+            beyond = not ok and isinstance(arith, float) and needed > arith
+            verdict = "ok" if ok else "MISS above fill" if above else "MISS above arith" if beyond else "MISS"
+            parts.append(f"{config} {verdict}")
             if not ok and synthetic:
                 misses[config].append(f"{row['type']} vs {peer} {ratio:.2f}x")
             if above and synthetic:
                 misses["fill"].append(f"{row['type']} {config} needs {needed:.1f} > {fill:.1f}")
+            if beyond and synthetic:
+                misses["arith"].append(f"{row['type']} needs {needed:.1f} > {arith:.1f}")
         if parts:
             notes.append(f"{peer} {' '.join(parts)}")
     return notes
@@ -356,25 +418,26 @@ def main(argv: list[str]) -> int:
     rng = np.random.default_rng(0)
     cases += [Case("synthetic", t, [synthetic(t, args.elements, rng)]) for t in types]
 
-    head = f"{'':22s} {'':8s} {'':>10s} {'new arrays':^39s}  {'into a buffer':^23s}"
+    head = f"{'':22s} {'':8s} {'':>10s} {'new arrays':^39s}  {'into a buffer':^31s}"
     head += f"  {'ours/gguf-py':^15s} {'ours/ggml':^15s}"
     print(head)
     head = f"{'source':22s} {'type':8s} {'elements':>10s} {'ours-1t':>7s} {'ours-mt':>7s} {'gguf-py':>7s}"
     head += f" {'fill-1t':>7s} {'fill-mt':>7s}"
-    head += f"  {'ours-1t':>7s} {'ours-mt':>7s} {'ggml':>7s}  {'1t':>7s} {'mt':>7s} {'1t':>7s} {'mt':>7s}"
+    head += f"  {'ours-1t':>7s} {'ours-mt':>7s} {'ggml':>7s} {'arith':>7s}  {'1t':>7s} {'mt':>7s} {'1t':>7s} {'mt':>7s}"
     head += f" {'ggml/py':>7s}  targets"
     print(head)
     print("-" * len(head))
-    misses: dict[str, list[str]] = {"1t": [], "mt": [], "fill": []}
+    misses: dict[str, list[str]] = {"1t": [], "mt": [], "fill": [], "arith": []}
     for case in cases:
         made_up = case.source == "synthetic"
-        row = measure(case, args.repeat, lib, gguf_py, args.threads, fill=made_up)
+        arith = arith_only(case.type, case.n_elements, rng) if made_up else None
+        row = measure(case, args.repeat, lib, gguf_py, args.threads, fill=made_up, arith=arith)
         notes = _verdicts(row, made_up, misses)
         py_1t = row.get("ours_sub", row["ours"])
         py_mt = row.get("ours_mt_sub", row["ours_mt"])
         print(
             f"{case.source:22s} {row['type']!s:8s} {row['n']:>10d} {_fmt(row['ours'])} {_fmt(row['ours_mt'])}"
-            f" {_fmt(row['gguf'])} {_fmt(row['fill'])} {_fmt(row['fill_mt'])}  {_fmt(row['into'])} {_fmt(row['into_mt'])} {_fmt(row['ggml'])}"
+            f" {_fmt(row['gguf'])} {_fmt(row['fill'])} {_fmt(row['fill_mt'])}  {_fmt(row['into'])} {_fmt(row['into_mt'])} {_fmt(row['ggml'])} {_fmt(row['arith'])}"
             f"  {_ratio(py_1t, row['gguf'])} {_ratio(py_mt, row['gguf'])}"
             f" {_ratio(row['into'], row['ggml'])} {_ratio(row['into_mt'], row['ggml'])}"
             f" {_ratio(row['ggml'], row['gguf'])}  {'; '.join(notes)}",
@@ -394,6 +457,11 @@ def main(argv: list[str]) -> int:
     print(
         "gguf-py targets above the fresh-array fill (5x gguf-py against the row's fill rate, GB/s):",
         "; ".join(misses["fill"]) or "none",
+    )
+    print(
+        "ggml targets above our kernels' widen-and-scale stage alone (0.5x ggml against the row's arith"
+        " rate, GB/s, one thread):",
+        "; ".join(misses["arith"]) or "none",
     )
     if lib is None:
         print("not measured: the ggml targets (no ggml library)")
