@@ -967,8 +967,16 @@ class SnapshotMemo(_MemoEntries):
 
     @staticmethod
     async def generation(session: AsyncSession) -> str:
-        snapshot = await (await session.connection()).execute(_SNAPSHOT)
-        return str(snapshot.scalar_one())
+        """The generation, read once per transaction of `session`: a request that both
+        counts facets and walks a family reads it once (still before either count)."""
+        connection = await session.connection()
+        transaction = session.get_transaction()
+        known = session.info.get(_GENERATION_KEY)
+        if known is not None and known[0] is transaction:
+            return str(known[1])
+        generation = str((await connection.execute(_SNAPSHOT)).scalar_one())
+        session.info[_GENERATION_KEY] = (transaction, generation)
+        return generation
 
 
 class FileMemo(_MemoEntries):
@@ -1032,6 +1040,7 @@ class FileMemo(_MemoEntries):
 _FILE_MEMOS: weakref.WeakKeyDictionary[Engine, FileMemo | None] = weakref.WeakKeyDictionary()
 _SNAPSHOT_MEMOS: weakref.WeakKeyDictionary[Engine, SnapshotMemo] = weakref.WeakKeyDictionary()
 _SNAPSHOT = text("SELECT txid_current_snapshot()::text")
+_GENERATION_KEY = "registry.snapshot_generation"  # session.info: (transaction, generation)
 
 
 @functools.cache  # an immutable expression, the same for every statement; building it showed in profiles

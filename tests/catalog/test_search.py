@@ -737,6 +737,48 @@ async def test_facet_counts_are_kept_until_a_write_and_never_miss_one_in_flight(
     assert await architectures() == after and counted == settled
 
 
+async def test_facets_of_a_family_read_the_snapshot_once_per_transaction(
+    catalog: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: facet counts under `descendant_of` need the generation twice (the counts'
+    memo and the family's); one `txid_current_snapshot()` per transaction serves both, and
+    the session's next transaction reads it again, so it sees a commit made in between."""
+    from sqlalchemy import event
+
+    from registry.catalog import search as search_module
+
+    if catalog.dialect != "postgresql":
+        pytest.skip("the snapshot generation is PostgreSQL's (SQLite reads PRAGMA data_version)")
+    monkeypatch.setattr(search_module, "COMMON_ROWS", 1)  # the family (4 artifacts) is big: memoised
+    reads: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if "txid_current_snapshot" in statement:
+            reads.append(statement)
+
+    q = SearchQuery(descendant_of="meta-llama/Llama-3-8B")
+    listen = (catalog.engine.sync_engine, "before_cursor_execute")
+    event.listen(*listen, record)
+    try:
+        async with catalog.sessions() as session:
+            first = await facets(session, q)
+            assert len(reads) == 1
+            await session.commit()
+            other = Database.from_url(catalog.engine.url.render_as_string(hide_password=False))
+            try:
+                async with other.sessions() as writer, writer.begin():
+                    await upsert_repo_snapshot(writer, make_snapshot(
+                        "new/Llama-3-8B-abliterated-GGUF", card_base_model=("meta-llama/Llama-3-8B",),
+                        artifacts=(artifact("abl.gguf", make_facts(architecture="phi3")),)))  # fmt: skip
+            finally:
+                await other.dispose()
+            second = await facets(session, q)
+            assert len(reads) == 2
+    finally:
+        event.remove(*listen, record)
+    assert "phi3" not in first["architecture"] and second["architecture"]["phi3"] == 1
+
+
 @pytest.mark.parametrize("common", [False, True], ids=["rare", "common"])
 async def test_a_word_matches_the_same_rows_whichever_way_in(
     db: Database, monkeypatch: pytest.MonkeyPatch, common: bool
