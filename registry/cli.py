@@ -323,39 +323,24 @@ def _limits(settings: Settings) -> Limits:
     )
 
 
-_COUNT_SUFFIXES = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
-
-
 def _param_count(text: str) -> int:
-    """A parameter count as people write it: 7000000000, 7e9, 7B, 1.5B, 500M."""
-    raw = text.strip().upper()
-    suffix = raw[-1:] if raw[-1:] in _COUNT_SUFFIXES else ""
+    """A parameter count as people write it (catalog.amounts): 7000000000, 7e9, 7B, 500M."""
+    from registry.catalog import amounts
+
     try:
-        value = float(raw[: len(raw) - len(suffix)]) * _COUNT_SUFFIXES[suffix]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a parameter count: {text!r} (e.g. 7B, 500M, 7e9)") from None
-    if not 0 <= value < 2**63:
-        raise argparse.ArgumentTypeError(f"parameter count out of range: {text!r}")
-    return round(value)
-
-
-_BYTE_UNITS = {"": 1, "B": 1, **{f"{p}B": 1000**i for i, p in enumerate("KMGT", 1)},
-               **{f"{p}IB": 1024**i for i, p in enumerate("KMGT", 1)}}  # fmt: skip
+        return amounts.parameter_count(text.strip())
+    except amounts.BadAmount as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _byte_size(text: str) -> int:
-    """A size as people write it: 8000000000, 7.5e9, 8GB or 8G (10**9), 6GiB (2**30), 500MB."""
-    raw = text.strip().upper().replace(" ", "")
-    number = raw.rstrip("KMGTIB")
-    unit = raw[len(number) :]
-    unit = unit + "B" if unit in ("K", "M", "G", "T") else unit
+    """A size as people write it (catalog.amounts): 8000000000, 7.5e9, 8GB, 8G, 6GiB, 500 MB."""
+    from registry.catalog import amounts
+
     try:
-        value = float(number) * _BYTE_UNITS[unit]
-    except (ValueError, KeyError):
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 8GB, 6GiB, 500MB, 7.5e9)") from None
-    if not 0 <= value < 2**63:
-        raise argparse.ArgumentTypeError(f"size out of range: {text!r}")
-    return round(value)
+        return amounts.byte_size(text.replace(" ", ""))
+    except amounts.BadAmount as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _add_search(sub: argparse._SubParsersAction) -> tuple[str, Handler]:

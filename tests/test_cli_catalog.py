@@ -146,7 +146,8 @@ def test_index_says_which_folder_it_could_not_read(
 @pytest.mark.parametrize(
     ("text", "count"),
     [("7000000000", 7_000_000_000), ("7e9", 7_000_000_000), ("7B", 7_000_000_000), ("1.5b", 1_500_000_000),
-     ("500M", 500_000_000), ("135m", 135_000_000), ("2T", 2_000_000_000_000), ("0", 0)],
+     ("500M", 500_000_000), ("135m", 135_000_000), ("2T", 2_000_000_000_000), ("0", 0),
+     ("123456789012345678", 123_456_789_012_345_678), ("1e30", 2**63 - 1), (" 7B ", 7_000_000_000)],
 )
 def test_param_count_arguments(text: str, count: int) -> None:
     from registry.cli import _param_count
@@ -158,7 +159,7 @@ def test_param_count_arguments(text: str, count: int) -> None:
     ("text", "size"),
     [("8000000000", 8 * 10**9), ("7.5e9", 7_500_000_000), ("8GB", 8 * 10**9), ("8g", 8 * 10**9),
      ("6GiB", 6 * 2**30), ("500 MB", 500 * 10**6), ("512kib", 512 * 1024), ("1T", 10**12), ("0", 0),
-     ("100B", 100)],
+     ("100B", 100), ("1e30", 2**63 - 1), (".5K", 500)],
 )  # fmt: skip
 def test_byte_size_arguments(text: str, size: int) -> None:
     from registry.cli import _byte_size
@@ -166,7 +167,7 @@ def test_byte_size_arguments(text: str, size: int) -> None:
     assert _byte_size(text) == size
 
 
-@pytest.mark.parametrize("text", ["", "GB", "abc", "8X", "8BB", "8GIBB", "-1GB", "1e30", "nan", "inf"])
+@pytest.mark.parametrize("text", ["", "GB", "abc", "8X", "8BB", "8GIBB", "8Ki", "-1GB", "nan", "inf", "1_000", "\uff18GB"])
 def test_bad_byte_size_arguments(text: str) -> None:
     import argparse
 
@@ -176,7 +177,7 @@ def test_bad_byte_size_arguments(text: str) -> None:
         _byte_size(text)
 
 
-@pytest.mark.parametrize("text", ["", "abc", "7X", "-1B", "1e30", "nan"])
+@pytest.mark.parametrize("text", ["", "abc", "7X", "-1B", "nan", "7BB", "1e1000"])
 def test_bad_param_count_arguments(text: str) -> None:
     import argparse
 

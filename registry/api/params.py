@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from registry.api.errors import InvalidParameter, UnknownParameter
+from registry.catalog import amounts
 
 Parser = Callable[[str, str], Any]  # (name, raw) -> value, raising InvalidParameter
 
@@ -83,6 +84,18 @@ def integer(minimum: int | None = None, maximum: int | None = None) -> Parser:
     return parse
 
 
+def amount(read: Callable[[str], int]) -> Parser:
+    """A parameter count or byte size (`catalog.amounts`): digits, `7e9`, `7B`, `6GiB`."""
+
+    def parse(name: str, raw: str) -> int:
+        try:
+            return read(raw)
+        except amounts.BadAmount as exc:
+            raise InvalidParameter(name, f"{name}: {exc}") from None
+
+    return parse
+
+
 def choice(values: Sequence[str]) -> Parser:
     allowed = tuple(values)
 
@@ -117,6 +130,26 @@ def int_param(
 ) -> Param:
     schema = {"type": "integer", "minimum": minimum, "maximum": maximum}
     return Param(name, integer(minimum, maximum), schema, description, default=default)
+
+
+def count_param(name: str, description: str) -> Param:
+    """A parameter-count filter: `7000000000`, `7e9`, `7B`, `1.5B`, `500M`."""
+    schema = {"type": "string", "pattern": amounts.PARAMS_PATTERN, "maxLength": amounts.MAX_LENGTH,
+              "examples": ["7000000000", "7B", "1.5B", "500M", "7e9"]}  # fmt: skip
+    return Param(name, amount(amounts.parameter_count), schema, description + _AMOUNT_NOTE)
+
+
+def size_param(name: str, description: str) -> Param:
+    """A byte-size filter: `8000000000`, `8GB`, `8G`, `6GiB`, `500MB`, `7.5e9`."""
+    schema = {"type": "string", "pattern": amounts.SIZE_PATTERN, "maxLength": amounts.MAX_LENGTH,
+              "examples": ["8000000000", "8GB", "6GiB", "500MB", "7.5e9"]}  # fmt: skip
+    return Param(name, amount(amounts.byte_size), schema, description + _AMOUNT_NOTE)
+
+
+_AMOUNT_NOTE = (
+    " An integer, or a decimal number with an optional exponent, optionally followed by a unit"
+    " (any case); amounts above 2**63 - 1 count as that."
+)
 
 
 def choice_param(name: str, description: str, values: Sequence[str], *, default: str | None = None) -> Param:

@@ -10,6 +10,8 @@ Files, one job each:
 * `search.py` (+ `search_index.py`, the free-text index per dialect): search, facets, cursors.
 * `folding.py`: the one ASCII-case spelling search stores and matches architectures,
   licenses, file types and size labels in.
+* `amounts.py`: parameter counts and byte sizes of the filters as people write them (`7B`,
+  `6GiB`), one reading for the command line and the API.
 * `lineage.py`: edges from card, tags and GGUF keys; ancestor and descendant walks.
 * `errors.py`: `CatalogError` subclasses with a code and an HTTP status.
 

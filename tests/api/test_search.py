@@ -62,6 +62,15 @@ async def test_default_search_lists_indexed_artifacts_by_downloads(api: ApiClien
         ("max_size=2500&descendant_of=meta-llama/llama-3-8b",
          ["bartowski/Llama-3-8B-GGUF/Llama-3-8B-IQ2_XS.gguf", "someone/llama-3-8b-finetune-GGUF/ft.gguf"]),
         ("min_size=10&max_size=5", []),
+        # Amounts as people write them (catalog.amounts), the same as `registry search` takes.
+        ("min_params=40B", ["mistralai/Mixtral-8x7B-GGUF/mixtral-00001-of-00002.gguf"]),
+        ("max_params=0.6b", ["qwen/Qwen2-0.5B-GGUF/qwen2-0_5b-q8_0.gguf"]),
+        ("max_params=6e8", ["qwen/Qwen2-0.5B-GGUF/qwen2-0_5b-q8_0.gguf"]),
+        ("min_size=16.001KB", ["mistralai/Mixtral-8x7B-GGUF/mixtral-00001-of-00002.gguf"]),
+        ("min_size=15.63kib", ["mistralai/Mixtral-8x7B-GGUF/mixtral-00001-of-00002.gguf"]),  # 16,005 bytes
+        ("max_size=2.5K&descendant_of=meta-llama/llama-3-8b",
+         ["bartowski/Llama-3-8B-GGUF/Llama-3-8B-IQ2_XS.gguf", "someone/llama-3-8b-finetune-GGUF/ft.gguf"]),
+        ("min_params=1e30", []),  # beyond any bigint: counts as 2**63 - 1, which nothing reaches
     ],
 )
 async def test_each_filter(api: ApiClient, query: str, expected: list[str]) -> None:
@@ -116,7 +125,11 @@ async def test_keyset_pages_walk_everything_once_with_link_headers(api: ApiClien
         ("limit=ten", "limit", "invalid_parameter"),
         ("limit=1&limit=2", "limit", "invalid_parameter"),
         ("min_params=-1", "min_params", "invalid_parameter"),
-        ("max_size=8GB", "max_size", "invalid_parameter"),
+        ("max_size=8XB", "max_size", "invalid_parameter"),
+        ("max_size=-1GB", "max_size", "invalid_parameter"),
+        ("min_params=7+B", "min_params", "invalid_parameter"),  # "7 B": no spaces
+        ("min_params=1_000", "min_params", "invalid_parameter"),
+        ("min_params=nan", "min_params", "invalid_parameter"),
         ("sort=popularity", "sort", "invalid_parameter"),
         ("status=deleted", "status", "invalid_parameter"),
         ("verification=great", "verification", "invalid_parameter"),

@@ -16,9 +16,11 @@ from registry.api.params import (
     Param,
     bool_param,
     choice_param,
+    count_param,
     int_param,
     parse_query,
     path_int,
+    size_param,
     text_param,
 )
 from registry.api.responses import json_response
@@ -42,10 +44,12 @@ FILTER_PARAMS: tuple[Param, ...] = (
     text_param("license", "The file's license, else the repo card's, e.g. apache-2.0; matches in any ASCII case."),
     text_param("file_type", "File type label, e.g. Q4_K_M; matches in any ASCII case."),
     text_param("tensor_type", "Only artifacts with at least one tensor of this ggml type, e.g. IQ2_XS."),
-    int_param("min_params", "At least this many parameters."),
-    int_param("max_params", "At most this many parameters."),
-    int_param("min_size", "At least this many bytes, all shards together."),
-    int_param("max_size", "At most this many bytes, all shards together: the files that fit a disk or memory."),
+    count_param("min_params", "At least this many parameters: K, M, B, T are thousand to trillion."),
+    count_param("max_params", "At most this many parameters: K, M, B, T are thousand to trillion."),
+    size_param("min_size", "At least this many bytes, all shards together: B bytes, K/KB to T/TB powers of "
+               "1000, KiB to TiB powers of 1024."),
+    size_param("max_size", "At most this many bytes, all shards together (the files that fit a disk or memory): "
+               "B bytes, K/KB to T/TB powers of 1000, KiB to TiB powers of 1024."),
     text_param("size_label", "Size label, e.g. 7B or 8x7B; matches in any ASCII case."),
     int_param("min_context", "Context length at least this."),
     int_param("expert_count", "Exactly this many experts.", maximum=INT_MAX),
