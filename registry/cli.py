@@ -429,14 +429,27 @@ async def _catalog_set_up(db: Database, name: str) -> bool:
     return False
 
 
+def _file_size(n_bytes: int | None) -> str:
+    """Bytes in the decimal units `--min-size` and `--max-size` read (1 GB = 10**9 B), three
+    significant digits: 98.4 MB, 4.92 GB, 253 MB."""
+    if n_bytes is None:
+        return "-"
+    for unit, scale in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n_bytes >= scale:
+            value = n_bytes / scale
+            return f"{value:.{0 if value >= 100 else 1 if value >= 10 else 2}f} {unit}"
+    return f"{n_bytes} B"
+
+
 def _search_table(items: Sequence[SearchItem]) -> str:
     if not items:
         return "no matches\n"
-    head = ("REPO", "PATH", "ARCH", "PARAMS", "TYPE", "SIZE", "LICENSE", "SHARDS", "TEMPLATE", "STATUS")
+    head = ("REPO", "PATH", "ARCH", "PARAMS", "LABEL", "TYPE", "FILESIZE", "LICENSE", "SHARDS", "TEMPLATE",
+            "STATUS")  # fmt: skip
     rows = [head] + [
         (i.repo, i.path, i.architecture or "-", f"{i.parameter_count:,}" if i.parameter_count else "-",
-         i.file_type or "-", i.size_label or "-", i.license or "-", str(i.shards), i.chat_template_severity or "-",
-         i.status if not i.error else f"{i.status}: {i.error_code}: {i.error}"[:120])
+         i.size_label or "-", i.file_type or "-", _file_size(i.file_size), i.license or "-", str(i.shards),
+         i.chat_template_severity or "-", i.status if not i.error else f"{i.status}: {i.error_code}: {i.error}"[:120])
         for i in items
     ]  # fmt: skip
     widths = [min(60, max(len(r[c]) for r in rows)) for c in range(len(head) - 1)]

@@ -83,6 +83,10 @@ def test_index_then_search(url: str, models: Path, capsys: pytest.CaptureFixture
 
     code, out, _ = run(capsys, "search", "--max-params", "200000000")
     assert code == 0 and "REPO" in out.splitlines()[0] and "SmolLM2" in out and "gemma" not in out
+    head, row = out.splitlines()
+    # the file size in the decimal units of --max-size (98,362,432 bytes), beside the size label
+    assert head.split()[3:7] == ["PARAMS", "LABEL", "TYPE", "FILESIZE"]
+    assert row.split()[3:8] == ["134,515,008", "135M", "Q4_1", "98.4", "MB"]
 
     # SmolLM2 is 98 MB (93.8 MiB), gemma 3 253 MB.
     for argv, paths in [
@@ -165,6 +169,17 @@ def test_byte_size_arguments(text: str, size: int) -> None:
     from registry.cli import _byte_size
 
     assert _byte_size(text) == size
+
+
+@pytest.mark.parametrize(
+    ("n_bytes", "shown"),
+    [(None, "-"), (0, "0 B"), (999, "999 B"), (1000, "1.00 kB"), (98_362_432, "98.4 MB"), (253_113_024, "253 MB"),
+     (4_920_000_000, "4.92 GB"), (999_999_999, "1000 MB"), (47_000_000_000_000, "47.0 TB")],
+)
+def test_search_table_file_sizes(n_bytes: int | None, shown: str) -> None:
+    from registry.cli import _file_size
+
+    assert _file_size(n_bytes) == shown
 
 
 @pytest.mark.parametrize("text", ["", "GB", "abc", "8X", "8BB", "8GIBB", "8Ki", "-1GB", "nan", "inf", "1_000", "\uff18GB"])
