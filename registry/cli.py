@@ -754,6 +754,7 @@ def _crawl_summary(doc: dict[str, Any]) -> str:
         f"  repos:     {c['listed']} seen, {c['indexed']} indexed, {c['unchanged']} unchanged, "
         + (f"{c['deleted']} deleted (the hub no longer has them), " if c.get("deleted") else "")
         + (f"{c['moved']} moved (the hub has them under another id), " if c.get("moved") else "")
+        + (f"{c['not_gguf']} without a GGUF file (not catalogued), " if c.get("not_gguf") else "")
         + f"{c['failed']} failed",
         f"  artifacts: {c['artifacts']} read, {c['artifact_errors']} with errors; {c['files']} files",
         f"  transfer:  {c['bytes_fetched']:,} bytes in {c['requests']} requests",

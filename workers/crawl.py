@@ -22,14 +22,14 @@ import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from sqlalchemy import select
 
 from registry.catalog import migrate
 from registry.catalog.db import Database
 from registry.catalog.models import Crawl, Repo, repo_key
-from registry.catalog.services import mark_repo_deleted, repo_moved, upsert_repo_snapshot
+from registry.catalog.services import has_hub_repo, mark_repo_deleted, repo_moved, upsert_repo_snapshot
 from registry.catalog.snapshot import ArtifactError, ArtifactRecord, RepoSnapshot, ShardRecord, UpsertResult
 from registry.catalog.types import utcnow
 from registry.gguf.errors import GGUFError
@@ -80,6 +80,7 @@ class CrawlReport:
     failed: int = 0  # repos not written because of a transient or hub error
     deleted: int = 0  # repos the hub no longer has: their artifacts marked gone
     moved: int = 0  # repos asked for by an id the hub answers under another (renamed, transferred, respelled)
+    not_gguf: int = 0  # repos without a GGUF file that the catalog does not have: not written
     artifacts: int = 0
     artifact_errors: int = 0  # artifacts recorded with an error (bad or unreadable files)
     files: int = 0  # GGUF files whose header was read (each shard counts)
@@ -210,6 +211,10 @@ async def build_snapshot(
     )
 
 
+# index_repo's result besides the write's: a repo with no GGUF file the catalog lacks.
+NOT_GGUF: Final = "not_gguf"
+IndexResult = UpsertResult | Literal["not_gguf"] | None
+
 _MOVED_LOG = {
     "renamed": "its row takes the new id",
     "retired": "the catalog has that id too, so this one's artifacts are marked gone",
@@ -227,10 +232,11 @@ async def index_repo(
     known_revision: str | None = None,
     write_turn: asyncio.Lock | None = None,
     prune: bool = False,
-) -> UpsertResult | None:
+) -> IndexResult:
     """The per-repo job: read everything first, then write it all in one transaction.
 
-    None when the repo is still at `known_revision` (no header is read then). With
+    None when the repo is still at `known_revision` (no header is read then); NOT_GGUF,
+    with nothing written, when it holds no GGUF file and the catalog does not have it. With
     `write_turn`, the transaction waits for the lock first (see `crawl_hub`). With `prune`,
     a repo of the catalog that the hub says it does not have is marked deleted (the result
     says `deleted`); else, and for a repo the catalog lacks, RepoNotFound is raised. Also
@@ -265,14 +271,24 @@ async def index_repo(
             report.moved += 1
     if known_revision is not None and info.sha == known_revision:
         return None
+    if not info.gguf_files:
+        async with db.sessions() as session:
+            known = await has_hub_repo(session, info.repo_id)
+        if not known:
+            # Named by id (a webhook, `registry crawl ORG/NAME`) or tagged GGUF without a GGUF
+            # file: nothing to catalog, so nothing is written. A catalog repo whose GGUF files
+            # are gone is written as it is: its artifacts become gone.
+            return NOT_GGUF
     snap = await build_snapshot(client, http, info, opts or ReadOptions(), report)
     async with write_turn or contextlib.nullcontext(), db.sessions() as session, session.begin():
         return await upsert_repo_snapshot(session, snap, hub_answered=prune)
 
 
-def count_outcome(report: CrawlReport, result: UpsertResult | None) -> None:
+def count_outcome(report: CrawlReport, result: IndexResult) -> None:
     """Count what index_repo did with a repo."""
-    if result is not None and result.deleted:
+    if result == NOT_GGUF:
+        report.not_gguf += 1
+    elif result is not None and result.deleted:
         report.deleted += 1
     elif result is None or result.unchanged:
         report.unchanged += 1

@@ -148,7 +148,8 @@ async def index_repo_job(
     count_outcome(report, result)
     if crawl_id is not None:
         await report_repo(ctx.db, crawl_id, repo_id, report)
-    outcome = "deleted" if report.deleted else "unchanged" if report.unchanged else "indexed"
+    outcome = ("deleted" if report.deleted else "unchanged" if report.unchanged else
+               "no GGUF file, not written" if report.not_gguf else "indexed")  # fmt: skip
     # The pid tells which worker process ran the job (the multi-worker tests count them).
     log.info("index_repo %s: %s (pid %d)", repo_id, outcome, os.getpid())
 

@@ -599,6 +599,14 @@ async def repo_moved(session: AsyncSession, old: str, new: str) -> str | None:
     return "renamed"
 
 
+async def has_hub_repo(session: AsyncSession, repo_id: str) -> bool:
+    """Whether the catalog has a hub repo of this id, in any case of A-Z."""
+    found = await session.scalar(
+        select(Repo.id).where(Repo.repo_key == repo_key(repo_id), Repo.source == "hub").limit(1)
+    )
+    return found is not None
+
+
 async def mark_repo_deleted(session: AsyncSession, repo_id: str) -> UpsertResult | None:
     """The hub says it has no repo `repo_id` (deleted, renamed or made private): its
     artifacts become `gone` (kept, as `?status=gone` shows them), its edges are dropped (it

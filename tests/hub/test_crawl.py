@@ -222,6 +222,34 @@ async def test_a_listing_that_names_a_repo_twice_counts_it_once_in_both_modes(
     assert {k: row.counters[k] for k in counters} == counters
 
 
+async def test_a_named_repo_without_gguf_files_is_not_catalogued_in_both_modes(tmp_path: Path, hub: FakeHub) -> None:
+    """A repo named by id (a hub webhook, `registry crawl ORG/NAME`) that holds no GGUF file
+    is counted as `not_gguf` and not written, in process and as jobs; one the catalog
+    already has is written as it is now, its artifacts gone."""
+    card = {"base_model": "meta-llama/Llama-3.1-8B"}
+    hub.corpus.add(HubRepo("someone/weights-only", [RepoFile("model.safetensors", BytesBlob(b"\0" * 64))], card=card))
+    tiny = "synth/tiny-llama-GGUF"
+    counters, row, queued = await _both_modes(tmp_path, hub, CrawlParams(repos=("someone/weights-only", tiny)))
+    assert (counters["not_gguf"], counters["indexed"], counters["failed"]) == (1, 1, 0)
+    assert queued == ["someone/weights-only", tiny]
+    assert {k: row.counters[k] for k in counters} == counters
+    for name in ("in_process.db", "queued.db"):
+        async with Database.from_url(f"sqlite+aiosqlite:///{tmp_path / name}") as db:
+            async with db.sessions() as session:
+                assert set(await session.scalars(select(Repo.repo_id))) == {tiny}, name
+            # the catalog's own repo, now without GGUF files: written, its artifacts gone
+            original = hub.corpus.repos[tiny]
+            hub.corpus.repos[tiny] = replace(original, files=[], sha="f" * 40)
+            client, http = _clients(hub)
+            try:
+                async with http:
+                    again = await crawl_hub(db, client, http, CrawlParams(repos=(tiny,)))
+            finally:
+                hub.corpus.repos[tiny] = original
+            assert (again.indexed, again.not_gguf) == (1, 0)
+            assert (await _repo_state(db, tiny))[1] == {"gone"}
+
+
 async def test_limit_counts_a_repo_on_two_pages_once_in_both_modes(tmp_path: Path) -> None:
     """A repo on two pages (a lastModified listing whose repos changed while it was paged)
     used up two of `limit`, so fewer distinct repos than asked were crawled."""
