@@ -36,6 +36,18 @@ def _at_least(section: str, values: object, minimum: int, *keys: str) -> None:
             raise ConfigError(f"{section}.{key} must be at least {minimum}, got {value}")
 
 
+def _digests(section: str, values: object, *keys: str) -> None:
+    """Secrets are configured as sha256 hex digests: a raw token pasted in their place would
+    never match, and the server would refuse every request it was meant to let in."""
+    for key in keys:
+        for digest in (d.strip() for d in getattr(values, key).split(",") if d.strip()):
+            if len(digest) != 64 or not all(c in "0123456789abcdefABCDEF" for c in digest):
+                raise ConfigError(
+                    f"{section}.{key} must hold sha256 hex digests (64 hex characters), comma-separated: "
+                    "put `printf %s SECRET | sha256sum` there, not the secret"
+                )
+
+
 def _seconds(section: str, values: object, *keys: str, zero: bool = False) -> None:
     """Durations must be finite: nan compares false with everything (a wait never ends, a cap
     never applies) and inf overflows the event loop's and aiohttp's clocks."""
@@ -161,6 +173,11 @@ class ApiSettings:
         "(start crawls and verifications). Empty means no writes are allowed.",
     )
     private_reads: bool = _setting(False, "Require a bearer token for reads too (health probes stay open).")
+    webhook_secrets: str = _setting(
+        "",
+        "Comma-separated sha256 hex digests of the secrets hub webhooks send in X-Webhook-Secret to "
+        "POST /v1/hooks/hub, which then crawls the repo the event names. Empty means that route answers 403.",
+    )
     max_limit: int = _setting(
         100, "Largest page size a client may ask for with `limit` (artifact search stops at 200). At least 1."
     )
@@ -171,6 +188,7 @@ class ApiSettings:
         if self.max_limit < 1:
             # No page could be served: every list would answer 400 or fail.
             raise ConfigError(f"api.max_limit must be at least 1, got {self.max_limit}")
+        _digests("api", self, "tokens", "webhook_secrets")
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,9 @@ def test_default_file_in_working_directory(tmp_path: Path, monkeypatch: pytest.M
         ("[jobs]\nmax_attempts = 0\n", {}, "jobs.max_attempts must be at least 1"),
         ("[jobs]\nretry_wait = -1\n", {}, "jobs.retry_wait must be at least 0"),
         ("[verify]\ncache_max_bytes = -1\n", {}, "verify.cache_max_bytes must be at least 0"),
+        # A raw secret where its digest belongs: `registry serve` ended in a traceback.
+        ("[api]\ntokens = \"my-token\"\n", {}, "api.tokens must hold sha256 hex digests"),
+        ("", {"REGISTRY_API_WEBHOOK_SECRETS": "a" * 64 + ",hub-secret"}, "api.webhook_secrets must hold sha256"),
         # -1 tokens failed every verification as invalid_model; a cap of -1 set none.
         ("", {"REGISTRY_VERIFY_N_GENERATE": "-1"}, "verify.n_generate must be at least 0"),
         ("[verify]\nmemory_cap_bytes = -1\n", {}, "verify.memory_cap_bytes must be at least 0"),

@@ -7,6 +7,8 @@ which digest (or how much of one) matched.
 
 Writes (any method other than GET/HEAD/OPTIONS) always need a token; reads need one only
 when `api.private_reads` is on. Health probes stay open so orchestrators need no secret.
+The hub's webhook (`POST /v1/hooks/hub`) brings no bearer token: it is checked against
+`api.webhook_secrets` instead, the same way (digests only, every one compared).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from registry.config import ApiSettings
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz"})
+WEBHOOK_PATH = "/v1/hooks/hub"  # authenticated by its route, with the hub's X-Webhook-Secret
 _HEX = frozenset("0123456789abcdef")
 
 
@@ -31,41 +34,61 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def parse_token_hashes(raw: str) -> tuple[str, ...]:
+def parse_token_hashes(raw: str, setting: str = "api.tokens") -> tuple[str, ...]:
     hashes = tuple(h.strip().lower() for h in raw.split(",") if h.strip())
     for h in hashes:
         if len(h) != 64 or not set(h) <= _HEX:
             # Catch a raw token pasted where its digest belongs: it would never match.
-            raise ValueError("api.tokens must hold sha256 hex digests (64 hex characters), comma-separated")
+            raise ValueError(f"{setting} must hold sha256 hex digests (64 hex characters), comma-separated")
     return hashes
 
 
-class TokenAuth:
-    def __init__(self, token_hashes: Iterable[str], *, private_reads: bool = False) -> None:
-        self._hashes = tuple(token_hashes)
-        self.private_reads = private_reads
+class Digests:
+    """The sha256 digests of the secrets a server accepts (tokens, webhook secrets)."""
 
-    @classmethod
-    def from_settings(cls, api: ApiSettings) -> TokenAuth:
-        return cls(parse_token_hashes(api.tokens), private_reads=api.private_reads)
+    def __init__(self, hashes: Iterable[str]) -> None:
+        self._hashes = tuple(hashes)
 
-    @property
-    def writes_enabled(self) -> bool:
+    def __bool__(self) -> bool:
         return bool(self._hashes)
 
-    def is_valid(self, token: str) -> bool:
+    def matches(self, secret: str) -> bool:
         try:
-            presented = hash_token(token).encode("ascii")
-        except UnicodeEncodeError:  # header bytes that are not UTF-8 (surrogate-escaped): never a token
+            presented = hash_token(secret).encode("ascii")
+        except UnicodeEncodeError:  # header bytes that are not UTF-8 (surrogate-escaped): never a secret
             return False
         matched = False
         for digest in self._hashes:
             matched |= hmac.compare_digest(presented, digest.encode("ascii"))
         return matched
 
+
+class TokenAuth:
+    def __init__(
+        self, token_hashes: Iterable[str], *, private_reads: bool = False, webhook_hashes: Iterable[str] = ()
+    ) -> None:
+        self._tokens = Digests(token_hashes)
+        self.private_reads = private_reads
+        self.webhook_secrets = Digests(webhook_hashes)
+
+    @classmethod
+    def from_settings(cls, api: ApiSettings) -> TokenAuth:
+        return cls(
+            parse_token_hashes(api.tokens),
+            private_reads=api.private_reads,
+            webhook_hashes=parse_token_hashes(api.webhook_secrets, "api.webhook_secrets"),
+        )
+
+    @property
+    def writes_enabled(self) -> bool:
+        return bool(self._tokens)
+
+    def is_valid(self, token: str) -> bool:
+        return self._tokens.matches(token)
+
     def check(self, request: web.Request) -> None:
         """Raise the ApiError that refuses this request, or return if it may go on."""
-        if request.path in PUBLIC_PATHS:
+        if request.path in PUBLIC_PATHS or request.path == WEBHOOK_PATH:
             return
         write = request.method not in SAFE_METHODS
         if not write and not self.private_reads:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -119,3 +120,72 @@ def verification_artifact_id(body: Mapping[str, Any]) -> int:
     if value is None:
         raise InvalidBody("artifact_id is required", details={"field": "artifact_id"})
     return value
+
+
+# A hub webhook's event words (`repo.content`, `update`): short words of the hub's own.
+EVENT_WORD = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+MAIN_REF = "refs/heads/main"
+
+
+@dataclass(frozen=True)
+class HubEvent:
+    """What a hub webhook delivery asks of the catalog: the repos to crawl (the repo, and
+    the id a move gave it), or why it asks for nothing."""
+
+    action: str
+    scope: str
+    repos: tuple[str, ...] = ()
+    ignored: str | None = None
+
+
+def _object_field(body: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = body.get(name)
+    if not isinstance(value, dict):
+        raise InvalidBody(f"{name} must be an object", details={"field": name})
+    return value
+
+
+def _repo_name(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not REPO_ID.fullmatch(value):
+        raise InvalidBody(f"{field} must be an org/name repo id", details={"field": field})
+    return value
+
+
+def hub_event(body: Mapping[str, Any]) -> HubEvent:
+    """A webhook delivery of the Hugging Face Hub (payload version 3): `event` {action,
+    scope}, `repo` {type, name}, and with a move `movedTo` {name}; with new commits
+    `updatedRefs` [{ref, ...}]. Other fields are the hub's and are left alone.
+
+    Model repos' events of scope `repo` or below (`repo.content`, `repo.config`, and
+    narrower ones the hub may add) ask for a crawl of the repo, and of the id it moved to;
+    discussion events, other repo types and commits that touch no main branch (pull
+    requests, tags) ask for nothing."""
+    event = _object_field(body, "event")
+    words = {}
+    for name in ("action", "scope"):
+        value = event.get(name)
+        if not isinstance(value, str) or not EVENT_WORD.fullmatch(value):
+            raise InvalidBody(f"event.{name} must be a word of the hub's (e.g. update, repo.content)",
+                              details={"field": f"event.{name}"})  # fmt: skip
+        words[name] = value
+    action, scope = words["action"], words["scope"]
+    repo = _object_field(body, "repo")
+    kind = repo.get("type")
+    if not isinstance(kind, str):
+        raise InvalidBody("repo.type must be a string", details={"field": "repo.type"})
+    name = _repo_name(repo.get("name"), "repo.name")
+    repos = [name]
+    if "movedTo" in body:
+        repos.append(_repo_name(_object_field(body, "movedTo").get("name"), "movedTo.name"))
+    refs = body.get("updatedRefs")
+    if "updatedRefs" in body and not (
+        isinstance(refs, list) and all(isinstance(r, dict) and isinstance(r.get("ref", ""), str) for r in refs)
+    ):
+        raise InvalidBody("updatedRefs must be a list of objects whose ref is a string", details={"field": "updatedRefs"})
+    if kind != "model":
+        return HubEvent(action, scope, ignored=f"a {kind} repo: the catalog holds model repos")
+    if scope != "repo" and not scope.startswith("repo."):
+        return HubEvent(action, scope, ignored=f"a {scope} event changes no file")
+    if refs is not None and not any(r.get("ref") == MAIN_REF for r in refs):
+        return HubEvent(action, scope, ignored=f"no change to {MAIN_REF}, the revision the catalog indexes")
+    return HubEvent(action, scope, repos=tuple(dict.fromkeys(repos)))

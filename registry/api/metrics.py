@@ -192,6 +192,9 @@ class ApiMetrics:
         self.in_flight = r.gauge("registry_http_requests_in_flight", "HTTP requests being answered now.")
         self.crawls_started = r.counter("registry_crawls_started_total", "Crawls started through the API.", ("kind",))
         self.crawls = r.counter("registry_crawls_total", "Crawls that reached a status.", ("status",))
+        self.webhooks = r.counter(
+            "registry_webhooks_total", "Hub webhook deliveries accepted: a crawl started, or ignored.", ("outcome",)
+        )
         self.crawled_repos = r.counter("registry_crawled_repos_total", "Repos visited by crawls.")
         self.verifications = r.counter(
             "registry_verifications_total", "Verifications that reached a status.", ("status",)

@@ -21,8 +21,8 @@ API_VERSION = "1"
 
 _ERROR_TEXT = {
     "400": "A query parameter, path parameter or body field is invalid; `details` names it.",
-    "401": "A bearer token is required or the one given is not valid.",
-    "403": "Writes are disabled on this server.",
+    "401": "A bearer token (the webhook: an X-Webhook-Secret) is required or the one given is not valid.",
+    "403": "Writes are disabled on this server (no api.tokens; for the webhook, no api.webhook_secrets).",
     "308": "The hub has moved this repo id (renamed, transferred): `Location` is the same request for "
     "the repo's id now, which `details.moved_to` names.",
     "404": "No such resource.",
@@ -56,6 +56,8 @@ class Operation:
     public: bool = False  # open even with private reads (health probes)
     ok_content_type: str = "application/json"
     headers: dict[str, str] = field(default_factory=dict)
+    also_ok: tuple[tuple[str, str, str], ...] = ()  # (status, schema, description) of other successes
+    webhook: bool = False  # authenticated by the hub's X-Webhook-Secret, not a bearer token
 
 
 _ID = {"type": "integer", "minimum": 1, "maximum": BIGINT_MAX}
@@ -91,6 +93,12 @@ def operations(api: ApiSettings) -> list[Operation]:
         Operation("post", "/v1/crawls", "start_crawl", "Start a crawl of a configured source.", "crawls",
                   ok_status="202", ok_schema="Crawl", body="CrawlRequest", errors=("503",), write=True,
                   headers={"Location": "URL of the new crawl (`GET /v1/crawls/{id}`)."}),
+        Operation("post", "/v1/hooks/hub", "hub_webhook",
+                  "A hub webhook delivery (Hugging Face payload version 3): crawl the model repo it names, and "
+                  "the id a move gave it. Authenticated by X-Webhook-Secret (api.webhook_secrets).", "crawls",
+                  ok_status="202", ok_schema="Crawl", body="HubWebhook", errors=("503",), webhook=True,
+                  headers={"Location": "URL of the new crawl (`GET /v1/crawls/{id}`)."},
+                  also_ok=(("200", "WebhookIgnored", "The delivery asks for no crawl: `ignored` says why."),)),
         Operation("get", "/v1/crawls", "list_crawls", "Crawls, newest first (keyset-paged).", "crawls",
                   ok_schema="CrawlPage", query=crawls.list_params(api.max_limit), headers=_LINK),
         Operation("get", "/v1/crawls/{id}", "get_crawl", "One crawl.", "crawls", ok_schema="Crawl",
@@ -131,6 +139,10 @@ def _operation(op: Operation, api: ApiSettings) -> dict[str, Any]:
     if op.body is not None:
         errors.add("413")
     responses: dict[str, Any] = {op.ok_status: ok}
+    for status, schema, text in op.also_ok:
+        responses[status] = {"description": text, "content": {"application/json": {"schema": ref(schema)}}}
+    if op.webhook:
+        errors |= {"401", "403"}
     responses.update({code: {"$ref": f"#/components/responses/E{code}"} for code in sorted(errors)})
     out: dict[str, Any] = {
         "operationId": op.operation_id,
@@ -141,7 +153,7 @@ def _operation(op: Operation, api: ApiSettings) -> dict[str, Any]:
     }
     if op.body is not None:
         out["requestBody"] = {"required": True, "content": {"application/json": {"schema": ref(op.body)}}}
-    out["security"] = [{"bearer": []}] if secured else []
+    out["security"] = [{"webhookSecret": []}] if op.webhook else [{"bearer": []}] if secured else []
     return out
 
 
@@ -168,6 +180,10 @@ def build_openapi(api: ApiSettings, sources: Collection[str] = ()) -> dict[str, 
                 f"E{code}": {"description": text, "content": error_content, **_ERROR_HEADERS.get(code, {})}
                 for code, text in _ERROR_TEXT.items()
             },
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "webhookSecret": {"type": "apiKey", "in": "header", "name": "X-Webhook-Secret",
+                                  "description": "A secret whose sha256 digest is in api.webhook_secrets."},
+            },
         },
     }

@@ -270,6 +270,28 @@ def crawl_request(sources: Collection[str]) -> Schema:
     )  # fmt: skip
 
 
+_EVENT_WORD = {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$"}
+_REPO_NAME = {"type": "string", "pattern": f"^{REPO_PART}/{REPO_PART}$"}
+# Open objects: the hub sends more than these fields (ids, urls, owner, headSha, ...).
+HUB_WEBHOOK = obj(
+    {
+        "event": obj({"action": {**_EVENT_WORD, "description": "create, delete, move or update."},
+                      "scope": {**_EVENT_WORD, "description": "repo, repo.content, repo.config, discussion, ..."}},
+                     closed=False),
+        "repo": obj({"type": {**STR, "description": "model, dataset or space: only model repos are crawled."},
+                     "name": _REPO_NAME}, closed=False),
+        "movedTo": obj({"name": _REPO_NAME}, closed=False),
+        "updatedRefs": {"type": "array", "items": obj({"ref": STR}, required=[], closed=False),
+                        "description": "With new commits: a crawl only when `refs/heads/main` is among them."},
+    },
+    required=["event", "repo"],
+    closed=False,
+)  # fmt: skip
+WEBHOOK_IGNORED = obj({
+    "ignored": {**STR, "description": "Why the delivery asks for no crawl."},
+    "event": obj({"action": STR, "scope": STR}),
+})  # fmt: skip
+
 VERIFICATION_REQUEST = obj({"artifact_id": {"type": "integer", "minimum": 1, "maximum": BIGINT_MAX}})
 
 HEALTH = obj({"status": {"const": "ok"}})
@@ -297,6 +319,8 @@ COMPONENT_SCHEMAS: dict[str, Schema] = {
     "JobPage": _page("Job"),
     "CrawlRequest": crawl_request(()),
     "VerificationRequest": VERIFICATION_REQUEST,
+    "HubWebhook": HUB_WEBHOOK,
+    "WebhookIgnored": WEBHOOK_IGNORED,
     "Health": HEALTH,
     "Ready": READY,
 }

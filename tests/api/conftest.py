@@ -37,11 +37,12 @@ from tests.catalog.conftest import (  # noqa: F401
 )
 
 WRITE_TOKEN = "test-write-token"
+WEBHOOK_SECRET = "test-webhook-secret"
 AioClient = Callable[..., Awaitable[TestClient[web.Request, web.Application]]]
 
 
 def settings_with(**api: Any) -> Settings:
-    values: dict[str, Any] = {"tokens": hash_token(WRITE_TOKEN)}
+    values: dict[str, Any] = {"tokens": hash_token(WRITE_TOKEN), "webhook_secrets": hash_token(WEBHOOK_SECRET)}
     values.update(api)
     return Settings(api=ApiSettings(**values))
 

@@ -9,7 +9,7 @@ import pytest
 from registry.api.cursors import encode_id_cursor
 from registry.api.launchers import CrawlLauncher, CrawlSpec, RecordingLauncher, Verifier
 from registry.catalog.db import Database
-from tests.api.conftest import WRITE_TOKEN, ApiClient, MakeApi, RowVerifier
+from tests.api.conftest import WEBHOOK_SECRET, WRITE_TOKEN, ApiClient, MakeApi, RowVerifier, settings_with
 
 AUTH = {"Authorization": f"Bearer {WRITE_TOKEN}"}
 SQLITE_ONLY = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
@@ -221,3 +221,134 @@ async def test_a_verifier_that_records_nothing_is_a_503_naming_it(make_api: Make
     reply = await api.post("/v1/verifications", json={"artifact_id": artifact_id}, headers=AUTH)
     assert reply.status == 503
     assert reply.body["error"]["details"]["component"] == "verifier"  # as the OpenAPI 503 promises
+
+
+def _delivery(scope: str = "repo.content", action: str = "update", *, kind: str = "model",
+              name: str = "org/model-GGUF", **extra: object) -> dict[str, object]:
+    """A hub webhook payload (version 3), with the fields the hub sends beside ours."""
+    return {
+        "event": {"action": action, "scope": scope},
+        "repo": {"type": kind, "name": name, "id": "6366c000a2abcdf2fd69a080", "private": False,
+                 "url": {"web": f"https://huggingface.co/{name}"}, "headSha": "c379e821", "owner": {"id": "61d2"}},
+        "webhook": {"id": "6390e855e30d9209411de93b", "version": 3},
+        **extra,
+    }  # fmt: skip
+
+
+HOOK = {"X-Webhook-Secret": WEBHOOK_SECRET}
+MAIN = [{"ref": "refs/heads/main", "oldSha": "ce9a4674", "newSha": "575db8b7"}]
+
+
+@pytest.mark.parametrize(
+    ("payload", "repos"),
+    [
+        (_delivery(updatedRefs=MAIN), ("org/model-GGUF",)),
+        (_delivery(), ("org/model-GGUF",)),  # no updatedRefs: the content may have changed
+        (_delivery("repo", "create"), ("org/model-GGUF",)),
+        (_delivery("repo", "delete"), ("org/model-GGUF",)),  # the crawl marks it deleted
+        (_delivery("repo.config", updatedConfig={"private": True}), ("org/model-GGUF",)),
+        (_delivery("repo.config.dois"), ("org/model-GGUF",)),  # a narrower scope the hub may add
+        (_delivery("repo", "move", movedTo={"name": "neworg/model-GGUF", "owner": {"id": "1"}}),
+         ("org/model-GGUF", "neworg/model-GGUF")),
+    ],
+)
+async def test_a_hub_webhook_crawls_the_repo_it_names(
+    make_api: MakeApi, payload: dict[str, object], repos: tuple[str, ...]
+) -> None:
+    launcher = RecordingLauncher()
+    api = await make_api(launcher=launcher)
+    reply = await api.post("/v1/hooks/hub", json=payload, headers=HOOK)
+    assert reply.status == 202, reply.body
+    crawl = reply.body
+    assert reply.headers["Location"] == crawl["url"] and crawl["kind"] == "hub"
+    event = payload["event"]
+    assert crawl["parameters"]["repos"] == list(repos) and crawl["parameters"]["webhook"] == event
+    assert launcher.launched == [(crawl["id"], CrawlSpec(source="hub", repos=repos))]
+    metrics = await api.get("/metrics")
+    assert 'registry_webhooks_total{outcome="crawl"} 1' in metrics.body
+
+
+@pytest.mark.parametrize(
+    ("payload", "why"),
+    [
+        (_delivery("discussion", "create", discussion={"num": 3}), "changes no file"),
+        (_delivery("discussion.comment", "create"), "changes no file"),
+        (_delivery(kind="dataset", name="org/data"), "dataset repo"),
+        (_delivery(kind="space", name="org/app"), "space repo"),
+        (_delivery(updatedRefs=[{"ref": "refs/pr/3", "newSha": "1"}, {"ref": "refs/tags/v1"}]), "refs/heads/main"),
+        (_delivery(updatedRefs=[]), "refs/heads/main"),
+    ],
+)
+async def test_a_hub_webhook_without_news_for_the_catalog_starts_nothing(
+    make_api: MakeApi, payload: dict[str, object], why: str
+) -> None:
+    launcher = RecordingLauncher()
+    api = await make_api(launcher=launcher)
+    reply = await api.post("/v1/hooks/hub", json=payload, headers=HOOK)
+    assert reply.status == 200, reply.body
+    assert why in reply.body["ignored"] and reply.body["event"] == payload["event"]
+    assert launcher.launched == [] and (await api.get("/v1/crawls")).body["items"] == []
+    assert 'registry_webhooks_total{outcome="ignored"} 1' in (await api.get("/metrics")).body
+
+
+@SQLITE_ONLY
+async def test_a_hub_webhook_needs_its_secret_not_a_bearer_token(make_api: MakeApi) -> None:
+    launcher = RecordingLauncher()
+    api = await make_api(launcher=launcher)
+    for headers, status in [({}, 401), (AUTH, 401), ({"X-Webhook-Secret": "guess"}, 401),
+                            ({"X-Webhook-Secret": WRITE_TOKEN}, 401)]:  # fmt: skip
+        reply = await api.post("/v1/hooks/hub?bogus=1", json=_delivery(), headers=headers)
+        assert reply.status == status, (headers, reply.body)
+        assert reply.body["error"]["code"] == "unauthorized"
+        assert "WWW-Authenticate" not in reply.headers  # not a bearer challenge
+    # nor is a webhook secret a bearer token
+    reply = await api.post("/v1/crawls", json={"source": "hub"}, headers={"Authorization": f"Bearer {WEBHOOK_SECRET}"})
+    assert reply.status == 401
+    # with no secret configured, the route is closed whatever comes
+    closed = await make_api(launcher=launcher, settings=settings_with(webhook_secrets=""))
+    reply = await closed.post("/v1/hooks/hub", json=_delivery(), headers=HOOK)
+    assert reply.status == 403 and "api.webhook_secrets" in reply.body["error"]["message"]
+    assert launcher.launched == []
+    # private reads change nothing for it
+    private = await make_api(launcher=launcher, settings=settings_with(private_reads=True))
+    assert (await private.post("/v1/hooks/hub", json=_delivery(), headers=HOOK)).status == 202
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({"repo": {"type": "model", "name": "org/m"}}, "event"),
+        ({"event": {"action": "update"}, "repo": {"type": "model", "name": "org/m"}}, "event.scope"),
+        ({"event": {"action": "update", "scope": "repo\nx"}, "repo": {"type": "model", "name": "org/m"}},
+         "event.scope"),
+        (_delivery(name="https://evil.example/x"), "repo.name"),
+        (_delivery(name="org/m\n"), "repo.name"),
+        (_delivery(name="../../etc/passwd"), "repo.name"),
+        ({**_delivery(), "repo": {"name": "org/m"}}, "repo.type"),
+        (_delivery("repo", "move", movedTo={"owner": {"id": "1"}}), "movedTo.name"),
+        (_delivery("repo", "move", movedTo=None), "movedTo"),
+        (_delivery(updatedRefs={"ref": "refs/heads/main"}), "updatedRefs"),
+        (_delivery(updatedRefs=[{"ref": 1}]), "updatedRefs"),
+        (_delivery(updatedRefs=["refs/heads/main"]), "updatedRefs"),
+    ],
+)  # fmt: skip
+async def test_a_malformed_hub_webhook_is_400_naming_the_field(
+    make_api: MakeApi, payload: dict[str, object], field: str
+) -> None:
+    launcher = RecordingLauncher()
+    api = await make_api(launcher=launcher)
+    reply = await api.post("/v1/hooks/hub", json=payload, headers=HOOK)
+    assert reply.status == 400, reply.body
+    assert reply.body["error"]["code"] == "invalid_body" and reply.body["error"]["details"]["field"] == field
+    assert launcher.launched == []
+
+
+@SQLITE_ONLY
+async def test_a_hub_webhook_without_a_hub_crawler_is_503(make_api: MakeApi) -> None:
+    api = await make_api()
+    reply = await api.post("/v1/hooks/hub", json=_delivery(), headers=HOOK)
+    assert reply.status == 503 and reply.body["error"]["details"] == {"component": "crawler"}
+    local_only = await make_api(launcher=RecordingLauncher(source_kinds={"local": "local"}))
+    reply = await local_only.post("/v1/hooks/hub", json=_delivery(), headers=HOOK)
+    assert reply.status == 503 and "no hub source" in reply.body["error"]["message"]

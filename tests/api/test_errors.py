@@ -14,10 +14,10 @@ from registry.api.errors import error_response
 from registry.api.launchers import RecordingLauncher
 from registry.catalog.db import Database
 from registry.catalog.errors import CatalogError, InvalidQuery
-from tests.api.conftest import WRITE_TOKEN, AioClient, ApiClient, MakeApi, settings_with
+from tests.api.conftest import WEBHOOK_SECRET, WRITE_TOKEN, AioClient, ApiClient, MakeApi, settings_with
 
 SQLITE_ONLY = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-AUTH = {"Authorization": f"Bearer {WRITE_TOKEN}"}
+AUTH = {"Authorization": f"Bearer {WRITE_TOKEN}", "X-Webhook-Secret": WEBHOOK_SECRET}
 
 
 def assert_envelope(body: object, code: str | None = None) -> None:
@@ -131,7 +131,7 @@ async def test_every_route_answers_errors_in_the_envelope(make_api: MakeApi) -> 
         assert_envelope(reply.body, "unknown_parameter")
         assert reply.body["error"]["details"]["parameter"] == "bogus_param"
         seen += 1
-    assert seen == 16  # jobs routes included
+    assert seen == 17  # jobs routes and the hub's webhook included
 
 
 @SQLITE_ONLY

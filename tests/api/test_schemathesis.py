@@ -27,12 +27,12 @@ from registry.api.openapi import build_openapi  # noqa: E402
 from registry.catalog import migrate  # noqa: E402
 from registry.catalog.db import Database  # noqa: E402
 from registry.catalog.services import upsert_repo_snapshot  # noqa: E402
-from tests.api.conftest import WRITE_TOKEN, RowVerifier, settings_with  # noqa: E402
+from tests.api.conftest import WEBHOOK_SECRET, WRITE_TOKEN, RowVerifier, settings_with  # noqa: E402
 from tests.api.data import sample_catalog  # noqa: E402
 from tests.catalog.conftest import TempDatabases  # noqa: E402
 
 EXAMPLES = int(os.environ.get("REGISTRY_SCHEMATHESIS_EXAMPLES", "8"))
-AUTH = {"Authorization": f"Bearer {WRITE_TOKEN}"}
+AUTH = {"Authorization": f"Bearer {WRITE_TOKEN}", "X-Webhook-Secret": WEBHOOK_SECRET}
 LAUNCHER = RecordingLauncher()
 
 schema = schemathesis.openapi.from_dict(build_openapi(settings_with().api, LAUNCHER.sources()))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
@@ -109,3 +110,62 @@ async def test_launcher_refuses_beyond_its_slots(tmp_path: Path) -> None:
         finally:
             await launcher.aclose()
         assert launcher.running == 0
+
+
+async def test_hub_webhooks_keep_the_catalog_current_without_a_crawl_of_the_hub(tmp_path: Path) -> None:
+    """Deliveries of the hub's webhook to a running server: a new commit indexes the repo,
+    a move re-files it under its new id, a deletion marks its artifacts gone; a discussion
+    changes nothing. Each is one crawl of the repos the delivery names."""
+    secret = "hub-webhook-secret"
+    async with FakeHub(sample_corpus(real=False), tokens={TOKEN}) as hub:
+        settings = _settings(tmp_path, hub.endpoint)
+        settings = replace(settings, api=replace(settings.api, webhook_secrets=hash_token(secret)))
+        launcher = InProcessLauncher(settings)
+        listening: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        stop = asyncio.Event()
+        server = asyncio.create_task(serve(settings, "127.0.0.1", 0, launcher=launcher, listening=listening, stop=stop))
+        try:
+            base = f"http://127.0.0.1:{await listening}"
+            async with aiohttp.ClientSession(headers={"X-Webhook-Secret": secret}) as session:
+
+                async def deliver(scope: str, action: str, name: str, **extra: object) -> dict[str, object]:
+                    payload = {"event": {"action": action, "scope": scope}, "repo": {"type": "model", "name": name},
+                               **extra}  # fmt: skip
+                    async with session.post(f"{base}/v1/hooks/hub", json=payload) as resp:
+                        body: dict[str, object] = await resp.json()
+                        assert resp.status in (200, 202), body
+                    if resp.status == 200:
+                        return body
+                    return await _wait_finished(session, f"{base}{body['url']}")
+
+                async def repo(repo_id: str) -> tuple[int, set[str]]:
+                    """The repo route's status and its artifacts' statuses."""
+                    async with session.get(f"{base}/v1/repos/{repo_id}", allow_redirects=False) as resp:
+                        if resp.status != 200:
+                            return resp.status, set()
+                        return 200, {a["status"] for a in (await resp.json())["artifacts"]}
+
+                old, new = "synth/tiny-llama-GGUF", "synth/tiny-llama-renamed-GGUF"
+                main = [{"ref": "refs/heads/main", "newSha": "1"}]
+                pushed = await deliver("repo.content", "update", old, updatedRefs=main)
+                assert pushed["status"] == "finished" and pushed["counters"]["indexed"] == 1  # type: ignore[index]
+                assert await repo(old) == (200, {"indexed"})
+                talk = await deliver("discussion", "create", old, discussion={"num": 1})
+                assert "changes no file" in str(talk["ignored"])
+
+                hub.corpus.rename(old, new)
+                moved = await deliver("repo", "move", old, movedTo={"name": new, "owner": {"id": "1"}})
+                assert moved["counters"]["moved"] == 1  # type: ignore[index]
+                assert await repo(new) == (200, {"indexed"}) and (await repo(old))[0] == 308
+
+                hub.corpus.repos.pop(new)
+                deleted = await deliver("repo", "delete", new)
+                assert deleted["counters"]["deleted"] == 1  # type: ignore[index]
+                assert await repo(new) == (200, set())  # the repo route lists what is not gone
+                async with session.get(f"{base}/v1/artifacts?status=gone") as resp:
+                    gone = (await resp.json())["items"]
+                assert gone and {a["repo"] for a in gone} == {new}
+        finally:
+            stop.set()
+            await server
+            await launcher.aclose()

@@ -1,4 +1,4 @@
-"""Start and watch crawls.
+"""Start and watch crawls; the hub's webhook starts them too.
 
 The API records a crawl row and hands it to the configured `CrawlLauncher`; the crawl
 worker owns the row from then on (counters, heartbeat, end). Without a launcher the
@@ -15,11 +15,19 @@ from aiohttp import web
 from sqlalchemy import select
 
 from registry.api import present
-from registry.api.bodies import crawl_spec, read_json_object
+from registry.api.auth import WEBHOOK_PATH
+from registry.api.bodies import crawl_spec, hub_event, read_json_object
 from registry.api.cursors import decode_id_cursor, encode_id_cursor
-from registry.api.errors import NotFound, ServiceUnavailable
-from registry.api.keys import LAUNCHER_KEY, METRICS_KEY, REQUEST_ID_KEY, SESSIONMAKER_KEY, SETTINGS_KEY
-from registry.api.launchers import CrawlLauncher
+from registry.api.errors import ApiError, Forbidden, NotFound, ServiceUnavailable
+from registry.api.keys import (
+    AUTH_KEY,
+    LAUNCHER_KEY,
+    METRICS_KEY,
+    REQUEST_ID_KEY,
+    SESSIONMAKER_KEY,
+    SETTINGS_KEY,
+)
+from registry.api.launchers import CrawlLauncher, CrawlSpec
 from registry.api.paging import page_response, paging_params
 from registry.api.params import Param, choice_param, parse_query, path_int
 from registry.api.responses import json_response
@@ -29,6 +37,14 @@ from registry.catalog.types import utcnow
 
 log = logging.getLogger("registry.api")
 routes = web.RouteTableDef()
+
+WEBHOOK_SECRET_HEADER = "X-Webhook-Secret"  # as the Hugging Face Hub sends it
+HUB_SOURCE = "hub"  # the configured hub: the source whose repos webhooks speak of
+
+
+class WebhookUnauthorized(ApiError):
+    status = 401
+    code = "unauthorized"
 
 
 def list_params(max_limit: int) -> tuple[Param, ...]:
@@ -50,8 +66,47 @@ async def start_crawl(request: web.Request) -> web.Response:
     parse_query(request, ())
     launcher = _launcher(request)
     spec = crawl_spec(await read_json_object(request), launcher.sources())
+    return await _launch(request, launcher, spec, spec.to_parameters())
+
+
+@routes.post(WEBHOOK_PATH, name="hub_webhook")
+async def hub_webhook(request: web.Request) -> web.Response:
+    """A delivery of the hub's webhook: the repo it names (and the id a move gave it) is
+    crawled at once, instead of at the next scheduled crawl. Authenticated by the secret
+    the hub sends in X-Webhook-Secret (api.webhook_secrets), not by a bearer token."""
+    secrets = request.app[AUTH_KEY].webhook_secrets
+    if not secrets:
+        raise Forbidden("webhooks are disabled: the server has no webhook secrets configured (api.webhook_secrets)")
+    secret = request.headers.get(WEBHOOK_SECRET_HEADER)
+    if secret is None:
+        raise WebhookUnauthorized(f"the {WEBHOOK_SECRET_HEADER} header is required")
+    if not secrets.matches(secret):
+        raise WebhookUnauthorized(f"the {WEBHOOK_SECRET_HEADER} header does not hold a valid secret")
+    parse_query(request, ())  # after the secret, as the auth middleware goes before it on other routes
+    event = hub_event(await read_json_object(request))
+    metrics = request.app[METRICS_KEY]
+    if event.ignored is not None:
+        metrics.webhooks.inc("ignored")
+        return json_response({"ignored": event.ignored, "event": {"action": event.action, "scope": event.scope}})
+    launcher = _launcher(request)
+    if HUB_SOURCE not in launcher.sources():
+        raise ServiceUnavailable(
+            "crawls of the hub cannot be started: this server's crawl worker has no hub source",
+            details={"component": "crawler"},
+        )
+    spec = CrawlSpec(source=HUB_SOURCE, repos=event.repos)
+    webhook = {"action": event.action, "scope": event.scope}
+    response = await _launch(request, launcher, spec, {**spec.to_parameters(), "webhook": webhook})
+    metrics.webhooks.inc("crawl")
+    return response
+
+
+async def _launch(
+    request: web.Request, launcher: CrawlLauncher, spec: CrawlSpec, parameters: dict[str, Any]
+) -> web.Response:
+    """Record the crawl's row and hand it to the launcher: 202 with the row, or 503."""
     async with request.app[SESSIONMAKER_KEY].begin() as session:
-        row = Crawl(kind=launcher.kind_of(spec.source), status="running", parameters=spec.to_parameters())
+        row = Crawl(kind=launcher.kind_of(spec.source), status="running", parameters=parameters)
         session.add(row)
     try:
         # Shielded: a client hanging up must not leave a recorded crawl that was never handed over.
