@@ -737,6 +737,7 @@ async def test_facet_counts_are_kept_until_a_write_and_never_miss_one_in_flight(
     assert await architectures() == after and counted == settled
 
 
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)  # SQLite reads PRAGMA data_version
 async def test_facets_of_a_family_read_the_snapshot_once_per_transaction(
     catalog: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -747,8 +748,6 @@ async def test_facets_of_a_family_read_the_snapshot_once_per_transaction(
 
     from registry.catalog import search as search_module
 
-    if catalog.dialect != "postgresql":
-        pytest.skip("the snapshot generation is PostgreSQL's (SQLite reads PRAGMA data_version)")
     monkeypatch.setattr(search_module, "COMMON_ROWS", 1)  # the family (4 artifacts) is big: memoised
     reads: list[str] = []
 
