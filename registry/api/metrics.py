@@ -11,6 +11,10 @@ import math
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from registry.catalog.stats import CatalogStats
 
 LabelValues = tuple[str, ...]
 
@@ -200,6 +204,21 @@ class ApiMetrics:
             "registry_verifications_total", "Verifications that reached a status.", ("status",)
         )
         self.queue_depth = r.gauge("registry_queue_depth", "Jobs waiting in the queue.", ("queue",))
+        # What the catalog holds, read from the database at each scrape (the same in every process).
+        self.catalog_ok = r.gauge(
+            "registry_catalog_stats_ok", "1 when this scrape read the catalog's counts below, 0 when it could not."
+        )
+        self.catalog_artifacts = r.gauge("registry_catalog_artifacts", "Artifacts in the catalog.", ("status",))
+        self.catalog_verified = r.gauge(
+            "registry_catalog_artifacts_verified", "Artifacts by the status of their latest verification.", ("status",)
+        )
+        self.catalog_repos = r.gauge("registry_catalog_repos", "Repos in the catalog.", ("source",))
+        self.crawls_running = r.gauge("registry_crawls_running", "Crawls started and not ended.")
+        self.last_crawl_end = r.gauge(
+            "registry_last_crawl_end_timestamp_seconds",
+            "When a crawl last ended in this status (Unix time): alert when `finished` grows old.",
+            ("status",),
+        )
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.inc(method, route, str(status))
@@ -216,6 +235,19 @@ class ApiMetrics:
 
     def set_queue_depth(self, queue: str, depth: int) -> None:
         self.queue_depth.set(depth, queue)
+
+    def set_catalog(self, stats: CatalogStats | None) -> None:
+        """The catalog's counts from one scrape; None: they could not be read this time."""
+        self.catalog_ok.set(0 if stats is None else 1)
+        if stats is None:
+            return
+        for metric, counts in ((self.catalog_artifacts, stats.artifacts), (self.catalog_verified, stats.verified),
+                               (self.catalog_repos, stats.repos)):  # fmt: skip
+            for label, n in counts.items():
+                metric.set(n, label)
+        self.crawls_running.set(stats.crawls_running)
+        for status, at in stats.last_crawl_end.items():
+            self.last_crawl_end.set(at.timestamp(), status)
 
     def render(self) -> str:
         return self.registry.render()

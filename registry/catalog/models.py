@@ -411,7 +411,7 @@ class Crawl(Base):
     __table_args__ = (
         _one_of("kind", CRAWL_KINDS, "kind"),
         _one_of("status", CRAWL_STATUSES, "status"),
-        Index(None, "status"),
+        Index(None, "status", "finished_at"),  # lookups by status; when one last ended so (metrics)
     )
 
 

@@ -8,7 +8,7 @@ import logging
 import pytest
 from aiohttp import web
 from openapi_spec_validator import validate as validate_openapi
-from sqlalchemy import event
+from sqlalchemy import event, select
 
 from registry.api import create_app
 from registry.catalog.db import Database
@@ -140,3 +140,45 @@ async def test_app_disposes_engine_on_cleanup_when_asked(db_url: str) -> None:
 async def test_make_api_fixture_builds_fresh_apps(make_api: MakeApi) -> None:
     one, two = await make_api(), await make_api()
     assert one.app is not two.app
+
+
+async def test_metrics_show_what_the_catalog_holds(make_api: MakeApi, catalog: None, db: Database) -> None:
+    """Counts read from the database at each scrape, 0 for a status nothing has, and when a
+    crawl last ended in each status: what a monitor alerts on when crawls stop."""
+    from datetime import UTC, datetime
+
+    from registry.catalog.models import Artifact, Crawl
+    from tests.api.data import INDEXED_ARTIFACTS
+
+    ended = datetime(2026, 11, 27, 6, 0, tzinfo=UTC)
+    async with db.sessions.begin() as session:
+        session.add_all([Crawl(kind="hub", status="finished", finished_at=ended),
+                         Crawl(kind="hub", status="finished", finished_at=datetime(2026, 11, 26, tzinfo=UTC)),
+                         Crawl(kind="hub", status="running")])  # fmt: skip
+        first = await session.scalar(select(Artifact).where(Artifact.status == "indexed").limit(1))
+        assert first is not None
+        first.verification_status = "passed"
+    api = await make_api()
+    text = (await api.get("/metrics")).body
+    assert "registry_catalog_stats_ok 1" in text
+    assert f'registry_catalog_artifacts{{status="indexed"}} {INDEXED_ARTIFACTS}' in text
+    assert 'registry_catalog_artifacts{status="error"} 1' in text
+    assert 'registry_catalog_artifacts{status="gone"} 0' in text
+    assert 'registry_catalog_artifacts_verified{status="passed"} 1' in text
+    assert 'registry_catalog_artifacts_verified{status="failed"} 0' in text
+    assert 'registry_catalog_repos{source="local"} 0' in text
+    assert "registry_crawls_running 1" in text
+    assert f'registry_last_crawl_end_timestamp_seconds{{status="finished"}} {ended.timestamp():.0f}' in text
+    assert 'registry_last_crawl_end_timestamp_seconds{status="failed"}' not in text  # never: no sample
+
+
+async def test_metrics_without_a_database_still_answer(aiohttp_client: AioClient) -> None:
+    broken = Database.from_url("postgresql+asyncpg://nobody@127.0.0.1:1/nothing")
+    try:
+        app = create_app(settings_with(), broken.sessions)
+        reply = await ApiClient(await aiohttp_client(app), app).get("/metrics")
+    finally:
+        await broken.dispose()
+    assert reply.status == 200
+    assert "registry_catalog_stats_ok 0" in reply.body and "registry_http_requests_total" in reply.body
+    assert 'registry_catalog_artifacts{status="indexed"}' not in reply.body

@@ -13,11 +13,14 @@ from registry.api.keys import METRICS_KEY, OPENAPI_KEY, REQUEST_ID_KEY, SESSIONM
 from registry.api.metrics import CONTENT_TYPE
 from registry.api.params import parse_query
 from registry.api.responses import json_response
+from registry.api.sessions import read_session
+from registry.catalog.stats import CatalogStats, catalog_stats
 
 log = logging.getLogger("registry.api")
 routes = web.RouteTableDef()
 
 READY_TIMEOUT_S = 5.0
+STATS_TIMEOUT_S = 2.0  # the catalog's counts in /metrics; a scrape must not hang on the database
 
 
 @routes.get("/healthz", name="healthz")
@@ -42,7 +45,15 @@ async def readyz(request: web.Request) -> web.Response:
 @routes.get("/metrics", name="metrics")
 async def metrics(request: web.Request) -> web.Response:
     parse_query(request, ())
-    body = request.app[METRICS_KEY].render()
+    metrics = request.app[METRICS_KEY]
+    try:
+        async with asyncio.timeout(STATS_TIMEOUT_S), read_session(request) as session:
+            stats: CatalogStats | None = await catalog_stats(session)
+    except Exception as exc:  # the process's own metrics are still worth a scrape
+        log.warning("catalog counts for /metrics failed: %r", exc, extra={"request_id": request.get(REQUEST_ID_KEY)})
+        stats = None
+    metrics.set_catalog(stats)
+    body = metrics.render()
     return web.Response(body=body.encode("utf-8"), headers={"Content-Type": CONTENT_TYPE})
 
 
