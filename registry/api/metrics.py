@@ -212,7 +212,7 @@ class ApiMetrics:
         self.catalog_verified = r.gauge(
             "registry_catalog_artifacts_verified", "Artifacts by the status of their latest verification.", ("status",)
         )
-        self.catalog_repos = r.gauge("registry_catalog_repos", "Repos in the catalog.", ("source",))
+        self.catalog_repos = r.gauge("registry_catalog_repos", "Repos in the catalog (hub repos and local folders).")
         self.crawls_running = r.gauge("registry_crawls_running", "Crawls started and not ended.")
         self.last_crawl_end = r.gauge(
             "registry_last_crawl_end_timestamp_seconds",
@@ -241,10 +241,10 @@ class ApiMetrics:
         self.catalog_ok.set(0 if stats is None else 1)
         if stats is None:
             return
-        for metric, counts in ((self.catalog_artifacts, stats.artifacts), (self.catalog_verified, stats.verified),
-                               (self.catalog_repos, stats.repos)):  # fmt: skip
+        for metric, counts in ((self.catalog_artifacts, stats.artifacts), (self.catalog_verified, stats.verified)):
             for label, n in counts.items():
                 metric.set(n, label)
+        self.catalog_repos.set(stats.repos)
         self.crawls_running.set(stats.crawls_running)
         for status, at in stats.last_crawl_end.items():
             self.last_crawl_end.set(at.timestamp(), status)

@@ -851,19 +851,25 @@ async def facets(session: AsyncSession, q: SearchQuery) -> dict[str, dict[str, i
     unfiltered ones read the whole catalog.
     """
     q = _normalised(q)
-    memo: _MemoEntries | None = FileMemo.of(session)
-    # Either generation is read before counting: a commit meanwhile makes the entry stale.
-    if isinstance(memo, FileMemo):
-        generation: object = memo.generation()
-    elif (memo := SnapshotMemo.of(session)) is not None:
-        generation = await SnapshotMemo.generation(session)
-    else:
+    # The generation is read before counting: a commit meanwhile makes the entry stale.
+    memo, generation = await memo_generation(session)
+    if memo is None:
         return await _count_facets(session, q)
     if (hit := memo.facets(q, generation)) is not None:
         return hit
     counts = await _count_facets(session, q)
     memo.put_facets(q, generation, counts)
     return counts
+
+
+async def memo_generation(session: AsyncSession) -> tuple[_MemoEntries | None, object]:
+    """The memo of the session's database and its generation now (FileMemo, SnapshotMemo);
+    (None, None) for a database without one (in-memory SQLite)."""
+    if (file_memo := FileMemo.of(session)) is not None:
+        return file_memo, file_memo.generation()
+    if (snapshots := SnapshotMemo.of(session)) is not None:
+        return snapshots, await SnapshotMemo.generation(session)
+    return None, None
 
 
 async def _count_facets(session: AsyncSession, q: SearchQuery) -> dict[str, dict[str, int]]:
@@ -898,6 +904,7 @@ class _MemoEntries:
     FAMILY_SIZE = 8 << 20  # all memoised families together: JSON characters, or 8 per repo
 
     def __init__(self) -> None:
+        self._stats: tuple[object, object] | None = None  # (generation, the catalog's counts: stats.py)
         self._facets: OrderedDict[SearchQuery, tuple[object, dict[str, dict[str, int]]]] = OrderedDict()
         self._families: OrderedDict[tuple[str, int], tuple[object, str | list[int]]] = OrderedDict()
         self._family_size = 0
@@ -914,6 +921,13 @@ class _MemoEntries:
         self._facets.move_to_end(q)
         while len(self._facets) > self.FACET_ENTRIES:
             self._facets.popitem(last=False)
+
+    def stats(self, generation: object) -> object | None:
+        """The catalog's counts (`stats.CatalogStats`) if found in this generation."""
+        return self._stats[1] if self._stats is not None and self._stats[0] == generation else None
+
+    def put_stats(self, generation: object, stats: object) -> None:
+        self._stats = (generation, stats)
 
     def family(self, key: tuple[str, int], generation: object) -> str | list[int] | None:
         """The primary keys of the family's repos, if memoised in this generation: as a
