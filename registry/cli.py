@@ -668,11 +668,14 @@ def _add_crawl(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p = sub.add_parser(
         "crawl",
         help="crawl a hub: index the headers of every changed GGUF repo",
-        description="List GGUF repos on the hub, and for each one whose revision changed since the last "
-        "crawl read every GGUF file's header by range requests and index it. One failing repo is recorded "
-        "and the crawl goes on. Creates or migrates the database when needed. Exit status: 0 when the crawl "
-        "finished, 1 when it failed (e.g. the listing could not be read).",
+        description="List GGUF repos on the hub (or take the REPO ids given), and for each one whose "
+        "revision changed since the last crawl read every GGUF file's header by range requests and index it. "
+        "One failing repo is recorded and the crawl goes on. Creates or migrates the database when needed. "
+        "Exit status: 0 when the crawl finished, 1 when it failed (e.g. the listing could not be read).",
     )
+    p.add_argument("repos", nargs="*", type=_repo_id, metavar="REPO",
+                   help="org/name ids to look at instead of the hub's listing (each looked up, whatever its "
+                   "revision: a repo the hub moved or deleted is recorded so)")  # fmt: skip
     p.add_argument("--endpoint", metavar="URL", help="hub to crawl for this run (default: hub.endpoint)")
     p.add_argument("--search", metavar="Q", help="only repos matching the hub's search term")
     p.add_argument("--author", metavar="A", help="only repos of this user or organization")
@@ -695,8 +698,11 @@ def _cmd_crawl(args: argparse.Namespace, settings: Settings) -> int:
         # The configured token belongs to the configured hub: never hand it to another host.
         hub = dataclasses.replace(hub, endpoint=args.endpoint.rstrip("/"), token="")
     # Another hub's answers say nothing of the repos the catalog has from the configured one.
-    params = CrawlParams(author=args.author, search=args.search, limit=args.limit, full=args.full,
-                         prune=not other_hub)  # fmt: skip
+    if args.repos and (args.author or args.search):
+        print("registry: crawl: name REPO ids or filter the listing (--author, --search), not both", file=sys.stderr)
+        return EXIT_USAGE
+    params = CrawlParams(repos=tuple(args.repos), author=args.author, search=args.search, limit=args.limit,
+                         full=args.full, prune=not other_hub)  # fmt: skip
     progress = _CrawlProgress(sys.stderr)
 
     async def work() -> int:
@@ -801,6 +807,15 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
     return value
+
+
+def _repo_id(text: str) -> str:
+    """An org/name hub repo id, as the API's crawl requests take them."""
+    from registry.api.bodies import REPO_ID
+
+    if not REPO_ID.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"not an org/name repo id: {text!r}")
+    return text
 
 
 def _int_in(lo: int, hi: int) -> Callable[[str], int]:

@@ -97,3 +97,29 @@ async def test_crawl_command_counts_repos_the_hub_moved(tmp_path: Path) -> None:
         assert code == 0, err
         repos = {i["repo"] for i in json.loads(out)["items"]}
         assert "new-owner/tiny-llama-GGUF" in repos and "synth/tiny-llama-GGUF" not in repos
+
+
+async def test_crawl_command_takes_repo_ids(tmp_path: Path) -> None:
+    """`registry crawl ORG/NAME ...` looks at those repos only: each is indexed, a repo
+    without a GGUF file is counted and not catalogued, one the hub lacks is an error."""
+    from tests.fakehub.corpus import BytesBlob, RepoFile
+    from tests.fakehub.corpus import Repo as HubRepo
+
+    async with FakeHub(sample_corpus(real=False), tokens={TOKEN}) as hub:
+        hub.corpus.add(HubRepo("someone/weights-only", [RepoFile("model.safetensors", BytesBlob(b"\0" * 64))]))
+        code, out, err = await _registry(
+            tmp_path, hub, "crawl", "synth/tiny-llama-GGUF", "someone/weights-only", "nobody/missing", "--json"
+        )
+        assert code == 0, err
+        doc = json.loads(out)
+        counters = doc["counters"]
+        assert (counters["listed"], counters["indexed"], counters["not_gguf"], counters["failed"]) == (3, 1, 1, 1)
+        assert [e["repo"] for e in doc["errors"]] == ["nobody/missing"]
+        assert not [r for r in hub.requests_to("api") if not r.repo]  # no listing asked for
+
+        code, out, err = await _registry(tmp_path, hub, "crawl", "someone/weights-only")
+        assert code == 0 and "1 without a GGUF file (not catalogued)" in out, err
+        code, out, err = await _registry(tmp_path, hub, "crawl", "synth/tiny-llama-GGUF", "--author", "synth")
+        assert code == 2 and "not both" in err
+        code, out, err = await _registry(tmp_path, hub, "crawl", "https://evil.example/x")
+        assert code == 2 and "not an org/name repo id" in err
