@@ -1,7 +1,7 @@
 """What the catalog holds, in a few counts: for monitoring (`GET /metrics`).
 
-Every count reads an index only (artifacts by status and by latest verification, repos,
-crawls by status and end time). The counts are kept until the next commit, as facet counts
+Every count reads an index (artifacts by status and by latest verification, crawls by
+status and end time; on SQLite the repos' count too). The counts are kept until the next commit, as facet counts
 are (search.FileMemo, search.SnapshotMemo): a scrape of an idle catalog reads nothing
 but the generation; on 100,000 artifacts, counting anew took 7 ms on SQLite and 12 ms on
 PostgreSQL (medians, bench.search's catalog).
