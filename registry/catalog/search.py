@@ -685,22 +685,17 @@ async def _family_pks(session: AsyncSession, repo_id: str) -> Family:
     each row against them instead: 14-16 ms a page, most of it planning with 2,648 values
     (4-8 ms; the statement itself runs in about 1 ms)."""
     key = (repo_key(repo_id), MAX_DEPTH)
-    if (memo := FileMemo.of(session)) is not None:
-        generation = memo.generation()  # before walking: a commit meanwhile makes the entry stale
-        if (text_pks := memo.family(key, generation)) is None:
+    memo, generation = await memo_generation(session)  # before walking: a commit meanwhile makes it stale
+    if memo is None:
+        return descendant_repo_pks(repo_id)
+    if (pks := memo.family(key, generation)) is None:
+        if isinstance(memo, FileMemo):
             with longer_inline_reads(FAMILY_WALK_INLINE_MS):
-                text_pks = json.dumps(await _walked_family(session, repo_id), separators=(",", ":"))
-            memo.put_family(key, generation, text_pks)
-        assert isinstance(text_pks, str)
-        return _memoised_family().params(family_pks=text_pks)
-    if (snapshots := SnapshotMemo.of(session)) is not None:
-        snapshot = await SnapshotMemo.generation(session)
-        if (pks := snapshots.family(key, snapshot)) is None:
+                pks = json.dumps(await _walked_family(session, repo_id), separators=(",", ":"))
+        else:
             pks = await _walked_family(session, repo_id)
-            snapshots.put_family(key, snapshot, pks)
-        assert isinstance(pks, list)
-        return pks
-    return descendant_repo_pks(repo_id)
+        memo.put_family(key, generation, pks)
+    return _memoised_family().params(family_pks=pks) if isinstance(pks, str) else pks
 
 
 async def _walked_family(session: AsyncSession, repo_id: str) -> list[int]:
