@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from sqlalchemy import select
 
 from registry.catalog import migrate
+from registry.catalog.crawls import crawl_status
 from registry.catalog.db import Database
 from registry.catalog.models import Crawl, Repo, repo_key
 from registry.catalog.services import has_hub_repo, mark_repo_deleted, repo_moved, upsert_repo_snapshot
@@ -81,6 +82,7 @@ class CrawlReport:
     deleted: int = 0  # repos the hub no longer has: their artifacts marked gone
     moved: int = 0  # repos asked for by an id the hub answers under another (renamed, transferred, respelled)
     not_gguf: int = 0  # repos without a GGUF file that the catalog does not have: not written
+    cancelled: int = 0  # repos not read: the crawl was cancelled before their turn
     artifacts: int = 0
     artifact_errors: int = 0  # artifacts recorded with an error (bad or unreadable files)
     files: int = 0  # GGUF files whose header was read (each shard counts)
@@ -88,7 +90,7 @@ class CrawlReport:
     requests: int = 0
     errors: list[dict[str, str]] = field(default_factory=list)
     crawl_id: int | None = None  # the Crawl row, once created
-    status: str = "running"  # then "finished" or "failed", as on the row
+    status: str = "running"  # then "finished", "failed" or "cancelled", as on the row
 
     def counters(self) -> dict[str, int]:
         return {k: v for k, v in vars(self).items() if isinstance(v, int) and k != "crawl_id"}
@@ -372,6 +374,7 @@ async def crawl_hub(
     await migrate.ensure_schema(db.engine)
     crawl_id = await _start(db, crawl_id, params)
     report = CrawlReport(crawl_id=crawl_id)
+    watch = CancelWatch(db, crawl_id)
     slots = asyncio.Semaphore(concurrency)
     # SQLite takes one writer at a time. Repos finishing together queue here, in order,
     # instead of on SQLite's lock: a writer waiting there holds a connection's thread in
@@ -382,6 +385,11 @@ async def crawl_hub(
 
     async def one(repo_id: str, known: str | None) -> None:
         async with slots:
+            if await watch.cancelled():
+                report.cancelled += 1
+                if progress is not None:
+                    progress(report)
+                return
             try:
                 result = await index_repo(
                     db, client, http, repo_id, opts, report, known_revision=known, write_turn=write_turn,
@@ -405,16 +413,19 @@ async def crawl_hub(
     try:
         pending: list[RepoSummary] = []
         try:
-            async for summary in candidates(client, params, db):  # each repo once: read and counted once
-                report.listed += 1
-                pending.append(summary)
-                if len(pending) >= batch:
-                    running |= await _start_batch(db, pending, params, report, one)
-                    pending = []
-                    # Keep the listing at most one batch ahead of the workers: bounded tasks.
-                    while len(running) > batch:
-                        _, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                    await _heartbeat(db, crawl_id, report)
+            if not await watch.cancelled():
+                async for summary in candidates(client, params, db):  # each repo once: read and counted once
+                    report.listed += 1
+                    pending.append(summary)
+                    if len(pending) >= batch:
+                        running |= await _start_batch(db, pending, params, report, one)
+                        pending = []
+                        # Keep the listing at most one batch ahead of the workers: bounded tasks.
+                        while len(running) > batch:
+                            _, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                        await _heartbeat(db, crawl_id, report)
+                        if await watch.cancelled(now=True):
+                            break  # list no more; the repos already started are counted cancelled
         except HubError as exc:  # the listing itself failed: say why, and index what it gave
             status = "failed"
             report.error("", exc)
@@ -425,14 +436,37 @@ async def crawl_hub(
         status = "failed"
         raise
     finally:
-        for task in running:  # only left when the crawl itself failed or was cancelled
+        for task in running:  # only left when the crawl's own task failed or was cancelled
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
         report.status = status
         if own_scanner is not None:
             await own_scanner.aclose()
-        await _finish(db, crawl_id, report, status)
+        report.status = await _finish(db, crawl_id, report, status)
     return report
+
+
+class CancelWatch:
+    """Whether a crawl's row has been cancelled (`registry.catalog.crawls`), read at most
+    once every `every` seconds however often it is asked; once cancelled, always so."""
+
+    def __init__(self, db: Database, crawl_id: int, *, every: float = 1.0) -> None:
+        self._db = db
+        self._crawl_id = crawl_id
+        self._every = every
+        self._read_at: float | None = None
+        self._cancelled = False
+        self._lock = asyncio.Lock()  # a burst of repos starting together makes one read
+
+    async def cancelled(self, *, now: bool = False) -> bool:
+        async with self._lock:
+            clock = asyncio.get_running_loop().time()
+            due = now or self._read_at is None or clock - self._read_at >= self._every
+            if not self._cancelled and due:
+                async with self._db.sessions() as session:
+                    self._cancelled = await crawl_status(session, self._crawl_id) == "cancelled"
+                self._read_at = clock
+            return self._cancelled
 
 
 async def _start_batch(
@@ -458,7 +492,8 @@ async def _start(db: Database, crawl_id: int | None, params: CrawlParams) -> int
             await session.flush()
             return crawl.id
         row = await session.get_one(Crawl, crawl_id)
-        row.status = "running"
+        if row.status != "cancelled":  # cancelled before it started: its watch stops it at once
+            row.status = "running"
         row.heartbeat_at = utcnow()
         return crawl_id
 
@@ -470,13 +505,17 @@ async def _heartbeat(db: Database, crawl_id: int, report: CrawlReport) -> None:
         row.counters = report.counters()
 
 
-async def _finish(db: Database, crawl_id: int, report: CrawlReport, status: str) -> None:
+async def _finish(db: Database, crawl_id: int, report: CrawlReport, status: str) -> str:
+    """Record the crawl's end and return its status: a cancelled crawl stays cancelled, with
+    the end time of its cancelling, and gets the counters of what it did until then."""
     async with db.sessions() as session, session.begin():
         row = await session.get_one(Crawl, crawl_id)
-        row.status = status
-        row.finished_at = utcnow()
+        if row.status != "cancelled":
+            row.status = status
+            row.finished_at = utcnow()
         row.counters = report.counters()
         row.errors = list(report.errors)
+        return row.status
 
 
 async def crawl_from_settings(

@@ -32,6 +32,7 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry.catalog import migrate
+from registry.catalog.crawls import crawl_status
 from registry.catalog.db import Database
 from registry.catalog.models import Crawl, CrawlRepo
 from registry.catalog.types import utcnow
@@ -44,8 +45,8 @@ log = logging.getLogger(__name__)
 Enqueue = Callable[[str, str | None], Awaitable[int | None]]  # the job id, None if an equal one waits
 
 # Counters an index-repo job adds to its crawl's row (CrawlReport fields).
-REPO_COUNTERS = ("unchanged", "indexed", "deleted", "moved", "not_gguf", "failed", "artifacts", "artifact_errors",
-                 "files", "bytes_fetched", "requests")  # fmt: skip
+REPO_COUNTERS = ("unchanged", "indexed", "deleted", "moved", "not_gguf", "failed", "cancelled", "artifacts",
+                 "artifact_errors", "files", "bytes_fetched", "requests")  # fmt: skip
 # Counters the listing assigns when it ends; their presence says that it has ended.
 LISTING_DONE = "listed"
 
@@ -90,7 +91,9 @@ async def enqueue_crawl(
             return report  # a rerun of a listing that ended: its repo jobs do the rest
         # max(): the token of a dead attempt is still held; a rerun must not add a second.
         row.pending_jobs = max(row.pending_jobs, 1)
-        row.status, row.finished_at, row.heartbeat_at = "running", None, utcnow()
+        cancelled = row.status == "cancelled"  # before this job ran: list nothing
+        if not cancelled:
+            row.status, row.finished_at, row.heartbeat_at = "running", None, utcnow()
         leftover = list(await session.scalars(
             select(CrawlRepo.repo_id).where(CrawlRepo.crawl_id == crawl_id, CrawlRepo.state == "reserved")))  # fmt: skip
     status = "finished"
@@ -99,15 +102,19 @@ async def enqueue_crawl(
         known = await known_revisions(db, leftover) if leftover and not params.full else {}
         for repo_id in leftover:
             if await _still_reserved(db, crawl_id, repo_id):  # its job may have run and reported
-                await _queue_reserved(db, crawl_id, repo_id, await enqueue(repo_id, known.get(repo_id)))
+                job_id = None if cancelled else await enqueue(repo_id, known.get(repo_id))
+                await _queue_reserved(db, crawl_id, repo_id, job_id)
         pending: list[RepoSummary] = []
-        async for summary in candidates(client, params, db):
-            report.listed += 1
-            pending.append(summary)
-            if len(pending) >= batch:
+        if not cancelled:
+            async for summary in candidates(client, params, db):
+                report.listed += 1
+                pending.append(summary)
+                if len(pending) >= batch:
+                    if not await _queue_batch(db, crawl_id, params, pending, enqueue, report):
+                        break  # cancelled: queue no more
+                    pending = []
+            else:
                 await _queue_batch(db, crawl_id, params, pending, enqueue, report)
-                pending = []
-        await _queue_batch(db, crawl_id, params, pending, enqueue, report)
     except HubError as exc:  # the listing failed: what was queued still runs
         status = "failed"
         report.error("", exc)
@@ -127,14 +134,17 @@ async def _queue_batch(
     batch: Sequence[RepoSummary],
     enqueue: Enqueue,
     report: CrawlReport,
-) -> None:
-    """Reserve the batch's changed repos in one transaction, then queue each one's job."""
+) -> bool:
+    """Reserve the batch's changed repos in one transaction, then queue each one's job.
+    False when the crawl has been cancelled: nothing is reserved, and the listing stops."""
     if not batch:
-        return
+        return True
     ids = [s.repo_id for s in batch]
     known = {} if params.full else await known_revisions(db, ids)
     async with db.sessions() as session, session.begin():
         await _lock_crawl(session, crawl_id)
+        if await crawl_status(session, crawl_id) == "cancelled":
+            return False
         mine = set(await session.scalars(
             select(CrawlRepo.repo_id).where(CrawlRepo.crawl_id == crawl_id, CrawlRepo.repo_id.in_(ids))))  # fmt: skip
         reserve: list[RepoSummary] = []
@@ -157,6 +167,7 @@ async def _queue_batch(
     # Reserved before the jobs exist: a fast worker may report before enqueue returns.
     for s in reserve:
         await _queue_reserved(db, crawl_id, s.repo_id, await enqueue(s.repo_id, known.get(s.repo_id)))
+    return True
 
 
 async def _still_reserved(db: Database, crawl_id: int, repo_id: str) -> bool:
@@ -268,7 +279,9 @@ async def sweep_lost_jobs(db: Database, queue: SweptQueue, *, idle: timedelta = 
         rows = (await session.execute(
             select(CrawlRepo.crawl_id, CrawlRepo.repo_id, CrawlRepo.job_id)
             .join(Crawl, Crawl.id == CrawlRepo.crawl_id)
-            .where(Crawl.status == "running", CrawlRepo.state == "queued", CrawlRepo.job_id.is_not(None),
+            # A cancelled crawl too: the jobs it queued still end, and its pending count with them.
+            .where(Crawl.status.in_(("running", "cancelled")), CrawlRepo.state == "queued",
+                   CrawlRepo.job_id.is_not(None),
                    Crawl.heartbeat_at < utcnow() - idle)
             .order_by(CrawlRepo.crawl_id).limit(1000))).all()  # fmt: skip
     released = 0

@@ -32,6 +32,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry.api.launchers import JOB_STATES, JobInfo, JobQueue
+from registry.catalog.crawls import repo_wanted_elsewhere
 from registry.catalog.db import Database
 from registry.catalog.models import Crawl
 from registry.config import Settings
@@ -131,10 +132,16 @@ async def index_repo_job(
     retried reports nothing, so the crawl counts each repo once, on its final outcome.
     """
     report = CrawlReport(crawl_id=crawl_id)
+    crawl = await _crawl_of(ctx.db, crawl_id, repo_id)
+    if crawl.cancelled:
+        report.cancelled = 1
+        await report_repo(ctx.db, crawl.id, repo_id, report)
+        log.info("index_repo %s: not read, crawl %s was cancelled", repo_id, crawl.id)
+        return
     try:
         result = await index_repo(
             ctx.db, ctx.client, ctx.http, repo_id, ctx.read_options, report, known_revision=known_revision,
-            prune=crawl_id is not None and await _crawl_prunes(ctx.db, crawl_id),
+            prune=crawl.prunes,
         )  # fmt: skip
     except Exception as exc:
         retried = isinstance(exc, HubError) and _transient(exc) and not final_attempt
@@ -154,11 +161,26 @@ async def index_repo_job(
     log.info("index_repo %s: %s (pid %d)", repo_id, outcome, os.getpid())
 
 
-async def _crawl_prunes(db: Database, crawl_id: int) -> bool:
-    """Whether the crawl speaks for the catalog's hub (CrawlParams.prune)."""
+@dataclass(frozen=True)
+class _JobCrawl:
+    id: int
+    prunes: bool  # the crawl speaks for the catalog's hub (CrawlParams.prune)
+    cancelled: bool  # the crawl was cancelled, and no other crawl counts on this job: read nothing
+
+
+_NO_CRAWL = _JobCrawl(0, prunes=False, cancelled=False)
+
+
+async def _crawl_of(db: Database, crawl_id: int | None, repo_id: str) -> _JobCrawl:
+    """What an index-repo job must know of the crawl that queued it."""
+    if crawl_id is None:
+        return _NO_CRAWL
     async with db.sessions() as session:
         crawl = await session.get(Crawl, crawl_id)
-    return crawl is not None and params_of(crawl).prune
+        if crawl is None:
+            return _NO_CRAWL
+        cancelled = crawl.status == "cancelled" and not await repo_wanted_elsewhere(session, repo_id, crawl)
+    return _JobCrawl(crawl_id, prunes=params_of(crawl).prune, cancelled=cancelled)
 
 
 async def verify_job(ctx: JobContext, verification_id: int) -> None:

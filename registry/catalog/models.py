@@ -431,7 +431,11 @@ class CrawlRepo(Base):
     job_id: Mapped[int | None] = mapped_column(BigInteger)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
-    __table_args__ = (_one_of("state", CRAWL_REPO_STATES, "state"),)
+    __table_args__ = (
+        _one_of("state", CRAWL_REPO_STATES, "state"),
+        # The job of a cancelled crawl asks whether another crawl counts on it (catalog.crawls).
+        Index(None, "repo_id", "updated_at"),
+    )
 
 
 class Job(Base):

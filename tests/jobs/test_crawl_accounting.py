@@ -21,13 +21,16 @@ import pytest
 from sqlalchemy import select, update
 
 from registry.catalog import migrate
+from registry.catalog.crawls import cancel_crawl
 from registry.catalog.db import Database
 from registry.catalog.models import Crawl, CrawlRepo, Job
 from registry.catalog.types import utcnow
 from registry.config import Settings
 from registry.hub.client import HubClient
+from registry.hub.http import HttpOptions, HubHttp
 from tests.catalog.conftest import TempDatabases
 from tests.fakehub import FakeHub
+from tests.fakehub.testing import FAST_RETRY, TOKEN
 from tests.jobs.conftest import (
     REPOS,
     ROOT,
@@ -39,7 +42,7 @@ from tests.jobs.conftest import (
     wait_for,
 )
 from workers import jobs
-from workers.crawl import CrawlParams, CrawlReport
+from workers.crawl import CrawlParams, CrawlReport, crawl_hub
 from workers.crawl_jobs import enqueue_crawl, report_repo, resume_orphaned_crawls, sweep_lost_jobs
 from workers.jobs import create_scheduled_crawl, open_context
 from workers.queue_embedded import EmbeddedQueue
@@ -269,3 +272,106 @@ async def test_a_crawl_whose_listing_job_killed_its_process_every_time_ends_fail
     assert [e["error"] for e in crawl.errors] == [f"job_failed: listing job {job_id}: {stopped}"]
     assert await _states(db, crawl_id) == {"skipped": 1}  # its repo job was never queued
     assert await resume_orphaned_crawls(db, queue, idle=NOW) == 0
+
+
+async def _cancel(db: Database, crawl_id: int) -> None:
+    async with db.sessions() as session, session.begin():
+        row = await cancel_crawl(session, crawl_id)
+    assert row is not None and row.status == "cancelled"
+
+
+async def _assert_cancelled(db: Database, crawl_id: int, **counts: int) -> Crawl:
+    crawl = await _crawl(db, crawl_id)
+    assert (crawl.status, crawl.pending_jobs, crawl.counters["pending"]) == ("cancelled", 0, 0)
+    assert {k: crawl.counters[k] for k in counts} == counts, crawl.counters
+    return crawl
+
+
+async def test_a_cancelled_crawl_reads_no_more_repos(queue: EmbeddedQueue) -> None:
+    db = queue.db
+    crawl_id = await create_scheduled_crawl(db, queue.settings)
+    await _list(queue, crawl_id)
+    await _cancel(db, crawl_id)
+    ended_at = (await _crawl(db, crawl_id)).finished_at
+    await _run_pool(queue)
+    # Every queued job ended at once, counted in the crawl; the hub was not asked for a repo.
+    crawl = await _assert_cancelled(db, crawl_id, listed=REPOS, queued=REPOS, cancelled=REPOS, indexed=0, failed=0,
+                                    requests=0)  # fmt: skip
+    assert crawl.finished_at == ended_at  # the end is the cancelling, not the last job's
+    assert await _states(db, crawl_id) == {"reported": REPOS}
+    assert await scalar(db, "SELECT count(*) FROM jobs WHERE kind = 'index_repo' AND status = 'done'") == REPOS
+    assert await catalog_snapshot(db) == []
+
+
+async def test_a_cancelled_crawls_jobs_still_read_what_another_crawl_left_to_them(
+    queue: EmbeddedQueue, reference: Snapshot
+) -> None:
+    db = queue.db
+    first = await create_scheduled_crawl(db, queue.settings)
+    await _list(queue, first)
+    second = await create_scheduled_crawl(db, queue.settings)
+    await _list(queue, second)  # every repo's job of the first crawl waits: the second leaves them to it
+    assert await _states(db, second) == {"skipped": REPOS}
+    assert (await _crawl(db, second)).status == "finished"
+    await _cancel(db, first)
+    await _run_pool(queue)
+    await _assert_cancelled(db, first, queued=REPOS, indexed=REPOS, cancelled=0)
+    assert await catalog_snapshot(db) == reference
+
+
+async def test_a_listing_cancelled_before_it_ran_lists_nothing(queue: EmbeddedQueue) -> None:
+    db = queue.db
+    crawl_id = await create_scheduled_crawl(db, queue.settings)
+    await _cancel(db, crawl_id)
+    await _list(queue, crawl_id)
+    await _assert_cancelled(db, crawl_id, listed=0, queued=0, cancelled=0)
+    assert await scalar(db, "SELECT count(*) FROM jobs") == 0
+
+
+async def test_a_listing_stops_at_the_batch_after_its_crawl_was_cancelled(queue: EmbeddedQueue) -> None:
+    db = queue.db
+    crawl_id = await create_scheduled_crawl(db, queue.settings)
+    client = HubClient.from_settings(queue.settings.hub)
+    queued: list[str] = []
+
+    async def enqueue(repo_id: str, known: str | None) -> int | None:
+        if not queued:
+            await _cancel(db, crawl_id)  # while the listing queues its first batch
+        queued.append(repo_id)
+        return await queue.enqueue_index_repo(repo_id, known, crawl_id)
+
+    await enqueue_crawl(db, client, crawl_id, enqueue, batch=4)
+    assert len(queued) == 4  # the batch it had reserved, and no other
+    crawl = await _crawl(db, crawl_id)
+    assert (crawl.status, crawl.counters["listed"], crawl.counters["queued"]) == ("cancelled", 8, 4)
+    await _run_pool(queue)
+    await _assert_cancelled(db, crawl_id, queued=4, cancelled=4, indexed=0)
+    assert await catalog_snapshot(db) == []
+
+
+async def test_an_in_process_crawl_stops_when_cancelled(
+    queue: EmbeddedQueue, slow_hub: FakeHub, reference: Snapshot
+) -> None:
+    """`registry crawl` and the in-process launcher look at the row before each repo."""
+    db = queue.db
+    crawl_id = await create_scheduled_crawl(db, queue.settings)
+    tasks: list[asyncio.Task[None]] = []
+
+    def progress(report: CrawlReport) -> None:
+        if report.indexed == 1 and not tasks:
+            tasks.append(asyncio.create_task(_cancel(db, crawl_id)))
+
+    client = HubClient(slow_hub.endpoint, TOKEN, retry=FAST_RETRY)
+    async with HubHttp(HttpOptions(endpoint=slow_hub.endpoint, token=TOKEN, retry=FAST_RETRY)) as http:
+        report = await crawl_hub(db, client, http, CrawlParams(), crawl_id=crawl_id, concurrency=1,
+                                 progress=progress)  # fmt: skip
+    await asyncio.gather(*tasks)
+    assert report.status == "cancelled" and report.listed == REPOS
+    assert report.indexed >= 1 and report.cancelled >= 1 and report.indexed + report.cancelled == REPOS
+    crawl = await _crawl(db, crawl_id)
+    assert crawl.status == "cancelled" and crawl.counters == report.counters()
+    # The repos it read are whole: each as the plain crawl writes it.
+    written = await catalog_snapshot(db)
+    repos = {row[0] for row in written}
+    assert len(repos) == report.indexed
+    assert written == [row for row in reference if row[0] in repos]
