@@ -26,6 +26,7 @@ _ERROR_TEXT = {
     "308": "The hub has moved this repo id (renamed, transferred): `Location` is the same request for "
     "the repo's id now, which `details.moved_to` names.",
     "404": "No such resource.",
+    "409": "The resource is not in a state that allows this: `details` says which it is in.",
     "413": "The request body is larger than the server accepts.",
     "501": "The request asks for something this server does not store.",
     "503": "A component this request needs is not available; `details.component` names it.",
@@ -103,6 +104,10 @@ def operations(api: ApiSettings) -> list[Operation]:
                   ok_schema="CrawlPage", query=crawls.list_params(api.max_limit), headers=_LINK),
         Operation("get", "/v1/crawls/{id}", "get_crawl", "One crawl.", "crawls", ok_schema="Crawl",
                   path_params=(("id", _ID, "Crawl id."),), errors=("404",)),
+        Operation("post", "/v1/crawls/{id}/cancel", "cancel_crawl",
+                  "Cancel a running crawl: it reads no more repos; what it wrote stays. Cancelling a "
+                  "cancelled crawl answers the same again.", "crawls", ok_schema="Crawl",
+                  path_params=(("id", _ID, "Crawl id."),), errors=("404", "409"), write=True),
         Operation("post", "/v1/verifications", "start_verification", "Queue a verification of an artifact.",
                   "verifications", ok_status="202", ok_schema="Verification", body="VerificationRequest",
                   errors=("404", "503"), write=True,

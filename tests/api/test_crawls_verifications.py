@@ -9,6 +9,8 @@ import pytest
 from registry.api.cursors import encode_id_cursor
 from registry.api.launchers import CrawlLauncher, CrawlSpec, RecordingLauncher, Verifier
 from registry.catalog.db import Database
+from registry.catalog.models import Crawl
+from registry.catalog.types import utcnow
 from tests.api.conftest import WEBHOOK_SECRET, WRITE_TOKEN, ApiClient, MakeApi, RowVerifier, settings_with
 
 AUTH = {"Authorization": f"Bearer {WRITE_TOKEN}"}
@@ -141,6 +143,39 @@ async def test_list_crawls_newest_first_with_status_filter_and_pages(make_api: M
     assert second.body["next"] is None
     assert (await api.get("/v1/crawls?status=finished")).body["items"] == []
     assert len((await api.get("/v1/crawls?status=running")).body["items"]) == 3
+
+
+async def test_cancel_a_crawl(make_api: MakeApi, db: Database) -> None:
+    launcher = RecordingLauncher()
+    api = await make_api(launcher=launcher)
+    started = (await api.post("/v1/crawls", json={"source": "hub"}, headers=AUTH)).body
+    path = f"/v1/crawls/{started['id']}/cancel"
+    assert (await api.post(path)).status == 401  # a write: the token is required
+    reply = await api.post(path, headers=AUTH)
+    assert reply.status == 200, reply.body
+    assert reply.body["status"] == "cancelled" and reply.body["finished_at"] is not None
+    assert reply.body["parameters"] == started["parameters"]
+    assert (await api.get(started["url"])).body == reply.body
+    again = await api.post(path, headers=AUTH)  # idempotent: the same row, not cancelled twice
+    assert again.status == 200 and again.body == reply.body
+    assert [c["id"] for c in (await api.get("/v1/crawls?status=cancelled")).body["items"]] == [started["id"]]
+    metrics = (await api.get("/metrics")).body
+    assert "registry_crawls_running 0" in metrics
+    assert 'registry_last_crawl_end_timestamp_seconds{status="cancelled"}' in metrics
+
+    ended = (await api.post("/v1/crawls", json={"source": "hub"}, headers=AUTH)).body
+    async with db.sessions() as session, session.begin():
+        row = await session.get_one(Crawl, ended["id"])
+        row.status, row.finished_at = "finished", utcnow()
+    conflict = await api.post(f"/v1/crawls/{ended['id']}/cancel", headers=AUTH)
+    assert conflict.status == 409, conflict.body
+    assert conflict.body["error"]["details"] == {"crawl_id": ended["id"], "status": "finished"}
+    assert (await api.get(ended["url"])).body["status"] == "finished"
+
+    missing = await api.post("/v1/crawls/424242/cancel", headers=AUTH)
+    assert missing.status == 404 and missing.body["error"]["details"] == {"crawl_id": 424242}
+    assert (await api.post("/v1/crawls/abc/cancel", headers=AUTH)).status == 400
+    assert (await api.get(path)).status == 405
 
 
 @SQLITE_ONLY

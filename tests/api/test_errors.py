@@ -131,7 +131,7 @@ async def test_every_route_answers_errors_in_the_envelope(make_api: MakeApi) -> 
         assert_envelope(reply.body, "unknown_parameter")
         assert reply.body["error"]["details"]["parameter"] == "bogus_param"
         seen += 1
-    assert seen == 17  # jobs routes and the hub's webhook included
+    assert seen == 18  # jobs routes, the hub's webhook and crawl cancelling included
 
 
 @SQLITE_ONLY

@@ -1,4 +1,4 @@
-"""Start and watch crawls; the hub's webhook starts them too.
+"""Start, watch and cancel crawls; the hub's webhook starts them too.
 
 The API records a crawl row and hands it to the configured `CrawlLauncher`; the crawl
 worker owns the row from then on (counters, heartbeat, end). Without a launcher the
@@ -18,7 +18,7 @@ from registry.api import present
 from registry.api.auth import WEBHOOK_PATH
 from registry.api.bodies import crawl_spec, hub_event, read_json_object
 from registry.api.cursors import decode_id_cursor, encode_id_cursor
-from registry.api.errors import ApiError, Forbidden, NotFound, ServiceUnavailable
+from registry.api.errors import ApiError, Conflict, Forbidden, NotFound, ServiceUnavailable
 from registry.api.keys import (
     AUTH_KEY,
     LAUNCHER_KEY,
@@ -32,6 +32,7 @@ from registry.api.paging import page_response, paging_params
 from registry.api.params import Param, choice_param, parse_query, path_int
 from registry.api.responses import json_response
 from registry.api.sessions import read_session
+from registry.catalog import crawls
 from registry.catalog.models import CRAWL_STATUSES, Crawl
 from registry.catalog.types import utcnow
 
@@ -146,6 +147,23 @@ async def list_crawls(request: web.Request) -> web.Response:
     rows = rows[:limit]
     items: list[dict[str, Any]] = [present.crawl(r) for r in rows]
     return page_response(request, items, encode_id_cursor(rows[-1].id) if more else None, limit)
+
+
+@routes.post("/v1/crawls/{id}/cancel", name="cancel_crawl")
+async def cancel_crawl(request: web.Request) -> web.Response:
+    """Cancel a running crawl: 200 with the row, now `cancelled` (again, if it already was);
+    409 when it has already ended. Its workers stop at their next look at the row; the
+    repos they have written stay, and jobs reading a repo now end and still count."""
+    parse_query(request, ())
+    crawl_id = path_int(request, "id")
+    async with request.app[SESSIONMAKER_KEY].begin() as session:
+        row = await crawls.cancel_crawl(session, crawl_id)
+    if row is None:
+        raise NotFound(f"no crawl with id {crawl_id}", details={"crawl_id": crawl_id})
+    if row.status != "cancelled":
+        raise Conflict(f"crawl {crawl_id} has already ended: {row.status}",
+                       details={"crawl_id": crawl_id, "status": row.status})  # fmt: skip
+    return json_response(present.crawl(row))
 
 
 @routes.get("/v1/crawls/{id}", name="get_crawl")
