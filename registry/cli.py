@@ -671,7 +671,8 @@ def _add_crawl(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
         description="List GGUF repos on the hub (or take the REPO ids given), and for each one whose "
         "revision changed since the last crawl read every GGUF file's header by range requests and index it. "
         "One failing repo is recorded and the crawl goes on. Creates or migrates the database when needed. "
-        "Exit status: 0 when the crawl finished, 1 when it failed (e.g. the listing could not be read).",
+        "Exit status: 0 when the crawl finished, 1 when it failed (e.g. the listing could not be read) or was "
+        "cancelled (--cancel, POST /v1/crawls/{id}/cancel).",
     )
     p.add_argument("repos", nargs="*", type=_repo_id, metavar="REPO",
                    help="org/name ids to look at instead of the hub's listing (each looked up, whatever its "
@@ -681,8 +682,37 @@ def _add_crawl(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument("--author", metavar="A", help="only repos of this user or organization")
     p.add_argument("--limit", type=_int_in(1, INT64_MAX), metavar="N", help="look at most at N repos")
     p.add_argument("--full", action="store_true", help="re-read repos whose revision did not change")
+    p.add_argument("--cancel", type=_int_in(1, INT64_MAX), metavar="ID",
+                   help="cancel crawl ID instead, whoever runs it (registry serve, a worker, another registry "
+                   "crawl): it reads no more repos, and what it wrote stays. Exit status 0 when it is cancelled, "
+                   "1 when it had already ended or there is no such crawl")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     return "crawl", _cmd_crawl
+
+
+def _cancel_crawl(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+
+    from registry.catalog import crawls
+    from registry.catalog.db import Database
+
+    async def work() -> int:
+        async with Database.from_settings(settings) as db, db.sessions() as session, session.begin():
+            row = await crawls.cancel_crawl(session, args.cancel)
+            if row is None:
+                print(f"registry: crawl: no crawl with id {args.cancel}", file=sys.stderr)
+                return EXIT_ERROR
+            status, counters = row.status, dict(row.counters or {})
+        if args.json:
+            print(json.dumps({"crawl_id": args.cancel, "status": status, "counters": counters}))
+        elif status == "cancelled":
+            pending = counters.get("pending")
+            print(f"crawl {args.cancel} cancelled" + (f" ({pending} repo jobs still to end)" if pending else ""))
+        else:
+            print(f"registry: crawl: crawl {args.cancel} has already ended: {status}", file=sys.stderr)
+        return EXIT_OK if status == "cancelled" else EXIT_ERROR
+
+    return _catalog_call("crawl", work)
 
 
 def _cmd_crawl(args: argparse.Namespace, settings: Settings) -> int:
@@ -692,6 +722,11 @@ def _cmd_crawl(args: argparse.Namespace, settings: Settings) -> int:
     from registry.catalog.db import Database
     from workers.crawl import CrawlParams, crawl_from_settings
 
+    if args.cancel is not None:
+        if args.repos or args.author or args.search or args.limit or args.full or args.endpoint:
+            print("registry: crawl: --cancel ID takes no REPO ids and no other crawl options", file=sys.stderr)
+            return EXIT_USAGE
+        return _cancel_crawl(args, settings)
     hub = settings.hub
     other_hub = bool(args.endpoint) and args.endpoint.rstrip("/") != hub.endpoint.rstrip("/")
     if other_hub:
@@ -761,6 +796,7 @@ def _crawl_summary(doc: dict[str, Any]) -> str:
         + (f"{c['deleted']} deleted (the hub no longer has them), " if c.get("deleted") else "")
         + (f"{c['moved']} moved (the hub has them under another id), " if c.get("moved") else "")
         + (f"{c['not_gguf']} without a GGUF file (not catalogued), " if c.get("not_gguf") else "")
+        + (f"{c['cancelled']} not read (the crawl was cancelled), " if c.get("cancelled") else "")
         + f"{c['failed']} failed",
         f"  artifacts: {c['artifacts']} read, {c['artifact_errors']} with errors; {c['files']} files",
         f"  transfer:  {c['bytes_fetched']:,} bytes in {c['requests']} requests",

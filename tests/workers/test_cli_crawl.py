@@ -14,7 +14,7 @@ from tests.fakehub.testing import TOKEN
 ROOT = Path(__file__).resolve().parents[2]
 
 
-async def _registry(tmp_path: Path, hub: FakeHub, *args: str) -> tuple[int, str, str]:
+async def _registry(tmp_path: Path, hub: FakeHub, *args: str, **settings: str) -> tuple[int, str, str]:
     env = {
         **os.environ,
         "REGISTRY_GENERAL_DATA_DIR": str(tmp_path),
@@ -22,6 +22,7 @@ async def _registry(tmp_path: Path, hub: FakeHub, *args: str) -> tuple[int, str,
         "REGISTRY_HUB_TOKEN": TOKEN,
         "REGISTRY_HUB_BACKOFF_BASE": "0.01",
         "REGISTRY_HUB_MAX_ATTEMPTS": "2",
+        **settings,
     }
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "registry.cli", *args, cwd=ROOT, env=env,
@@ -123,3 +124,50 @@ async def test_crawl_command_takes_repo_ids(tmp_path: Path) -> None:
         assert code == 2 and "not both" in err
         code, out, err = await _registry(tmp_path, hub, "crawl", "https://evil.example/x")
         assert code == 2 and "not an org/name repo id" in err
+
+
+async def test_crawl_cancel_stops_a_crawl_another_process_runs(tmp_path: Path) -> None:
+    """`registry crawl --cancel ID` from a second shell: the running `registry crawl` reads
+    no more repos, keeps the ones it wrote and exits 1 saying it was cancelled."""
+    from sqlalchemy import text
+
+    from registry.catalog.db import Database
+    from tests.fakehub import Fault, synthetic_corpus
+
+    latency = Fault("latency", route="*", delay=0.1, times=None)
+    async with FakeHub(synthetic_corpus(10, seed=5), tokens={TOKEN}, faults=[latency]) as hub:
+        one_at_a_time = {"REGISTRY_HUB_CRAWL_CONCURRENCY": "1"}
+        running = asyncio.create_task(_registry(tmp_path, hub, "crawl", "--json", **one_at_a_time))
+        db = Database.from_url(f"sqlite+aiosqlite:///{tmp_path / 'registry.db'}")
+        try:
+            for _ in range(600):
+                await asyncio.sleep(0.05)
+                assert not running.done(), running.result()
+                try:
+                    async with db.engine.connect() as conn:
+                        repos = (await conn.execute(text("SELECT count(*) FROM repos"))).scalar_one()
+                except Exception:
+                    continue  # the schema is not there yet
+                if repos >= 1:
+                    break
+        finally:
+            await db.dispose()
+        code, out, err = await _registry(tmp_path, hub, "crawl", "--cancel", "1")
+        assert (code, out) == (0, "crawl 1 cancelled\n"), err
+        code, out, err = await _registry(tmp_path, hub, "crawl", "--cancel", "1", "--json")
+        assert code == 0 and json.loads(out)["status"] == "cancelled", err
+        code, out, err = await running
+        assert code == 1, err
+        doc = json.loads(out)
+        c = doc["counters"]
+        assert (doc["crawl_id"], doc["status"], c["listed"]) == (1, "cancelled", 10)
+        assert c["indexed"] >= 1 and c["cancelled"] >= 1 and c["indexed"] + c["cancelled"] == 10
+
+        code, out, err = await _registry(tmp_path, hub, "crawl", "--cancel", "2")
+        assert code == 1 and "no crawl with id 2" in err
+        code, out, err = await _registry(tmp_path, hub, "crawl", "--limit", "1")
+        assert code == 0, err
+        code, out, err = await _registry(tmp_path, hub, "crawl", "--cancel", "2")
+        assert code == 1 and "crawl 2 has already ended: finished" in err
+        code, out, err = await _registry(tmp_path, hub, "crawl", "--cancel", "2", "org/name")
+        assert code == 2 and "--cancel ID takes no REPO ids" in err
