@@ -5,7 +5,8 @@ ended. `crawls.pending_jobs` holds one for the listing plus one per queued repo,
 `crawl_repos` holds one row per queued repo, the write-once record of its outcome:
 
     reserved --enqueue--> queued --its job reports--> reported
-        |                    \\--its job ended without reporting (sweep)--> lost
+        |                    |\\--its job ended without reporting (sweep)--> lost
+        |                    \\--its crawl was cancelled: the job ended unrun--> reported
         \\--an equal job of another crawl waits--> skipped
 
 Every step is a transaction that changes the row's state and the crawl's counters
@@ -18,7 +19,11 @@ and leaves nothing pending forever:
 - a repo job's report moves its row to `reported` once; a second report of the same job
   (its worker died after the report, before the job was marked done) changes nothing;
 - `sweep_lost_jobs`, run by both runners, releases rows whose job has ended or vanished
-  without a report (a job cancelled by hand, a queue whose finished jobs are purged).
+  without a report (a job cancelled by hand, a queue whose finished jobs are purged);
+- a cancelled crawl (`registry.catalog.crawls`) lists no further batch, and
+  `drop_cancelled_jobs` ends its queued jobs unrun in bulk, each row counted `cancelled` in
+  the transaction that releases it. A job the queue had already handed to a worker reports
+  itself, as does one another crawl counts on.
 """
 
 from __future__ import annotations
@@ -28,11 +33,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import func, insert, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry.catalog import migrate
-from registry.catalog.crawls import crawl_status
+from registry.catalog.crawls import crawl_status, repos_wanted_elsewhere
 from registry.catalog.db import Database
 from registry.catalog.models import Crawl, CrawlRepo
 from registry.catalog.types import utcnow
@@ -61,6 +66,10 @@ class SweptQueue(Protocol):
         """Whether a listing job of this crawl (or of its schedule tick) is queued or running."""
 
     async def enqueue_crawl(self, crawl_id: int) -> int | None: ...
+
+    async def drop_queued(self, job_ids: Sequence[int], reason: str) -> set[int]:
+        """End these jobs, those still queued, without running them (`reason` says why);
+        the ids it ended."""
 
 
 def params_of(crawl: Crawl) -> CrawlParams:
@@ -333,10 +342,72 @@ async def resume_orphaned_crawls(db: Database, queue: SweptQueue, *, idle: timed
     return resumed
 
 
+DROP_BATCH = 500  # queued jobs of a cancelled crawl looked at per transaction
+
+
+async def drop_cancelled_jobs(db: Database, queue: SweptQueue, crawl_id: int | None = None) -> int:
+    """End, without running them, the queued index-repo jobs of cancelled crawls (of crawl
+    `crawl_id` only, when given), each counted `cancelled` in its crawl; returns how many.
+
+    Without this a cancelled crawl's queued jobs each take a turn of the runner to find
+    their crawl cancelled, ahead of any job queued after them. A job that another crawl
+    counts on (`catalog.crawls.repos_wanted_elsewhere`) is left to run, and so is one a
+    runner has taken meanwhile: it reports itself."""
+    dropped = 0
+    after: tuple[int, str] = (0, "")
+    while True:
+        async with db.sessions() as session:
+            query = (
+                select(CrawlRepo.crawl_id, CrawlRepo.repo_id, CrawlRepo.job_id)
+                .join(Crawl, Crawl.id == CrawlRepo.crawl_id)
+                .where(Crawl.status == "cancelled", CrawlRepo.state == "queued", CrawlRepo.job_id.is_not(None),
+                       tuple_(CrawlRepo.crawl_id, CrawlRepo.repo_id) > tuple_(*after))
+                .order_by(CrawlRepo.crawl_id, CrawlRepo.repo_id).limit(DROP_BATCH)
+            )  # fmt: skip
+            if crawl_id is not None:
+                query = query.where(CrawlRepo.crawl_id == crawl_id)
+            rows = (await session.execute(query)).all()
+            if not rows:
+                return dropped
+            after = (rows[-1][0], rows[-1][1])
+            by_crawl: dict[int, dict[str, int]] = {}
+            for cid, repo_id, job_id in rows:
+                if job_id is not None:
+                    by_crawl.setdefault(cid, {})[repo_id] = int(job_id)
+            for cid, jobs in by_crawl.items():
+                crawl = await session.get_one(Crawl, cid)
+                for repo_id in await repos_wanted_elsewhere(session, jobs, crawl):
+                    del jobs[repo_id]
+        for cid, jobs in by_crawl.items():
+            if jobs:
+                dropped += await _drop(db, queue, cid, jobs)
+
+
+async def _drop(db: Database, queue: SweptQueue, crawl_id: int, jobs: dict[str, int]) -> int:
+    """End the queued jobs of these repos of cancelled crawl `crawl_id` and count them."""
+    ended = await queue.drop_queued(sorted(jobs.values()), f"cancelled: crawl {crawl_id} was cancelled")
+    repos = [repo_id for repo_id, job_id in jobs.items() if job_id in ended]
+    if not repos:
+        return 0
+    async with db.sessions() as session, session.begin():
+        await _lock_crawl(session, crawl_id)
+        counted = await session.scalars(
+            update(CrawlRepo)
+            .where(CrawlRepo.crawl_id == crawl_id, CrawlRepo.repo_id.in_(repos), CrawlRepo.state == "queued")
+            .values(state="reported", updated_at=utcnow())
+            .returning(CrawlRepo.repo_id)
+        )
+        n = len(list(counted))  # a sweeper that found the job ended may have counted it lost first
+        await _release(session, crawl_id, n, add={"cancelled": n})
+    log.info("crawl %s: %s queued repo jobs ended, the crawl was cancelled", crawl_id, n)
+    return n
+
+
 async def sweep(db: Database, queue: SweptQueue, *, idle: timedelta) -> None:
-    """Both sweeps, as the runners call them now and then; errors are logged, not raised."""
+    """The sweeps, as the runners call them now and then; errors are logged, not raised."""
     try:
         await resume_orphaned_crawls(db, queue, idle=idle)
+        await drop_cancelled_jobs(db, queue)
         await sweep_lost_jobs(db, queue, idle=idle)
     except Exception:
         log.exception("the crawl sweep failed")

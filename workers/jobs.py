@@ -32,7 +32,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry.api.launchers import JOB_STATES, JobInfo, JobQueue
-from registry.catalog.crawls import repo_wanted_elsewhere
+from registry.catalog.crawls import repos_wanted_elsewhere
 from registry.catalog.db import Database
 from registry.catalog.models import Crawl
 from registry.config import Settings
@@ -41,7 +41,14 @@ from registry.hub.client import HubClient
 from registry.hub.errors import FileChanged, HubError
 from registry.hub.http import HubHttp
 from workers.crawl import CrawlReport, ReadOptions, count_outcome, index_repo
-from workers.crawl_jobs import enqueue_crawl, fail_listing, params_of, report_repo
+from workers.crawl_jobs import (
+    SweptQueue,
+    drop_cancelled_jobs,
+    enqueue_crawl,
+    fail_listing,
+    params_of,
+    report_repo,
+)
 from workers.schedule import Cron, Every, Schedule
 from workers.verify import fail_lost_run, run_verification
 
@@ -125,11 +132,14 @@ async def index_repo_job(
     crawl_id: int | None = None,
     *,
     final_attempt: bool = True,
+    queue: SweptQueue | None = None,
 ) -> None:
     """Index one repo; with `crawl_id`, report its outcome into that crawl's row.
 
     The runner says whether this is the job's last attempt: a transient error that will be
     retried reports nothing, so the crawl counts each repo once, on its final outcome.
+    A job of a cancelled crawl reads nothing, unless another crawl counts on it; with the
+    runner's `queue`, it then ends the crawl's other queued jobs at once, in bulk.
     """
     report = CrawlReport(crawl_id=crawl_id)
     crawl = await _crawl_of(ctx.db, crawl_id, repo_id)
@@ -137,6 +147,8 @@ async def index_repo_job(
         report.cancelled = 1
         await report_repo(ctx.db, crawl.id, repo_id, report)
         log.info("index_repo %s: not read, crawl %s was cancelled", repo_id, crawl.id)
+        if queue is not None:
+            await drop_cancelled_jobs(ctx.db, queue, crawl.id)
         return
     try:
         result = await index_repo(
@@ -179,7 +191,7 @@ async def _crawl_of(db: Database, crawl_id: int | None, repo_id: str) -> _JobCra
         crawl = await session.get(Crawl, crawl_id)
         if crawl is None:
             return _NO_CRAWL
-        cancelled = crawl.status == "cancelled" and not await repo_wanted_elsewhere(session, repo_id, crawl)
+        cancelled = crawl.status == "cancelled" and not await repos_wanted_elsewhere(session, [repo_id], crawl)
     return _JobCrawl(crawl_id, prunes=params_of(crawl).prune, cancelled=cancelled)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -91,6 +92,16 @@ class EmbeddedQueue:
                 select(Job.args).where(Job.kind == "crawl", Job.status.in_(("queued", "running")))
             )
             return any((a or {}).get("crawl_id") == crawl_id for a in args)
+
+    async def drop_queued(self, job_ids: Sequence[int], reason: str) -> set[int]:
+        async with self.db.sessions() as session, session.begin():
+            ended = await session.scalars(
+                update(Job)
+                .where(Job.id.in_(list(job_ids)), Job.status == "queued")
+                .values(status="failed", error=reason, finished_at=utcnow())
+                .returning(Job.id)
+            )
+            return set(ended)
 
     async def _enqueue(self, kind: str, args: dict[str, Any], lock: str | None) -> int | None:
         async with self.db.sessions() as session, session.begin():
@@ -237,7 +248,7 @@ class EmbeddedQueue:
             crawl_id = args.get("crawl_id")
             await index_repo_job(ctx, str(args["repo_id"]), args.get("known_revision"),
                                  int(crawl_id) if crawl_id is not None else None,
-                                 final_attempt=final_attempt)  # fmt: skip
+                                 final_attempt=final_attempt, queue=self)  # fmt: skip
         elif kind == "verify":
             await verify_job(ctx, int(args["verification_id"]))
         else:  # pragma: no cover - the check constraint allows no other kind

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -154,9 +154,8 @@ def build_app(settings: Settings, *, periodic_cron: str | None = None) -> procra
     ) -> None:
         # procrastinate's `attempts` counts earlier runs, so this run is number attempts + 1.
         final = context.job.attempts + 1 >= s.max_attempts
-        await _run_recorded(
-            context, index_repo_job(_ctx(context), repo_id, known_revision, crawl_id, final_attempt=final)
-        )
+        await _run_recorded(context, index_repo_job(_ctx(context), repo_id, known_revision, crawl_id,
+                                                    final_attempt=final, queue=ProcrastinateQueue(context.app)))  # fmt: skip
 
     @app.task(name="registry.verify", queue=QUEUE_OF["verify"], pass_context=True)
     async def verify(context: procrastinate.JobContext, verification_id: int) -> None:
@@ -217,6 +216,15 @@ class ProcrastinateQueue:
             "registry.verify", f"verify:{verification_id}", verification_id=verification_id
         )
 
+    async def drop_queued(self, job_ids: Sequence[int], reason: str) -> set[int]:
+        ended = set()
+        for job_id in job_ids:  # `todo` jobs only: procrastinate ends them `cancelled`
+            if await self.app.job_manager.cancel_job_by_id_async(job_id):
+                ended.add(job_id)
+        if ended:  # why, for GET /v1/jobs
+            await self.app.connector.execute_query_async(_DROPPED_ERRORS, ids=sorted(ended), error=reason)
+        return ended
+
     async def crawl_job_pending(self, crawl_id: int, scheduled_at: int | None = None) -> bool:
         row = await self.app.connector.execute_query_one_async(
             _CRAWL_JOB_PENDING, crawl_id=str(crawl_id), tick=None if scheduled_at is None else str(scheduled_at)
@@ -237,6 +245,11 @@ class ProcrastinateQueue:
         )
         return _info(rows[0]) if rows else None
 
+
+_DROPPED_ERRORS = """
+INSERT INTO job_errors (job_id, error, at) SELECT unnest(%(ids)s::bigint[]), %(error)s, now()
+ON CONFLICT (job_id) DO UPDATE SET error = excluded.error, at = excluded.at
+"""
 
 _CRAWL_JOB_PENDING = """
 SELECT EXISTS (
@@ -264,7 +277,7 @@ SELECT j.id, j.queue_name, j.task_name, j.status::text AS status, j.args, j.atte
 
 
 def _info(row: dict[str, Any]) -> JobInfo:
-    finished: datetime | None = row["finished_at"] if row["status"] in ("succeeded", "failed") else None
+    finished: datetime | None = row["finished_at"] if _STATE_OF.get(row["status"]) in ("done", "failed") else None
     return JobInfo(
         id=row["id"], kind=TASK_KIND.get(row["task_name"], row["task_name"]), queue=row["queue_name"],
         status=_STATE_OF.get(row["status"], row["status"]), args=dict(row["args"] or {}),

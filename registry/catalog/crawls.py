@@ -2,7 +2,7 @@
 
 `cancel_crawl` marks a running crawl `cancelled` at once, with its end time. The crawl's
 workers read the row and stop: a listing before it queues its next batch of repos, an
-index-repo job before it reads the hub (`repo_wanted_elsewhere` says when it must read
+index-repo job before it reads the hub (`repos_wanted_elsewhere` says when it must read
 anyway), an in-process crawl before each repo. What is already written stays: each repo
 is one transaction, so a cancelled crawl leaves every repo whole or untouched. Jobs that
 were reading when the crawl was cancelled end normally and still add their counters, so
@@ -12,6 +12,7 @@ counted `cancelled`.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import timedelta
 
 from sqlalchemy import select, update
@@ -43,25 +44,27 @@ async def crawl_status(session: AsyncSession, crawl_id: int) -> str | None:
     return await session.scalar(select(Crawl.status).where(Crawl.id == crawl_id))
 
 
-async def repo_wanted_elsewhere(session: AsyncSession, repo_id: str, crawl: Crawl) -> bool:
-    """Whether another crawl may count on the index job of `repo_id` that `crawl` queued, so
-    that the job must read the repo although `crawl` was cancelled.
+async def repos_wanted_elsewhere(session: AsyncSession, repo_ids: Collection[str], crawl: Crawl) -> set[str]:
+    """Those of `repo_ids` whose index job, queued by `crawl`, another crawl may count on:
+    the job must read the repo although `crawl` was cancelled.
 
     One job per repo waits at a time (the job lock), and a crawl whose listing finds one
     waiting leaves the repo to it (its row `skipped`), even if that crawl has ended since.
     So the job reads when another crawl skipped the repo after `crawl` started, or has
     reserved it and is about to queue it. That may also catch a skip that an earlier job
     answered: the repo is then read once more, which costs a request, never a lost read."""
+    if not repo_ids:
+        return set()
     since = crawl.started_at - CLOCK_SKEW
-    hit = await session.scalar(
-        select(CrawlRepo.crawl_id)
+    rows = await session.scalars(
+        select(CrawlRepo.repo_id)
         .join(Crawl, Crawl.id == CrawlRepo.crawl_id)
         .where(
-            CrawlRepo.repo_id == repo_id,
+            CrawlRepo.repo_id.in_(list(repo_ids)),
             CrawlRepo.crawl_id != crawl.id,
             ((CrawlRepo.state == "skipped") & (CrawlRepo.updated_at >= since))
             | ((CrawlRepo.state == "reserved") & (Crawl.status == "running")),
         )
-        .limit(1)
+        .distinct()
     )
-    return hit is not None
+    return set(rows)

@@ -43,7 +43,13 @@ from tests.jobs.conftest import (
 )
 from workers import jobs
 from workers.crawl import CrawlParams, CrawlReport, crawl_hub
-from workers.crawl_jobs import enqueue_crawl, report_repo, resume_orphaned_crawls, sweep_lost_jobs
+from workers.crawl_jobs import (
+    drop_cancelled_jobs,
+    enqueue_crawl,
+    report_repo,
+    resume_orphaned_crawls,
+    sweep_lost_jobs,
+)
 from workers.jobs import create_scheduled_crawl, open_context
 from workers.queue_embedded import EmbeddedQueue
 
@@ -239,6 +245,19 @@ async def test_procrastinate_tells_whether_a_crawl_has_a_listing_job(
         await app.connector.execute_query_async("UPDATE procrastinate_jobs SET status = 'succeeded'")
         assert not await q.crawl_job_pending(5) and not await q.crawl_job_pending(7, 1_800_000_000)
 
+        # Ending queued jobs unrun: only those still `todo`, each with the reason.
+        todo = [await q.enqueue_index_repo(f"org/m{i}-GGUF", None, 5) for i in range(3)]
+        assert all(isinstance(i, int) for i in todo)
+        ids = [int(i) for i in todo if i is not None]
+        await app.connector.execute_query_async(f"UPDATE procrastinate_jobs SET status = 'doing' WHERE id = {ids[0]}")
+        assert await q.drop_queued(ids, "cancelled: crawl 5 was cancelled") == set(ids[1:])
+        assert await q.drop_queued(ids, "again") == set()
+        for job_id in ids[1:]:
+            info = await q.get_job(job_id)
+            assert info is not None and (info.status, info.error) == ("failed", "cancelled: crawl 5 was cancelled")
+            assert info.finished_at is not None
+        assert await q.enqueue_index_repo("org/m1-GGUF", None, 6) is not None  # its lock is free again
+
 
 async def test_a_crawl_whose_listing_job_killed_its_process_every_time_ends_failed(queue: EmbeddedQueue) -> None:
     db, limit = queue.db, queue.settings.jobs.max_attempts
@@ -299,8 +318,41 @@ async def test_a_cancelled_crawl_reads_no_more_repos(queue: EmbeddedQueue) -> No
                                     requests=0)  # fmt: skip
     assert crawl.finished_at == ended_at  # the end is the cancelling, not the last job's
     assert await _states(db, crawl_id) == {"reported": REPOS}
-    assert await scalar(db, "SELECT count(*) FROM jobs WHERE kind = 'index_repo' AND status = 'done'") == REPOS
+    # The first job to find its crawl cancelled ended the others in the queue, unrun.
+    async with db.sessions() as session:
+        ended = (await session.execute(select(Job.status, Job.error).where(Job.kind == "index_repo"))).all()
+    assert len(ended) == REPOS and ("done", None) in ended
+    assert {e for e in ended if e[0] != "done"} == {("failed", f"cancelled: crawl {crawl_id} was cancelled")}
     assert await catalog_snapshot(db) == []
+
+
+async def test_the_queued_jobs_of_a_cancelled_crawl_end_in_bulk(queue: EmbeddedQueue, reference: Snapshot) -> None:
+    db = queue.db
+    first = await create_scheduled_crawl(db, queue.settings)
+    await _list(queue, first)
+    assert await drop_cancelled_jobs(db, queue) == 0  # not cancelled: nothing to end
+    await _cancel(db, first)
+    assert await drop_cancelled_jobs(db, queue, first + 1) == 0  # another crawl's only
+    async with db.sessions() as session, session.begin():  # a runner took one job meanwhile
+        await session.execute(update(Job).where(Job.lock == f"repo:{reference[0][0]}").values(status="running"))
+    assert await drop_cancelled_jobs(db, queue) == REPOS - 1
+    assert await drop_cancelled_jobs(db, queue) == 0  # once
+    crawl = await _crawl(db, first)
+    assert (crawl.status, crawl.pending_jobs, crawl.counters["cancelled"]) == ("cancelled", 1, REPOS - 1)
+    assert await _states(db, first) == {"reported": REPOS - 1, "queued": 1}
+    assert await scalar(db, "SELECT count(*) FROM jobs WHERE status = 'failed'") == REPOS - 1
+
+    # A crawl that found the jobs of a second, now cancelled, crawl waiting counts on them.
+    second = await create_scheduled_crawl(db, queue.settings)
+    async with db.sessions() as session, session.begin():
+        await session.execute(update(Job).where(Job.status == "running").values(status="done"))
+    await _list(queue, second)
+    third = await create_scheduled_crawl(db, queue.settings)
+    await _list(queue, third)
+    assert await _states(db, third) == {"skipped": REPOS}
+    await _cancel(db, second)
+    assert await drop_cancelled_jobs(db, queue) == 0
+    assert await scalar(db, "SELECT count(*) FROM jobs WHERE status = 'queued'") == REPOS
 
 
 async def test_a_cancelled_crawls_jobs_still_read_what_another_crawl_left_to_them(
