@@ -8,8 +8,11 @@ it for memory, say) ends `failed` instead of running again at every start, and s
 it was for: its crawl (else the sweep would queue its listing again, with attempts anew) or
 its verification (`crashed`); a pool that stops on its own (serve shutting down) gives its
 jobs back without using up an attempt.
-Each enqueue commits its row before the pool is woken, and a per-repo or per-verification
-`lock` keeps one job of each queued or running at a time. At most `verify.concurrency` of
+Each enqueue commits its row before the pool is woken. A per-repo or per-verification
+`lock` keeps at most one job of each waiting, and runs them one at a time: a job asked for
+while an equal one waits is that one, while an equal one runs it is queued behind it (the
+running one may have read the repo before the change that asked for the new one), as
+procrastinate's `queueing_lock` and `lock` do in the distributed mode. At most `verify.concurrency` of
 the pool's `jobs.concurrency` workers run a verification at once (each needs a model's
 memory); while that many run, the others take only crawl and index jobs.
 """
@@ -23,7 +26,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import exists, select, update
+from sqlalchemy.orm import aliased
 
 from registry.api.launchers import CatalogJobs
 from registry.catalog import migrate
@@ -106,10 +110,8 @@ class EmbeddedQueue:
     async def _enqueue(self, kind: str, args: dict[str, Any], lock: str | None) -> int | None:
         async with self.db.sessions() as session, session.begin():
             if lock is not None:
-                busy = await session.scalar(
-                    select(Job.id).where(Job.lock == lock, Job.status.in_(("queued", "running"))).limit(1)
-                )
-                if busy is not None:
+                waiting = await session.scalar(select(Job.id).where(Job.lock == lock, Job.status == "queued").limit(1))
+                if waiting is not None:
                     return None
             row = Job(kind=kind, queue=QUEUE_OF[kind], status="queued", args=args, lock=lock)
             session.add(row)
@@ -203,7 +205,13 @@ class EmbeddedQueue:
 
     async def _next(self) -> Job | None:
         async with self._claim, self.db.sessions() as session, session.begin():
-            query = select(Job).where(Job.status == "queued", Job.run_after <= utcnow())
+            running = aliased(Job)
+            query = select(Job).where(
+                Job.status == "queued",
+                Job.run_after <= utcnow(),
+                # Not while an equal job runs: it waits for that one's end.
+                Job.lock.is_(None) | ~exists().where(running.lock == Job.lock, running.status == "running"),
+            )
             if self._verifying >= self.settings.verify.concurrency:
                 query = query.where(Job.kind != "verify")
             row = await session.scalar(query.order_by(Job.id).limit(1))

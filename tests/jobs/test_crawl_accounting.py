@@ -427,3 +427,43 @@ async def test_an_in_process_crawl_stops_when_cancelled(
     repos = {row[0] for row in written}
     assert len(repos) == report.indexed
     assert written == [row for row in reference if row[0] in repos]
+
+
+async def test_a_repo_changed_while_its_job_runs_is_read_again(
+    queue: EmbeddedQueue, slow_hub: FakeHub, reference: Snapshot
+) -> None:
+    """A job queued while an equal one runs (a webhook's push during a crawl) is queued, not
+    folded into the running one, which may have read the repo before the push; it runs once
+    that one has ended, as procrastinate's locks do in the distributed mode."""
+    db = queue.db
+    slow_hub.record = True
+    repo_id = reference[0][0]
+    pushed = slow_hub.corpus.get(repo_id)
+    assert pushed is not None
+    files, sha = list(pushed.files), pushed.sha  # the corpus is the module's: put back after
+    first = await queue.enqueue_index_repo(repo_id)
+    pool = asyncio.create_task(queue.run(concurrency=2))
+    try:
+
+        async def reading_files() -> bool:  # its repo info is read: the push comes too late for it
+            return any(r.repo == repo_id and r.route != "api" for r in slow_hub.requests)
+
+        await wait_for(reading_files, 30, "the first job to read the repo's files", every=0.01)
+        removed = next(f.path for f in pushed.files if f.path.endswith(".gguf"))
+        pushed.files = [f for f in pushed.files if f.path != removed]
+        pushed.sha = "e" * 40
+        second = await queue.enqueue_index_repo(repo_id)
+        assert second is not None and second != first
+        assert await queue.enqueue_index_repo(repo_id) is None  # the queued one will do
+        await asyncio.wait_for(queue.join(), 60)
+    finally:
+        pool.cancel()
+        await asyncio.gather(pool, return_exceptions=True)
+        pushed.files, pushed.sha = files, sha
+    async with db.sessions() as session:
+        ran = {j.id: j for j in await session.scalars(select(Job).where(Job.lock == f"repo:{repo_id}"))}
+    assert [ran[i].status for i in (first, second)] == ["done", "done"]
+    assert ran[first].finished_at <= ran[second].started_at  # one at a time
+    rows = {row[2]: row for row in await catalog_snapshot(db) if row[0] == repo_id}
+    assert {row[1] for row in rows.values()} == {"e" * 40}
+    assert rows[removed][3] == "gone" and {row[3] for p, row in rows.items() if p != removed} == {"indexed"}
