@@ -152,6 +152,26 @@ class ScheduleSettings:
 
 
 @dataclass(frozen=True)
+class LocalSettings:
+    folders: str = _setting(
+        "",
+        "Folders of GGUF files that `registry serve` keeps in the catalog, as `registry index` does, separated "
+        "by the path separator (`:` on Linux and macOS): the `local` source of POST /v1/crawls and of "
+        "local.schedule. The embedded mode only. Empty: no local source.",
+    )
+    schedule: str = _setting(
+        "",
+        "When to index local.folders again, written as schedule.crawl (`every 10m`, a cron expression). "
+        "Empty: only when asked.",
+    )
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The configured folders, in order, each once."""
+        return tuple(dict.fromkeys(p.strip() for p in self.folders.split(os.pathsep) if p.strip()))
+
+
+@dataclass(frozen=True)
 class ParserSettings:
     max_string_length: int = _setting(16 * 1024 * 1024, "Longest metadata string accepted. 0 or more.")
     max_array_length: int = _setting(16 * 1024 * 1024, "Most elements in one metadata array. 0 or more.")
@@ -296,6 +316,7 @@ class Settings:
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     hub: HubSettings = field(default_factory=HubSettings)
     schedule: ScheduleSettings = field(default_factory=ScheduleSettings)
+    local: LocalSettings = field(default_factory=LocalSettings)
     parser: ParserSettings = field(default_factory=ParserSettings)
     api: ApiSettings = field(default_factory=ApiSettings)
     verify: VerifySettings = field(default_factory=VerifySettings)

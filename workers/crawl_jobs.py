@@ -222,6 +222,10 @@ async def fail_listing(session: AsyncSession, crawl_id: int, job_id: int, error:
     row = await session.get_one(Crawl, crawl_id, populate_existing=True)
     if row.status != "running" or LISTING_DONE in (row.counters or {}):
         return False
+    if row.kind == "local":  # one job did the whole crawl: nothing else is pending
+        row.status, row.finished_at = "failed", utcnow()
+        row.errors = [*(row.errors or []), {"repo": "", "path": "", "error": f"job_failed: job {job_id}: {error}"}]
+        return True
     row.pending_jobs = max(row.pending_jobs, 1)  # the listing's own, if it died before taking it
     reserved = list(await session.scalars(
         select(CrawlRepo).where(CrawlRepo.crawl_id == crawl_id, CrawlRepo.state == "reserved")))  # fmt: skip
@@ -325,7 +329,7 @@ async def resume_orphaned_crawls(db: Database, queue: SweptQueue, *, idle: timed
     async with db.sessions() as session:
         rows = (await session.execute(
             select(Crawl.id, Crawl.parameters, Crawl.counters)
-            .where(Crawl.status == "running", Crawl.kind == "hub", Crawl.started_at < utcnow() - idle,
+            .where(Crawl.status == "running", Crawl.kind.in_(("hub", "local")), Crawl.started_at < utcnow() - idle,
                    (Crawl.heartbeat_at.is_(None)) | (Crawl.heartbeat_at < utcnow() - idle))
             .order_by(Crawl.id).limit(100))).all()  # fmt: skip
     resumed = 0

@@ -48,6 +48,7 @@ from registry.gguf.facts import derive_facts
 from registry.gguf.filename import ShardGroup, group_shards, parse_shard
 from registry.gguf.limits import Limits
 from registry.hub.local import DEFAULT_FIRST_WINDOW, LocalHeader, read_header
+from workers.crawl import CancelWatch
 from workers.templates import TemplateScanner, scanner_scope
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class IndexReport:
     skipped: list[str] = field(default_factory=list)  # arguments that are neither .gguf file nor folder
     unreadable: list[dict[str, str]] = field(default_factory=list)  # folders not listed: {path, error}
     failed: list[dict[str, str]] = field(default_factory=list)  # repos not written: {repo, path, error}
+    cancelled: int = 0  # repos not read: the crawl was cancelled before their turn
 
     @property
     def errors(self) -> int:
@@ -339,18 +341,34 @@ async def index_paths(
     *,
     limits: Limits | None = None,
     first_window: int = DEFAULT_FIRST_WINDOW,
+    crawl_id: int | None = None,
 ) -> IndexReport:
-    """Index files and folders; creates or migrates the database first when needed."""
+    """Index files and folders; creates or migrates the database first when needed.
+
+    The run is recorded as a `local` crawl: the row `crawl_id` (a crawl of the `local`
+    source, queued by the API or local.schedule) or a new one. A cancelled crawl stops
+    before its next repo."""
     await migrate.ensure_schema(db.engine)
     limits = limits or Limits()
-    repos, skipped, unreadable = discover(arguments)
-    report = IndexReport(skipped=skipped, unreadable=unreadable)
+    paths = [storable_text(os.fspath(a)) for a in arguments]
     async with db.sessions() as session, session.begin():
-        crawl = Crawl(kind="local", parameters={"paths": [storable_text(os.fspath(a)) for a in arguments]})
-        session.add(crawl)
+        if crawl_id is None:
+            crawl = Crawl(kind="local", parameters={"paths": paths})
+            session.add(crawl)
+        else:
+            crawl = await session.get_one(Crawl, crawl_id)
+            crawl.parameters = {**(crawl.parameters or {}), "paths": paths}
+            crawl.heartbeat_at = utcnow()
+    repos: list[LocalRepo] = []
+    report = IndexReport()
+    watch = CancelWatch(db, crawl.id)
     scanner = TemplateScanner()  # one sandbox pool and scan cache for the whole run
     try:
+        repos, report.skipped, report.unreadable = discover(arguments)  # a walk that fails ends the row
         for repo in repos:
+            if await watch.cancelled():
+                report.cancelled += 1
+                continue
             repo_id = repo.repo_id
             try:
                 snap = await build_snapshot(db, repo, limits, first_window, scanner)
@@ -406,8 +424,10 @@ async def _finish(
         errors.insert(0, {"repo": "", "path": "", "error": f"{type(failure).__name__}: {failure}"})
     async with db.sessions() as session, session.begin():
         crawl = await session.get_one(Crawl, crawl_id)
-        crawl.status = "finished" if failure is None else "failed"
-        crawl.finished_at = utcnow()
+        if crawl.status != "cancelled":  # cancelled: its end is the cancelling
+            crawl.status = "finished" if failure is None else "failed"
+            crawl.finished_at = utcnow()
         crawl.counters = {"repos": repos, "artifacts": len(report.artifacts), "errors": report.errors,
-                          "failed": len(report.failed), "unreadable": len(report.unreadable)}  # fmt: skip
+                          "failed": len(report.failed), "unreadable": len(report.unreadable),
+                          "cancelled": report.cancelled}  # fmt: skip
         crawl.errors = storable(errors[:100])

@@ -4,7 +4,8 @@ Three jobs, each a plain async function over a `JobContext`:
 
 - `crawl_job(ctx, queue, crawl_id)`: list the hub for the crawl row and queue one
   `index_repo` job per changed repo (`workers.crawl_jobs.enqueue_crawl`); the row stays
-  `running` until those jobs have ended, with each repo's outcome counted once;
+  `running` until those jobs have ended, with each repo's outcome counted once. A crawl of
+  the `local` source indexes the process's local.folders in the job itself;
 - `index_repo_job(ctx, repo_id, known_revision, crawl_id)`: read and write one repo in one
   transaction (`workers.crawl.index_repo`); idempotent, so a retry or a second worker
   changes nothing; on its final attempt it adds its counters to its crawl's row;
@@ -35,6 +36,7 @@ from registry.api.launchers import JOB_STATES, JobInfo, JobQueue
 from registry.catalog.crawls import repos_wanted_elsewhere
 from registry.catalog.db import Database
 from registry.catalog.models import Crawl
+from registry.catalog.types import utcnow
 from registry.config import Settings
 from registry.gguf.limits import Limits
 from registry.hub.client import HubClient
@@ -49,6 +51,7 @@ from workers.crawl_jobs import (
     params_of,
     report_repo,
 )
+from workers.index import index_paths
 from workers.schedule import Cron, Every, Schedule
 from workers.verify import fail_lost_run, run_verification
 
@@ -117,12 +120,38 @@ class CrawlQueue(Protocol):
 
 
 async def crawl_job(ctx: JobContext, queue: CrawlQueue, crawl_id: int) -> None:
+    async with ctx.db.sessions() as session:
+        crawl = await session.get(Crawl, crawl_id)
+        kind, status = (crawl.kind, crawl.status) if crawl is not None else (None, None)
+    if kind == "local":
+        await _local_crawl(ctx, crawl_id, status)
+        return
+
     async def enqueue(repo_id: str, known: str | None) -> int | None:
         return await queue.enqueue_index_repo(repo_id, known, crawl_id)
 
     report = await enqueue_crawl(ctx.db, ctx.client, crawl_id, enqueue)
     log.info("crawl %s: %s listed, %s unchanged, listing %s", crawl_id, report.listed, report.unchanged,
              report.status)  # fmt: skip
+
+
+async def _local_crawl(ctx: JobContext, crawl_id: int, status: str | None) -> None:
+    """A crawl of the `local` source: index this process's local.folders into the row, as
+    `registry index` does. A rerun after the row ended (the worker died after its end)
+    does nothing; so does a crawl cancelled before it started."""
+    if status != "running":
+        log.info("local crawl %s: %s, not run", crawl_id, status)
+        return
+    folders = ctx.settings.local.paths
+    if not folders:
+        async with ctx.db.sessions() as session, session.begin():
+            row = await session.get_one(Crawl, crawl_id)
+            row.status, row.finished_at = "failed", utcnow()
+            row.errors = [{"repo": "", "path": "", "error": "no_local_folders: this server has no local.folders"}]
+        return
+    report = await index_paths(ctx.db, folders, limits=ctx.read_options.limits, crawl_id=crawl_id)
+    log.info("local crawl %s: %d repos, %d artifacts, %d with errors", crawl_id, len(report.results),
+             len(report.artifacts), report.errors)  # fmt: skip
 
 
 async def index_repo_job(
@@ -199,8 +228,11 @@ async def verify_job(ctx: JobContext, verification_id: int) -> None:
     await run_verification(ctx.db, ctx.settings, verification_id)
 
 
-async def create_scheduled_crawl(db: Database, settings: Settings, *, scheduled_at: int | None = None) -> int:
-    """Commit the crawl row of a scheduled crawl; the caller enqueues it afterwards.
+async def create_scheduled_crawl(
+    db: Database, settings: Settings, *, scheduled_at: int | None = None, source: str = "hub"
+) -> int:
+    """Commit the crawl row of a scheduled crawl of `source` (`hub`: schedule.crawl, `local`:
+    local.schedule); the caller enqueues it afterwards.
 
     With `scheduled_at` (the schedule's tick, Unix seconds) it is one row per tick: a rerun
     of the periodic job of a tick (its worker died) finds that tick's row and goes on with
@@ -209,23 +241,25 @@ async def create_scheduled_crawl(db: Database, settings: Settings, *, scheduled_
     s = settings.schedule
     params: dict[str, object] = {"source": "hub", "repos": [], "author": s.author or None, "search": s.search or None,
               "limit": s.limit or None, "full": False, "scheduled": True}  # fmt: skip
+    if source == "local":
+        params = {"source": "local", "scheduled": True}
     async with db.sessions() as session, session.begin():
         if scheduled_at is not None:
             params["scheduled_at"] = scheduled_at
-            found = await _scheduled_crawl(session, scheduled_at)
+            found = await _scheduled_crawl(session, scheduled_at, source)
             if found is not None:
                 return found
-        row = Crawl(kind="hub", status="running", parameters=params)
+        row = Crawl(kind=source, status="running", parameters=params)
         session.add(row)
         await session.flush()
         return row.id
 
 
-async def _scheduled_crawl(session: AsyncSession, scheduled_at: int) -> int | None:
+async def _scheduled_crawl(session: AsyncSession, scheduled_at: int, kind: str = "hub") -> int | None:
     """The crawl row of a schedule tick, if one was committed."""
     # A tick's row is recent: look among the newest scheduled crawls only.
     recent = await session.scalars(
-        select(Crawl).where(Crawl.kind == "hub").order_by(Crawl.id.desc()).limit(200)
+        select(Crawl).where(Crawl.kind == kind).order_by(Crawl.id.desc()).limit(200)
     )
     for row in recent:
         if (row.parameters or {}).get("scheduled_at") == scheduled_at:

@@ -88,6 +88,9 @@ def _optional_int(body: Mapping[str, Any], name: str, minimum: int, maximum: int
     return value
 
 
+LOCAL_SOURCE = "local"  # the server's local.folders
+
+
 def crawl_spec(body: Mapping[str, Any], sources: Collection[str]) -> CrawlSpec:
     _reject_unknown(body, ("source", "repos", "author", "search", "limit", "full"))
     source = body.get("source")
@@ -104,6 +107,11 @@ def crawl_spec(body: Mapping[str, Any], sources: Collection[str]) -> CrawlSpec:
     full = body.get("full", False)
     if not isinstance(full, bool):
         raise InvalidBody("full must be a boolean", details={"field": "full"})
+    if source == LOCAL_SOURCE:
+        for name in ("repos", "author", "search", "limit", "full"):
+            if body.get(name) not in (None, [], False):
+                raise InvalidBody(f"{name}: a crawl of the local source indexes the server's configured folders, "
+                                  "whole", details={"field": name})  # fmt: skip
     return CrawlSpec(
         source=source,
         repos=tuple(dict.fromkeys(repos)),  # dedupe, keep order

@@ -317,16 +317,20 @@ class CatalogJobs:
 
 
 class QueueLauncher:
-    """The CrawlLauncher of both modes: the API committed the crawl row, the queue runs it."""
+    """The CrawlLauncher of both modes: the API committed the crawl row, the queue runs it.
 
-    def __init__(self, queue: JobQueue) -> None:
+    Sources: `hub`, and `local` when the server has local folders (local.folders); the
+    folders come from the settings of the process that runs the job, never from a request."""
+
+    def __init__(self, queue: JobQueue, *, local: bool = False) -> None:
         self.queue = queue
+        self._sources = ("hub", "local") if local else ("hub",)
 
     def sources(self) -> Collection[str]:
-        return ("hub",)
+        return self._sources
 
     def kind_of(self, source: str) -> str:
-        return "hub"
+        return source
 
     async def launch(self, crawl_id: int, spec: CrawlSpec) -> None:
         await self.queue.enqueue_crawl(crawl_id)

@@ -249,10 +249,30 @@ SEARCH_TEXT = rf"^[^\x00]*{_NOT_BLANK_OR_NUL}[^\x00]*$"
 
 
 def crawl_request(sources: Collection[str]) -> Schema:
-    """The crawl body; `source` is an enum of the sources this server's launcher has."""
+    """The crawl body; `source` is an enum of the sources this server's launcher has. The
+    `local` source (the server's folders) takes nothing else: no repos, filters or `full`."""
     source: Schema = {**STR, "description": "Name of a configured source (e.g. `hub`); never a URL."}
-    if sources:
-        source["enum"] = sorted(sources)
+    listed = sorted(set(sources) - {"local"})
+    if listed:
+        source["enum"] = listed
+    hub = _hub_crawl_request(source)
+    if "local" not in sources:
+        return hub
+    local = obj(
+        {
+            "source": {"const": "local", "description": "The server's local folders (local.folders), each whole."},
+            "repos": {"type": "array", "maxItems": 0},
+            "author": {"type": "null"},
+            "search": {"type": "null"},
+            "limit": {"type": "null"},
+            "full": {"const": False},
+        },
+        required=["source"],
+    )
+    return {"oneOf": [hub, local]} if listed else local
+
+
+def _hub_crawl_request(source: Schema) -> Schema:
     return obj(
         {
             "source": source,

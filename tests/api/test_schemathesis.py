@@ -33,7 +33,7 @@ from tests.catalog.conftest import TempDatabases  # noqa: E402
 
 EXAMPLES = int(os.environ.get("REGISTRY_SCHEMATHESIS_EXAMPLES", "8"))
 AUTH = {"Authorization": f"Bearer {WRITE_TOKEN}", "X-Webhook-Secret": WEBHOOK_SECRET}
-LAUNCHER = RecordingLauncher()
+LAUNCHER = RecordingLauncher(source_kinds={"hub": "hub", "local": "local"})  # both request shapes
 
 schema = schemathesis.openapi.from_dict(build_openapi(settings_with().api, LAUNCHER.sources()))
 
