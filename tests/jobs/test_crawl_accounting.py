@@ -104,7 +104,10 @@ async def _list(queue: EmbeddedQueue, crawl_id: int) -> None:
     await enqueue_crawl(queue.db, client, crawl_id, enqueue)
 
 
-async def _assert_every_repo_counted_once(db: Database, crawl_id: int, reference: Snapshot) -> None:
+async def _assert_every_repo_counted_once(
+    db: Database, crawl_id: int, reference: Snapshot, *, reread: int = 0
+) -> None:
+    """`reread`: repos whose job may have run twice (see the killed listing's test)."""
     crawl = await _crawl(db, crawl_id)
     c = crawl.counters
     assert (crawl.status, crawl.pending_jobs, c["pending"]) == ("finished", 0, 0)
@@ -114,8 +117,9 @@ async def _assert_every_repo_counted_once(db: Database, crawl_id: int, reference
     # One index job per repo ran to the end, and the catalog is what one plain crawl writes.
     per_repo = await scalar(db, "SELECT max(n) FROM (SELECT count(*) AS n FROM jobs WHERE kind = 'index_repo' "
                                 "AND status = 'done' GROUP BY lock) AS t")  # fmt: skip
-    assert per_repo == 1
-    assert await scalar(db, "SELECT count(*) FROM jobs WHERE kind = 'index_repo' AND status = 'done'") == REPOS
+    assert per_repo in ((1, 2) if reread else (1,))
+    done = await scalar(db, "SELECT count(*) FROM jobs WHERE kind = 'index_repo' AND status = 'done'")
+    assert REPOS <= done <= REPOS + reread
     assert await catalog_snapshot(db) == reference
 
 
@@ -167,9 +171,12 @@ async def test_a_listing_killed_mid_batch_is_rerun_and_counts_every_repo_once(
     assert await scalar(db, "SELECT count(*) FROM jobs") == (2 if when == "before" else 3)
 
     # The crawl job is queued again (a stalled job put back, a restarted server) and the pool runs.
+    # `after`: the rerun queues the third repo again; if the dead attempt's job for it is
+    # running by then, the new one waits and reads the repo once more (an equal job that runs
+    # may have read the repo before what queued the new one), counted once all the same.
     assert await queue.enqueue_crawl(crawl_id) is not None
     await _run_pool(queue)
-    await _assert_every_repo_counted_once(db, crawl_id, reference)
+    await _assert_every_repo_counted_once(db, crawl_id, reference, reread=int(when == "after"))
 
 
 async def test_a_job_that_ended_without_reporting_is_swept(queue: EmbeddedQueue, reference: Snapshot) -> None:
