@@ -24,10 +24,11 @@ MAX_TEXT = 200  # longest free-text or name value; longer ones are mistakes or a
 # a database error (PostgreSQL refuses out-of-range binds), so the API refuses it first.
 BIGINT_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
-# JSON Schema pattern: at least one character that is not a space. Python's str.strip(),
-# which the server checks with, also strips \x1c-\x1f and \x85, which the schema's (ECMA)
-# `\s` does not cover: without them a client could send a "valid" value the server refuses.
-NOT_BLANK = r"[^\s\x1c-\x1f\x85]"
+# JSON Schema pattern: at least one character that is not a space or NUL. Python's
+# str.strip(), which the server checks with, also strips \x1c-\x1f and \x85, which the
+# schema's (ECMA) `\s` does not cover: without them a client could send a "valid" value the
+# server refuses. NUL counts as blank since the catalog drops it from what it compares.
+NOT_BLANK = r"[^\s\x00\x1c-\x1f\x85]"
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def text(max_length: int = MAX_TEXT) -> Parser:
         if len(raw) > max_length:
             raise InvalidParameter(name, f"{name} is longer than {max_length} characters")
         value = raw.strip()
-        if not value:
+        if not value.replace("\x00", "").strip():  # the catalog drops NUL: "\x00" would filter nothing
             raise InvalidParameter(name, f"{name} must not be empty")
         return value
 

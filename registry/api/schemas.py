@@ -243,9 +243,8 @@ JOB = obj({
 })  # fmt: skip
 
 
-# NOT_BLANK with no NUL anywhere: the server refuses NUL, which the catalog cannot store.
-_NOT_BLANK_OR_NUL = NOT_BLANK.replace("[^", r"[^\x00", 1)
-SEARCH_TEXT = rf"^[^\x00]*{_NOT_BLANK_OR_NUL}[^\x00]*$"
+# Not blank, with no NUL anywhere: the server refuses NUL, which the catalog cannot store.
+SEARCH_TEXT = rf"^[^\x00]*{NOT_BLANK}[^\x00]*$"
 
 
 def crawl_request(sources: Collection[str]) -> Schema:

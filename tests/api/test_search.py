@@ -134,6 +134,10 @@ async def test_keyset_pages_walk_everything_once_with_link_headers(api: ApiClien
         ("status=deleted", "status", "invalid_parameter"),
         ("verification=great", "verification", "invalid_parameter"),
         ("q=", "q", "invalid_parameter"),
+        ("q=%20", "q", "invalid_parameter"),
+        ("q=%00", "q", "invalid_parameter"),  # the catalog drops NUL: it would have matched everything
+        ("q=%00%20%00", "q", "invalid_parameter"),
+        ("architecture=%00", "architecture", "invalid_parameter"),
         ("q=" + "x" * 201, "q", "invalid_parameter"),
         ("cursor=%%%not-base64", "cursor", "invalid_cursor"),
         ("page=2", "page", "unknown_parameter"),
