@@ -364,9 +364,11 @@ async def index_paths(
     watch = CancelWatch(db, crawl.id)
     scanner = TemplateScanner()  # one sandbox pool and scan cache for the whole run
     try:
+        watch.start()
+        await watch.check()
         repos, report.skipped, report.unreadable = discover(arguments)  # a walk that fails ends the row
         for repo in repos:
-            if await watch.cancelled():
+            if watch.cancelled:
                 report.cancelled += 1
                 continue
             repo_id = repo.repo_id
@@ -396,6 +398,7 @@ async def index_paths(
             log.exception("could not record the failure of local crawl %s", crawl.id)
         raise
     finally:
+        await watch.stop()
         await scanner.aclose()
     await _finish(db, crawl.id, report, len(repos))
     return report
