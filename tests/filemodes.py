@@ -3,17 +3,26 @@
 Root reads a folder of mode 000 because it has CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH.
 `file_modes_enforced()` takes those two out of the calling thread's effective capabilities
 for the length of a `with` block and puts them back after, so a `chmod(0)` gives the real
-EACCES a user would get. Other threads keep theirs: run the code under test in this thread.
-Capabilities are Linux only; elsewhere (or without capget) the test is skipped.
+EACCES a user would get. Capabilities belong to a thread, so the code under test may also
+hand work to other threads (`asyncio.to_thread`): every thread started inside the block
+drops them too, as its first step, and a running event loop gets a new default executor
+for the block, whose threads are all started inside it (and end with it). Threads started
+before the block keep theirs. Capabilities are Linux only; elsewhere (or without capget)
+the test is skipped.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
 import sys
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from types import FrameType
+from typing import Any
 
 import pytest
 
@@ -49,10 +58,35 @@ def file_modes_enforced() -> Iterator[None]:
     except (OSError, AttributeError) as exc:
         pytest.skip(f"cannot read capabilities: {exc}")
     saved = data[0].effective
-    data[0].effective = saved & ~_DAC_BITS  # dropping from the effective set needs no privilege
-    _call("capset", data)
+    _drop_dac()
+    threading.setprofile(_drop_in_new_thread)
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    executor = ThreadPoolExecutor(thread_name_prefix="file-modes")
+    before = getattr(loop, "_default_executor", None)  # asyncio keeps no public getter
+    if loop is not None:
+        loop.set_default_executor(executor)
     try:
         yield
     finally:
+        threading.setprofile(None)  # type: ignore[arg-type]  # None clears the hook
+        if loop is not None:
+            loop.set_default_executor(before or ThreadPoolExecutor())
+        executor.shutdown(wait=False)
         data[0].effective = saved  # still permitted, so it may be raised again
         _call("capset", data)
+
+
+def _drop_dac() -> None:
+    data = (_Data * 2)()
+    _call("capget", data)
+    data[0].effective &= ~_DAC_BITS  # dropping from the effective set needs no privilege
+    _call("capset", data)
+
+
+def _drop_in_new_thread(frame: FrameType, event: str, arg: Any) -> None:
+    """The profile hook a thread started in the block runs at its first call: drop, unhook."""
+    sys.setprofile(None)
+    _drop_dac()

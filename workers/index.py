@@ -324,10 +324,14 @@ async def build_snapshot(
                 await asyncio.to_thread(_read_group, repo.root, group, limits, first_window, scanner)
             )
     repo_id = await _unique_pseudo_id(db, repo) if repo.pseudo else repo.repo_id
+    # A stat of every file: off the loop too (a network share may answer slowly).
+    last_modified, revision = await asyncio.to_thread(
+        lambda: (_newest_mtime(repo), repo.revision or _fingerprint(repo))
+    )
     return RepoSnapshot(
-        last_modified=_newest_mtime(repo),
+        last_modified=last_modified,
         repo_id=repo_id,
-        revision=repo.revision or _fingerprint(repo),
+        revision=revision,
         artifacts=tuple(records),
         source="local" if repo.pseudo else repo.source,
         local_path=str(repo.root),
@@ -366,7 +370,9 @@ async def index_paths(
     try:
         watch.start()
         await watch.check()
-        repos, report.skipped, report.unreadable = discover(arguments)  # a walk that fails ends the row
+        # In a thread: a walk of a big tree (or a slow network share) would stall the loop,
+        # which in `registry serve` also answers the API. A walk that fails ends the row.
+        repos, report.skipped, report.unreadable = await asyncio.to_thread(discover, arguments)
         for repo in repos:
             if watch.cancelled:
                 report.cancelled += 1

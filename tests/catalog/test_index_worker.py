@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,6 +18,7 @@ from registry.catalog.search import SearchQuery, search
 from registry.catalog.services import upsert_repo_snapshot
 from tests.catalog.factories import artifact, make_snapshot
 from tests.filemodes import file_modes_enforced
+from workers import index as index_module
 from workers.index import discover, index_paths
 
 gguf = pytest.importorskip("gguf")
@@ -130,6 +134,32 @@ async def test_removed_file_is_gone_and_file_argument_is_partial(db: Database, t
         "c.gguf": "indexed",
     }
     assert a.exists()
+
+
+async def test_the_folders_are_walked_and_statted_off_the_event_loop(
+    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under `registry serve` a local crawl shares the loop with the API: a walk of a big
+    tree, or a stat of every file on a slow share, must not stall it."""
+    write_gguf(tmp_path / "shelf" / "a.gguf")
+    write_gguf(tmp_path / "shelf" / "deep" / "b.gguf")
+    threads: dict[str, set[int]] = {}
+
+    def spy(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if name != "scandir" or str(args[0]).startswith(str(tmp_path)):  # not alembic's own
+                threads.setdefault(name, set()).add(threading.get_ident())
+            return real(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(os, "scandir", spy("scandir", os.scandir))
+    for name in ("_fingerprint", "_newest_mtime"):
+        monkeypatch.setattr(index_module, name, spy(name, getattr(index_module, name)))
+    report = await index_paths(db, [tmp_path / "shelf"])
+    assert sorted(a.path for a in report.artifacts) == ["a.gguf", "deep/b.gguf"]
+    assert set(threads) == {"scandir", "_fingerprint", "_newest_mtime"}
+    assert all(threading.get_ident() not in ids for ids in threads.values()), threads
 
 
 async def test_an_unreadable_subfolder_marks_nothing_gone(db: Database, tmp_path: Path) -> None:
