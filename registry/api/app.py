@@ -11,6 +11,7 @@ from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from registry.api.auth import TokenAuth, auth_middleware
+from registry.api.conditional import conditional_middleware
 from registry.api.errors import error_middleware
 from registry.api.keys import (
     AUTH_KEY,
@@ -59,7 +60,7 @@ def create_app(
     engine on cleanup (the `serve` command's case).
     """
     app = web.Application(
-        middlewares=[observe_middleware, error_middleware, auth_middleware],
+        middlewares=[observe_middleware, conditional_middleware, error_middleware, auth_middleware],
         client_max_size=MAX_BODY_BYTES,
     )
     app[SETTINGS_KEY] = settings

@@ -66,6 +66,14 @@ _NAME = {"type": "string", "minLength": 1, "maxLength": 150, "pattern": r"^[^\x0
 _REPO_PATH = (("org", _NAME, "Owner of the repo (any case of A-Z, as on the hub)."),
               ("name", _NAME, "Name of the repo (any case of A-Z)."))
 _LINK = {"Link": 'Next page as `<url>; rel="next"` when there is one.'}
+# Every successful read is tagged (registry/api/conditional.py).
+_ETAG = {"ETag": "A digest of the body: send it back in `If-None-Match` to get `304` while the answer is the same.",
+         "Cache-Control": "`no-cache`: revalidate (with the ETag) before reusing a stored answer."}
+_IF_NONE_MATCH = {"name": "If-None-Match", "in": "header", "required": False,
+                  "description": "ETags of answers the client has: `304` with no body when the answer has one of "
+                  "them (`*`: any).", "schema": {"type": "string"}}
+_NOT_MODIFIED = {"description": "Not Modified: the answer is the one whose ETag the request sent.",
+                 "headers": {"ETag": {"description": "The answer's ETag.", "schema": {"type": "string"}}}}
 
 
 def operations(api: ApiSettings) -> list[Operation]:
@@ -133,8 +141,11 @@ def _operation(op: Operation, api: ApiSettings) -> dict[str, Any]:
         ok["content"] = {op.ok_content_type: {"schema": {"type": "string"}}}
     else:
         ok["content"] = {"application/json": {"schema": {"type": "object"}}}
-    if op.headers:
-        ok["headers"] = {name: {"description": text, "schema": {"type": "string"}} for name, text in op.headers.items()}
+    read = op.method == "get"
+    if read:
+        params.append(_IF_NONE_MATCH)
+    if headers := {**op.headers, **(_ETAG if read else {})}:
+        ok["headers"] = {name: {"description": text, "schema": {"type": "string"}} for name, text in headers.items()}
     errors = {"400", "500", *op.errors}
     secured = op.write or (api.private_reads and not op.public)
     if secured:
@@ -144,6 +155,8 @@ def _operation(op: Operation, api: ApiSettings) -> dict[str, Any]:
     if op.body is not None:
         errors.add("413")
     responses: dict[str, Any] = {op.ok_status: ok}
+    if read:
+        responses["304"] = _NOT_MODIFIED
     for status, schema, text in op.also_ok:
         responses[status] = {"description": text, "content": {"application/json": {"schema": ref(schema)}}}
     if op.webhook:
