@@ -117,6 +117,13 @@ FACTS = obj(
         "expert_used_count": OPT_INT, "tokenizer_model": OPT_STR, "tokenizer_pre": OPT_STR, "vocab_size": OPT_INT,
         "chat_template_sha256": OPT_STR, "kind": STR, "gguf_version": INT, "endianness": STR, "alignment": INT,
         "tensor_count": INT, "kv_count": INT, "header_bytes": INT, "file_size": OPT_INT, "shard_count": INT,
+        "kv_cache": {**nullable(obj({
+            "layers": INT, "bytes_per_token": INT, "swa_layers": INT, "swa_bytes_per_token": INT,
+            "sliding_window": OPT_INT, "at_context_length": OPT_INT,
+        }, closed=False)), "description": "The f16 KV cache per token of context: `layers` full-attention "
+            "layers of `bytes_per_token` together, and `swa_layers` that keep only the last `sliding_window` "
+            "tokens; `at_context_length` is the cache at the model's context_length. Null: not estimated "
+            "(encoders, recurrent and hybrid models, adapters), or indexed before the estimate existed."},
     },
     required=["architecture", "parameter_count", "file_type", "kind", "gguf_version", "tensor_count"],
     closed=False,

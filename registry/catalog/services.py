@@ -253,7 +253,7 @@ def _template_safety(record: ArtifactRecord) -> dict[str, Any]:
 def _facts_row(artifact_id: int, facts: FactsData) -> dict[str, Any]:
     data = {f.name: getattr(facts, f.name) for f in fields(facts)}
     typed = {k: v for k, v in data.items() if k in _TYPED}
-    extra = {k: (asdict(v) if k == "split" and v is not None else v) for k, v in data.items()
+    extra = {k: (asdict(v) if k in ("split", "kv_cache") and v is not None else v) for k, v in data.items()
              if k not in _TYPED and k != "quant_mix"}  # fmt: skip
     extra["base_models"] = [asdict(b) for b in facts.base_models]
     return _fit(Facts.__table__, {"artifact_id": artifact_id, **typed, "extra": storable(extra)})

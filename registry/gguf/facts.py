@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from registry.gguf.errors import GGUFError, InconsistentShards, TruncatedFile
 from registry.gguf.facts_model import BaseModel, Facts, QuantMixEntry, SplitInfo
+from registry.gguf.kvcache import kv_cache
 from registry.gguf.model import GGUFHeader, TensorInfo
 from registry.gguf.types import TENSOR_TYPES, ValueType, file_type_label
 
@@ -497,4 +498,5 @@ def derive_facts(headers: Sequence[GGUFHeader], *, file_sizes: Sequence[int | No
         split=split,
         shard_count=len(ordered),
         metadata=_metadata(h0),
+        kv_cache=kv_cache(h0) if kind == "model" else None,
     )

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from registry.gguf.kvcache import KVCache
+
 
 @dataclass(frozen=True, slots=True)
 class QuantMixEntry:
@@ -88,6 +90,8 @@ class Facts:
     file_size: int | None = None  # sum over shards when known
     split: SplitInfo | None = None
     shard_count: int = 1
+    # f16 KV cache per token of context (registry/gguf/kvcache.py); None: not estimated.
+    kv_cache: KVCache | None = None
     metadata: dict[str, Any] = field(default_factory=dict)  # every scalar key of shard 0
 
     def to_dict(self) -> dict[str, Any]:

@@ -90,6 +90,31 @@ def _size(n_bytes: int | None) -> str:
     return f"{n_bytes:,} bytes"
 
 
+def _short(n_bytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:.1f} {unit}"
+    return f"{n_bytes:,} bytes"
+
+
+def kv_cache_text(f: Facts) -> str | None:
+    """`f16, 3.0 KiB per token in 3 layers + 15 sliding-window layers (512 tokens) 15.0 KiB
+    per token; 103.5 MiB at 32,768 tokens`: None when not estimated."""
+    kv = f.kv_cache
+    if kv is None:
+        return None
+    parts = []
+    if kv.layers:
+        parts.append(f"{_short(kv.bytes_per_token)} per token in {kv.layers} layers")
+    if kv.swa_layers:
+        parts.append(f"{kv.swa_layers} sliding-window layers ({kv.sliding_window:,} tokens) "
+                     f"{_short(kv.swa_bytes_per_token)} per token")  # fmt: skip
+    text = "f16, " + " + ".join(parts)
+    if kv.at_context_length is not None and f.context_length:
+        text += f"; {_short(kv.at_context_length)} at {f.context_length:,} tokens"
+    return text
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
     rows = [[visible(c) for c in r] for r in rows]
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
@@ -150,6 +175,7 @@ def _lines(facts: Facts, template_findings: Sequence[Mapping[str, Any]] | None =
     if f.head_count is not None:
         kv = f", {f.head_count_kv} KV heads" if f.head_count_kv is not None else ""
         add("attention", f"{f.head_count} heads{kv}")
+    add("KV cache", kv_cache_text(f))
     if f.expert_count:
         used = f", {f.expert_used_count} used per token" if f.expert_used_count else ""
         add("experts", f"{f.expert_count}{used}")

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 from registry.catalog.snapshot import RepoSnapshot
 from registry.gguf.facts_model import BaseModel, QuantMixEntry
+from registry.gguf.kvcache import KVCache
 from tests.catalog.factories import artifact, error_artifact, make_facts, make_snapshot
 
 TEMPLATE = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}"
@@ -22,6 +23,7 @@ def sample_catalog() -> list[RepoSnapshot]:
                 name="Llama 3 8B", parameter_count=8_000_000_000, size_label="8B", file_type="F16",
                 license="llama3", context_length=8192, quant_mix={"F16": QuantMixEntry(200, 8 * 10**9, 16 * 10**9)},
                 chat_template=TEMPLATE, chat_template_sha256="cd" * 32,
+                kv_cache=KVCache(32, 131072, at_context_length=8192 * 131072),  # 32 x 8 heads x 256 x 2 bytes
                 metadata={"general.architecture": "llama", "general.name": "Llama 3 8B",
                           "tokenizer.ggml.tokens": [f"t{i}" for i in range(1000)],
                           "general.description": "x" * 10_000},
