@@ -265,6 +265,8 @@ def _add_index(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="a .gguf file or a folder")
     p.add_argument("--json", action="store_true", help="print one JSON object per artifact")
+    p.add_argument("--full", action="store_true",
+                   help="write every artifact again, even unchanged ones (after an upgrade)")  # fmt: skip
     return "index", _cmd_index
 
 
@@ -277,7 +279,7 @@ def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
     async def work() -> int:
         async with Database.from_settings(settings) as db:
             report = await index_paths(
-                db, args.paths, limits=_limits(settings), first_window=settings.hub.first_window
+                db, args.paths, limits=_limits(settings), first_window=settings.hub.first_window, full=args.full
             )
         for a in report.artifacts:
             if args.json:

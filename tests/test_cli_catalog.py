@@ -134,6 +134,13 @@ def test_search_errors(url: str, models: Path, capsys: pytest.CaptureFixture[str
     assert code == 1 and "no such file or folder" in err
 
 
+def test_index_full_writes_unchanged_models_again(url: str, models: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "index", str(models))[0] == 0
+    code, out, err = run(capsys, "index", "--full", str(models))
+    assert code == 0, err
+    assert out.count("indexed ") == 2 and "3 artifact(s) in 1 repo(s), 1 with errors" in err
+
+
 def test_index_says_which_folder_it_could_not_read(
     url: str, models: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

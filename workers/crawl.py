@@ -234,6 +234,7 @@ async def index_repo(
     known_revision: str | None = None,
     write_turn: asyncio.Lock | None = None,
     prune: bool = False,
+    full: bool = False,
 ) -> IndexResult:
     """The per-repo job: read everything first, then write it all in one transaction.
 
@@ -245,6 +246,8 @@ async def index_repo(
     with `prune`, a repo the hub answers for under another id (renamed, transferred or
     respelled) takes that id in the catalog, or is marked deleted when the catalog already
     has the new id (`repo_moved`); either way the repo is then indexed under its new id.
+    With `full` (a crawl's `--full`), a repo at the revision indexed is written again, so
+    that what this release derives from the headers reaches repos indexed before it.
     """
     try:
         info = await client.repo_info(repo_id)
@@ -282,6 +285,8 @@ async def index_repo(
             # are gone is written as it is: its artifacts become gone.
             return NOT_GGUF
     snap = await build_snapshot(client, http, info, opts or ReadOptions(), report)
+    if full:
+        snap = dataclasses.replace(snap, force=True)
     async with write_turn or contextlib.nullcontext(), db.sessions() as session, session.begin():
         return await upsert_repo_snapshot(session, snap, hub_answered=prune)
 
@@ -394,7 +399,7 @@ async def crawl_hub(
             try:
                 result = await index_repo(
                     db, client, http, repo_id, opts, report, known_revision=known, write_turn=write_turn,
-                    prune=params.prune,
+                    prune=params.prune, full=params.full,
                 )  # fmt: skip
             except HubError as exc:
                 report.failed += 1

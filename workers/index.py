@@ -315,7 +315,13 @@ async def _unique_pseudo_id(db: Database, repo: LocalRepo) -> str:
 
 
 async def build_snapshot(
-    db: Database, repo: LocalRepo, limits: Limits, first_window: int, scanner: TemplateScanner | None = None
+    db: Database,
+    repo: LocalRepo,
+    limits: Limits,
+    first_window: int,
+    scanner: TemplateScanner | None = None,
+    *,
+    force: bool = False,
 ) -> RepoSnapshot:
     records = []
     async with scanner_scope(scanner) as scanner:  # without one from the caller: one for this repo
@@ -336,6 +342,7 @@ async def build_snapshot(
         source="local" if repo.pseudo else repo.source,
         local_path=str(repo.root),
         complete=repo.complete,
+        force=force,
     )
 
 
@@ -346,8 +353,12 @@ async def index_paths(
     limits: Limits | None = None,
     first_window: int = DEFAULT_FIRST_WINDOW,
     crawl_id: int | None = None,
+    full: bool = False,
 ) -> IndexReport:
     """Index files and folders; creates or migrates the database first when needed.
+
+    Every header is read each time; a folder whose files did not change writes nothing,
+    unless `full` (after an upgrade that derives more or other facts from headers).
 
     The run is recorded as a `local` crawl: the row `crawl_id` (a crawl of the `local`
     source, queued by the API or local.schedule) or a new one. A cancelled crawl stops
@@ -379,7 +390,7 @@ async def index_paths(
                 continue
             repo_id = repo.repo_id
             try:
-                snap = await build_snapshot(db, repo, limits, first_window, scanner)
+                snap = await build_snapshot(db, repo, limits, first_window, scanner, force=full)
                 repo_id = snap.repo_id
                 async with db.sessions() as session, session.begin():
                     report.results.append(await upsert_repo_snapshot(session, snap))

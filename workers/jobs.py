@@ -182,7 +182,7 @@ async def index_repo_job(
     try:
         result = await index_repo(
             ctx.db, ctx.client, ctx.http, repo_id, ctx.read_options, report, known_revision=known_revision,
-            prune=crawl.prunes,
+            prune=crawl.prunes, full=crawl.full,
         )  # fmt: skip
     except Exception as exc:
         retried = isinstance(exc, HubError) and _transient(exc) and not final_attempt
@@ -207,6 +207,7 @@ class _JobCrawl:
     id: int
     prunes: bool  # the crawl speaks for the catalog's hub (CrawlParams.prune)
     cancelled: bool  # the crawl was cancelled, and no other crawl counts on this job: read nothing
+    full: bool = False  # write the repo again even at the revision indexed (CrawlParams.full)
 
 
 _NO_CRAWL = _JobCrawl(0, prunes=False, cancelled=False)
@@ -221,7 +222,8 @@ async def _crawl_of(db: Database, crawl_id: int | None, repo_id: str) -> _JobCra
         if crawl is None:
             return _NO_CRAWL
         cancelled = crawl.status == "cancelled" and not await repos_wanted_elsewhere(session, [repo_id], crawl)
-    return _JobCrawl(crawl_id, prunes=params_of(crawl).prune, cancelled=cancelled)
+    params = params_of(crawl)
+    return _JobCrawl(crawl_id, prunes=params.prune, cancelled=cancelled, full=params.full)
 
 
 async def verify_job(ctx: JobContext, verification_id: int) -> None:

@@ -370,7 +370,6 @@ def _older_commit(repo: Repo, snap: RepoSnapshot) -> bool:
     return (
         snap.source == "hub"
         and snap.complete
-        and not snap.force
         and repo.revision is not None
         and repo.revision != snap.revision
         and snap.last_modified is not None

@@ -74,8 +74,9 @@ class RepoSnapshot:
     # False: a partial view (single files given to `registry index`): artifacts not listed
     # are left alone instead of being marked gone.
     complete: bool = True
-    # Rewrite the artifacts even when this revision is already indexed (e.g. after a parser
-    # fix); without it the same revision twice writes nothing but changed repo counters.
+    # Rewrite the artifacts even when this revision is already indexed (`--full`: after an
+    # upgrade derives more or other facts); without it the same revision twice writes
+    # nothing but changed repo counters. An older commit than the one indexed is still refused.
     force: bool = False
 
 

@@ -408,3 +408,23 @@ async def test_a_file_argument_that_is_not_gguf_is_skipped(db: Database, tmp_pat
     assert (report.artifacts, report.skipped) == ([], [str(notes)])
     async with db.sessions() as session:
         assert (await session.scalars(select(Repo))).all() == []
+
+
+async def test_index_full_writes_unchanged_folders_again(db: Database, tmp_path: Path) -> None:
+    """An unchanged folder writes nothing, so facts a new release derives reach it only
+    with `full` (`registry index --full`)."""
+    from sqlalchemy import update
+
+    write_gguf(tmp_path / "shelf" / "a.gguf", name="Shelf")
+    await index_paths(db, [tmp_path / "shelf"])
+    async with db.sessions() as session, session.begin():
+        await session.execute(update(Facts).values(name="stale"))
+
+    async def names() -> list[str | None]:
+        async with db.sessions() as session:
+            return list((await session.scalars(select(Facts.name))).all())
+
+    await index_paths(db, [tmp_path / "shelf"])
+    assert await names() == ["stale"]
+    report = await index_paths(db, [tmp_path / "shelf"], full=True)
+    assert await names() == ["Shelf"] and [a.status for a in report.artifacts] == ["indexed"]

@@ -736,3 +736,49 @@ async def test_a_rename_onto_an_id_the_catalog_has_in_another_case_retires_the_o
                                     "moved_to": new}  # fmt: skip
     assert (await _tree(db, new))["edges"] == {("fan/early-GGUF", new, "quantized", "card"),
                                                ("fan/late-GGUF", new, "quantized", "card")}  # fmt: skip
+
+
+async def _stale_facts(db: Database) -> None:
+    """Make every indexed artifact look as an older release derived it: another
+    architecture in its facts and no KV cache estimate."""
+    from sqlalchemy import update
+
+    from registry.catalog.models import Facts
+
+    async with db.sessions() as session, session.begin():
+        await session.execute(update(Facts).values(architecture="stale", extra={}))
+        await session.execute(update(Artifact).values(architecture="stale"))
+
+
+async def _architectures(db: Database) -> Counter[str | None]:
+    from registry.catalog.models import Facts
+
+    async with db.sessions() as session:
+        rows = await session.execute(select(Facts.architecture, Facts.extra))
+        return Counter(f"{arch}{'+kv' if (extra or {}).get('kv_cache') else ''}" for arch, extra in rows)
+
+
+@pytest.mark.parametrize("mode", ["in process", "jobs"])
+async def test_a_full_crawl_writes_unchanged_repos_again(tmp_path: Path, hub: FakeHub, mode: str) -> None:
+    """`--full` re-read the headers of repos at the revision indexed and then wrote nothing:
+    facts a new release derives never reached them."""
+    async with Database.from_url(f"sqlite+aiosqlite:///{tmp_path / 'full.db'}") as db:
+
+        async def crawl(params: CrawlParams) -> None:
+            if mode == "jobs":
+                await _queued_crawl(db, hub, params)
+                return
+            client, http = _clients(hub)
+            async with http:
+                await crawl_hub(db, client, http, params)
+
+        await crawl(CrawlParams())
+        fresh = await _architectures(db)
+        assert fresh["llama+kv"] > 0 and "stale" not in fresh
+        ids = {k: a.id for k, a in (await _artifacts(db)).items()}
+        await _stale_facts(db)
+        await crawl(CrawlParams())
+        assert set(await _architectures(db)) == {"stale"}  # unchanged revisions: not read
+        await crawl(CrawlParams(full=True))
+        assert await _architectures(db) == fresh
+        assert {k: a.id for k, a in (await _artifacts(db)).items()} == ids  # the same rows, rewritten
