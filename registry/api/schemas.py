@@ -122,7 +122,8 @@ FACTS = obj(
             "sliding_window": OPT_INT, "at_context_length": OPT_INT,
         }, closed=False)), "description": "The f16 KV cache per token of context: `layers` full-attention "
             "layers of `bytes_per_token` together, and `swa_layers` that keep only the last `sliding_window` "
-            "tokens; `at_context_length` is the cache at the model's context_length. Null: not estimated "
+            "tokens: at N tokens it takes N * bytes_per_token + min(N, sliding_window) * swa_bytes_per_token "
+            "bytes; `at_context_length` is that at the model's context_length. Null: not estimated "
             "(encoders, recurrent and hybrid models, adapters), or indexed before the estimate existed."},
     },
     required=["architecture", "parameter_count", "file_type", "kind", "gguf_version", "tensor_count"],
