@@ -123,8 +123,9 @@ async def crawl_job(ctx: JobContext, queue: CrawlQueue, crawl_id: int) -> None:
     async with ctx.db.sessions() as session:
         crawl = await session.get(Crawl, crawl_id)
         kind, status = (crawl.kind, crawl.status) if crawl is not None else (None, None)
+        full = crawl is not None and params_of(crawl).full
     if kind == "local":
-        await _local_crawl(ctx, crawl_id, status)
+        await _local_crawl(ctx, crawl_id, status, full=full)
         return
 
     async def enqueue(repo_id: str, known: str | None) -> int | None:
@@ -135,10 +136,10 @@ async def crawl_job(ctx: JobContext, queue: CrawlQueue, crawl_id: int) -> None:
              report.status)  # fmt: skip
 
 
-async def _local_crawl(ctx: JobContext, crawl_id: int, status: str | None) -> None:
+async def _local_crawl(ctx: JobContext, crawl_id: int, status: str | None, *, full: bool = False) -> None:
     """A crawl of the `local` source: index this process's local.folders into the row, as
-    `registry index` does. A rerun after the row ended (the worker died after its end)
-    does nothing; so does a crawl cancelled before it started."""
+    `registry index` does (`registry index --full` with `full`). A rerun after the row ended
+    (the worker died after its end) does nothing; so does a crawl cancelled before it started."""
     if status != "running":
         log.info("local crawl %s: %s, not run", crawl_id, status)
         return
@@ -149,7 +150,7 @@ async def _local_crawl(ctx: JobContext, crawl_id: int, status: str | None) -> No
             row.status, row.finished_at = "failed", utcnow()
             row.errors = [{"repo": "", "path": "", "error": "no_local_folders: this server has no local.folders"}]
         return
-    report = await index_paths(ctx.db, folders, limits=ctx.read_options.limits, crawl_id=crawl_id)
+    report = await index_paths(ctx.db, folders, limits=ctx.read_options.limits, crawl_id=crawl_id, full=full)
     log.info("local crawl %s: %d repos, %d artifacts, %d with errors", crawl_id, len(report.results),
              len(report.artifacts), report.errors)  # fmt: skip
 

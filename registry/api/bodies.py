@@ -108,7 +108,7 @@ def crawl_spec(body: Mapping[str, Any], sources: Collection[str]) -> CrawlSpec:
     if not isinstance(full, bool):
         raise InvalidBody("full must be a boolean", details={"field": "full"})
     if source == LOCAL_SOURCE:
-        for name in ("repos", "author", "search", "limit", "full"):
+        for name in ("repos", "author", "search", "limit"):
             if body.get(name) not in (None, [], False):
                 raise InvalidBody(f"{name}: a crawl of the local source indexes the server's configured folders, "
                                   "whole", details={"field": name})  # fmt: skip

@@ -257,7 +257,7 @@ SEARCH_TEXT = rf"^[^\x00]*{NOT_BLANK}[^\x00]*$"
 
 def crawl_request(sources: Collection[str]) -> Schema:
     """The crawl body; `source` is an enum of the sources this server's launcher has. The
-    `local` source (the server's folders) takes nothing else: no repos, filters or `full`."""
+    `local` source (the server's folders) takes no repos or filters, only `full`."""
     source: Schema = {**STR, "description": "Name of a configured source (e.g. `hub`); never a URL."}
     listed = sorted(set(sources) - {"local"})
     if listed:
@@ -272,7 +272,7 @@ def crawl_request(sources: Collection[str]) -> Schema:
             "author": {"type": "null"},
             "search": {"type": "null"},
             "limit": {"type": "null"},
-            "full": {"const": False},
+            "full": {**BOOL, "description": "Write unchanged folders again (after an upgrade)."},
         },
         required=["source"],
     )
@@ -291,7 +291,8 @@ def _hub_crawl_request(source: Schema) -> Schema:
             "author": nullable({"type": "string", "pattern": f"^{REPO_PART}$"}),
             "search": nullable({"type": "string", "minLength": 1, "maxLength": MAX_SEARCH, "pattern": SEARCH_TEXT}),
             "limit": nullable({"type": "integer", "minimum": 1, "maximum": MAX_CRAWL_LIMIT}),
-            "full": {**BOOL, "description": "Re-index repos whose revision did not change."},
+            "full": {**BOOL, "description": "Read and write repos whose revision did not change (after an "
+                     "upgrade)."},
         },
         required=["source"],
     )  # fmt: skip

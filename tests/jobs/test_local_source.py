@@ -17,11 +17,12 @@ from typing import Any
 
 import aiohttp
 import pytest
+from sqlalchemy import update
 
 from registry.catalog import migrate
 from registry.catalog.crawls import cancel_crawl
 from registry.catalog.db import Database
-from registry.catalog.models import Crawl
+from registry.catalog.models import Crawl, Facts
 from registry.config import load_settings
 from tests.catalog.test_index_worker import write_gguf
 from tests.jobs.conftest import API_TOKEN, ROOT, Processes, free_port, server_up, wait_for
@@ -62,8 +63,8 @@ async def test_serve_indexes_its_local_folders_when_asked(tmp_path: Path, proces
     processes.start("serve", ["serve", "--port", str(port)], _env(tmp_path, [shelf, other]))
     await wait_for(lambda: server_up(base), 30, "registry serve to answer")
 
-    async def crawl() -> dict[str, Any]:
-        status, body = await _call("POST", f"{base}/v1/crawls", json={"source": "local"}, headers=AUTH)
+    async def crawl(**extra: Any) -> dict[str, Any]:
+        status, body = await _call("POST", f"{base}/v1/crawls", json={"source": "local", **extra}, headers=AUTH)
         assert status == 202, body
         assert body["kind"] == "local"
 
@@ -92,9 +93,23 @@ async def test_serve_indexes_its_local_folders_when_asked(tmp_path: Path, proces
     assert await files() == {"local/shelf:a.gguf": "gone", "local/shelf:b.gguf": "indexed",
                              "local/shelf:d.gguf": "indexed", "local/other:c.gguf": "indexed"}  # fmt: skip
 
-    # A request names the source and nothing else: the folders are the server's.
+    # `full` writes unchanged folders again: a fact an older release derived is replaced.
+    catalog = Database.from_url(f"sqlite+aiosqlite:///{tmp_path / 'data' / 'registry.db'}")
+    async with catalog as db, db.sessions() as session, session.begin():
+        await session.execute(update(Facts).values(name="stale"))
+
+    async def names() -> set[str]:
+        page = (await _call("GET", f"{base}/v1/artifacts?limit=100"))[1]
+        return {(await _call("GET", f"{base}/v1/artifacts/{a['id']}"))[1]["facts"]["name"] for a in page["items"]}
+
+    assert (await crawl())["status"] == "finished" and await names() == {"stale"}
+    third = await crawl(full=True)
+    assert third["status"] == "finished" and third["parameters"]["full"] is True, third
+    assert await names() == {"Beta", "Gamma", "Delta"}
+
+    # A request names the source, and `full`: the folders are the server's.
     for body, field in (({"source": "local", "repos": ["org/name"]}, "repos"), ({"source": "local", "search": "x"},
-                        "search"), ({"source": "local", "full": True}, "full"), ({"source": "/etc"}, "source")):  # fmt: skip
+                        "search"), ({"source": "local", "full": "yes"}, "full"), ({"source": "/etc"}, "source")):  # fmt: skip
         status, reply = await _call("POST", f"{base}/v1/crawls", json=body, headers=AUTH)
         assert status == 400, (body, reply)
         assert reply["error"]["details"]["field"] == field, reply
