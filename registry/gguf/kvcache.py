@@ -18,11 +18,16 @@ value, the usual default):
   no sliding layers, whatever its `sliding_window` says (a runtime ignores the key for it);
 - the last `nextn_predict_layers` blocks (multi-token prediction heads) and the blocks after
   the first `block_count - attention.shared_kv_layers` (which reuse earlier layers' cache)
-  keep nothing of their own.
+  keep nothing of their own;
+- in a hybrid model (Qwen3-Next and 3.5, Granite 4 hybrids, Jamba, LFM2, Nemotron-H, ...)
+  only the attention layers keep a cache; the others keep a recurrent state of a fixed size,
+  counted in `recurrent_layers` but not in bytes. Which layers are which: the file's
+  `attention.recurrent_layers` flags or `full_attention_interval` (one attention layer in
+  each interval) for the first kind (`INTERVAL_HYBRIDS`), a KV head count of 0 for the rest.
 
 None (not estimated) for what has no per-token attention cache or one of another shape:
-encoders and other non-causal models, recurrent and hybrid recurrent models (their state
-does not grow with the context), and headers missing the counts. A runtime adds some slack
+encoders and other non-causal models, purely recurrent models, and headers missing the
+counts. A runtime adds some slack
 of its own (llama.cpp rounds cells up to 256 and by default keeps one batch more in a
 sliding-window cache); the estimate is the cache itself.
 """
@@ -61,6 +66,8 @@ SWA_PATTERNS: dict[str, SwaPattern] = {
     "afmoe": SwaPattern(4, needs_window_key=True),
     "plamo3": SwaPattern(8, needs_window_key=True),
     "smallthinker": SwaPattern(4, dense_first=True, window=4096, needs_window_key=True, fixed_window=True),
+    "lfm2": SwaPattern(0, needs_window_key=True),  # every attention layer, when there is a window
+    "lfm2moe": SwaPattern(0, needs_window_key=True),
 }
 # Blocks that keep a cache, counted from the first, where the architecture fixes it.
 KV_LAYERS_FROM_START = {"gemma3n": 20}
@@ -69,13 +76,15 @@ NO_CACHE = frozenset({
     "bert", "modern-bert", "nomic-bert", "nomic-bert-moe", "neo-bert", "jina-bert-v2", "jina-bert-v3",
     "eurobert", "gemma-embedding", "t5encoder", "wavtokenizer-dec", "dream", "llada", "llada-moe", "rnd1",
 })  # fmt: skip
-# A state that does not grow with the context (recurrent), in all or some layers (hybrid),
-# or a cache of another shape (encoder-decoder cross attention, compressed sparse caches).
-OTHER_MEMORY = frozenset({
-    "mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7",
-    "jamba", "falcon-h1", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe",
-    "qwen3next", "qwen35", "qwen35moe", "kimi-linear", "minimax-01", "t5", "deepseek4",
-})  # fmt: skip
+# A state that does not grow with the context in every layer (recurrent), or a cache of
+# another shape (encoder-decoder cross attention, compressed sparse caches).
+OTHER_MEMORY = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7", "t5", "deepseek4"})
+# Hybrids whose attention layers come one in each interval (default per architecture).
+INTERVAL_HYBRIDS = {"qwen3next": 4, "qwen35": 4, "qwen35moe": 4, "minimax-01": 8}
+# Hybrids whose recurrent layers have no KV heads; falcon-h1 runs both in every layer, and a
+# Nemotron-H layer without KV heads and with a feed-forward is neither (an MLP block).
+HEAD_HYBRIDS = frozenset({"jamba", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "kimi-linear", "nemotron_h",
+                          "nemotron_h_moe", "falcon-h1"})  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +95,7 @@ class KVCache:
     swa_bytes_per_token: int = 0
     sliding_window: int | None = None
     at_context_length: int | None = None  # the cache for the model's whole context_length
+    recurrent_layers: int = 0  # layers with a fixed-size recurrent state (not in the bytes)
 
     def bytes_at(self, tokens: int) -> int:
         """The cache for a context of `tokens` tokens."""
@@ -115,17 +125,25 @@ def _per_layer(header: GGUFHeader, key: str, n_layer: int) -> list[int] | None:
     return values if min(values) >= 0 else None
 
 
+def _flags(header: GGUFHeader, key: str, n_layer: int) -> list[bool] | None:
+    """One boolean per layer, or None when the key is not such an array."""
+    field = header.fields.get(key)
+    if field is None or field.type is not ValueType.ARRAY:
+        return None
+    arr = header.get(key)
+    if arr.element_type is not ValueType.BOOL or len(arr) != n_layer:
+        return None
+    return [bool(v) for v in arr.to_numpy()]
+
+
 def _sliding_layers(header: GGUFHeader, arch: str, n_layer: int) -> tuple[list[bool], int | None]:
     """Which layers slide, and their window (None when none does)."""
     a = f"{arch}."
     pattern_key = f"{a}attention.sliding_window_pattern"
     window = _int(header, f"{a}attention.sliding_window")
-    field = header.fields.get(pattern_key)
-    if field is not None and field.type is ValueType.ARRAY:
-        arr = header.get(pattern_key)
-        if arr.element_type is ValueType.BOOL and len(arr) == n_layer and window:
-            flags = [bool(v) for v in arr.to_numpy()]
-            return flags, window if any(flags) else None
+    flags = _flags(header, pattern_key, n_layer)
+    if flags is not None and window:
+        return flags, window if any(flags) else None
     known = SWA_PATTERNS.get(arch)
     if known is None or (known.needs_window_key and not window) or (known.fixed_window and window == 0):
         return [False] * n_layer, None
@@ -139,6 +157,25 @@ def _sliding_layers(header: GGUFHeader, arch: str, n_layer: int) -> tuple[list[b
     else:
         flags = [period == 0 or il % period < period - 1 for il in range(n_layer)]
     return flags, window
+
+
+def _hybrid_layers(header: GGUFHeader, arch: str, n_layer: int, kv_heads: list[int]) -> tuple[list[bool], int]:
+    """Which layers have attention, and how many keep a recurrent state."""
+    a = f"{arch}."
+    if arch in INTERVAL_HYBRIDS:
+        recurrent = _flags(header, f"{a}attention.recurrent_layers", n_layer)
+        if recurrent is not None:
+            attention = [not r for r in recurrent]
+        else:
+            interval = _int(header, f"{a}full_attention_interval") or INTERVAL_HYBRIDS[arch]
+            attention = [(il + 1) % interval == 0 for il in range(n_layer)]
+        return attention, attention.count(False)
+    if arch == "falcon-h1":
+        return [True] * n_layer, n_layer
+    if arch in HEAD_HYBRIDS:
+        ff = _per_layer(header, f"{a}feed_forward_length", n_layer) if arch.startswith("nemotron_h") else None
+        return [True] * n_layer, sum(1 for il in range(n_layer) if kv_heads[il] == 0 and (ff is None or ff[il] == 0))
+    return [True] * n_layer, 0
 
 
 def kv_cache(header: GGUFHeader) -> KVCache | None:
@@ -172,13 +209,14 @@ def kv_cache(header: GGUFHeader) -> KVCache | None:
         v_len = v_swa = 0  # the compressed K is also read as V
     sliding, window = _sliding_layers(header, arch, n_layer)
 
+    attention, recurrent = _hybrid_layers(header, arch, n_layer, kv_heads)
     kept = n_layer - (_int(header, f"{a}nextn_predict_layers") or 0)
     if (shared := _int(header, f"{a}attention.shared_kv_layers")) is not None:
         kept = min(kept, n_layer - shared)
     kept = min(kept, KV_LAYERS_FROM_START.get(arch, kept))
     layers = swa_layers = per_token = swa_per_token = 0
     for il in range(max(kept, 0)):
-        if kv_heads[il] == 0:
+        if kv_heads[il] == 0 or not attention[il]:
             continue
         if sliding[il]:
             swa_layers += 1
@@ -188,7 +226,8 @@ def kv_cache(header: GGUFHeader) -> KVCache | None:
             per_token += kv_heads[il] * (k_len + v_len) * F16_BYTES
     if layers + swa_layers == 0:
         return None
-    cache = KVCache(layers, per_token, swa_layers, swa_per_token, window if swa_layers else None)
+    cache = KVCache(layers, per_token, swa_layers, swa_per_token, window if swa_layers else None,
+                    recurrent_layers=recurrent)  # fmt: skip
     if context := _int(header, f"{a}context_length"):
         cache = replace(cache, at_context_length=cache.bytes_at(context))
     return cache

@@ -112,6 +112,8 @@ def kv_cache_text(f: Facts) -> str | None:
     text = "f16, " + " + ".join(parts)
     if kv.at_context_length is not None and f.context_length:
         text += f"; {_short(kv.at_context_length)} at {f.context_length:,} tokens"
+    if kv.recurrent_layers:
+        text += f"; and {kv.recurrent_layers} recurrent layers of a fixed-size state (not counted)"
     return text
 
 

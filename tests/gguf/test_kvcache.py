@@ -79,7 +79,8 @@ def header(arch: str, **keys: Any) -> GGUFHeader:
     """A header of `arch` with `block_count` 4, 8 heads, embedding 512, and the given keys
     (`attention_head_count_kv=...` for `arch.attention.head_count_kv`; arrays as Arr)."""
     values: dict[str, Any] = {"block_count": 4, "embedding_length": 512, "attention.head_count": 8, **{
-        k.replace("attention_", "attention.", 1): v for k, v in keys.items()}}  # fmt: skip
+        ("attention." + k.removeprefix("attention_") if k.startswith("attention_") else k): v
+        for k, v in keys.items()}}  # fmt: skip
     b = HeaderBuilder()
     b.kv("general.architecture", ValueType.STRING, arch)
     for key, value in values.items():
@@ -172,7 +173,33 @@ def test_layers_without_a_cache_of_their_own() -> None:
     assert kv is not None and kv.layers + kv.swa_layers == 20 and (kv.layers, kv.swa_layers) == (4, 16)
 
 
-@pytest.mark.parametrize("arch", ["bert", "nomic-bert", "mamba", "rwkv7", "jamba", "qwen3next", "t5"])
+def test_hybrids_count_their_attention_layers_only() -> None:
+    # one attention layer in each full_attention_interval (4 by default for Qwen3.5), or the file's flags
+    kv = kv_cache(header("qwen35", block_count=8, attention_head_count_kv=2))
+    assert kv == KVCache(2, 2 * 2 * 128 * 2, recurrent_layers=6)
+    kv = kv_cache(header("qwen3next", block_count=8, attention_head_count_kv=2, full_attention_interval=2))
+    assert kv == KVCache(4, 4 * 2 * 128 * 2, recurrent_layers=4)
+    flagged = header("qwen35moe", attention_head_count_kv=2,
+                     attention_recurrent_layers=flags(False, True, True, False))  # fmt: skip
+    assert kv_cache(flagged) == KVCache(2, 2 * 2 * 128 * 2, recurrent_layers=2)
+    assert kv_cache(header("minimax-01", block_count=16)) == KVCache(2, 2 * 2048, recurrent_layers=14)
+    # recurrent layers have no KV heads
+    assert kv_cache(header("granitehybrid", attention_head_count_kv=per_layer(0, 0, 0, 2))) == KVCache(
+        1, 2 * 128 * 2, recurrent_layers=3)  # fmt: skip
+    # Nemotron-H: no KV heads and a feed-forward is an MLP block, neither
+    nemotron = header("nemotron_h", attention_head_count_kv=per_layer(0, 2, 0, 0),
+                      feed_forward_length=per_layer(0, 0, 1024, 0))  # fmt: skip
+    assert kv_cache(nemotron) == KVCache(1, 2 * 128 * 2, recurrent_layers=2)
+    # LFM2 slides every attention layer when it has a window
+    kv = kv_cache(header("lfm2", attention_head_count_kv=per_layer(0, 2, 0, 2), attention_sliding_window=64))
+    assert kv == KVCache(0, 0, 2, 2 * 2 * 128 * 2, 64, recurrent_layers=2)
+    assert kv_cache(header("lfm2", attention_head_count_kv=per_layer(0, 2, 0, 2))) == KVCache(
+        2, 2 * 2 * 128 * 2, recurrent_layers=2)  # fmt: skip
+    # Falcon-H1 runs attention and a recurrent state in every layer
+    assert kv_cache(header("falcon-h1")) == KVCache(4, 4 * 2048, recurrent_layers=4)
+
+
+@pytest.mark.parametrize("arch", ["bert", "nomic-bert", "mamba", "rwkv7", "t5", "gemma-embedding"])
 def test_models_with_another_kind_of_memory_are_not_estimated(arch: str) -> None:
     assert kv_cache(header(arch)) is None
 
