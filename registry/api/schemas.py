@@ -119,12 +119,13 @@ FACTS = obj(
         "tensor_count": INT, "kv_count": INT, "header_bytes": INT, "file_size": OPT_INT, "shard_count": INT,
         "kv_cache": {**nullable(obj({
             "layers": INT, "bytes_per_token": INT, "swa_layers": INT, "swa_bytes_per_token": INT,
-            "sliding_window": OPT_INT, "at_context_length": OPT_INT,
-        }, closed=False)), "description": "The f16 KV cache per token of context: `layers` full-attention "
+            "sliding_window": OPT_INT, "at_context_length": OPT_INT, "recurrent_layers": INT,
+        }, required=["layers", "bytes_per_token"], closed=False)), "description": "The f16 KV cache per token of context: `layers` full-attention "
             "layers of `bytes_per_token` together, and `swa_layers` that keep only the last `sliding_window` "
             "tokens: at N tokens it takes N * bytes_per_token + min(N, sliding_window) * swa_bytes_per_token "
-            "bytes; `at_context_length` is that at the model's context_length. Null: not estimated "
-            "(encoders, recurrent and hybrid models, adapters), or indexed before the estimate existed."},
+            "bytes; `at_context_length` is that at the model's context_length. A hybrid model's "
+            "`recurrent_layers` keep a fixed-size state instead, not counted. Null: not estimated (encoders, "
+            "purely recurrent models, adapters), or indexed before the estimate existed (`--full` rewrites)."},
     },
     required=["architecture", "parameter_count", "file_type", "kind", "gguf_version", "tensor_count"],
     closed=False,

@@ -148,7 +148,7 @@ async def test_artifact_page_in_full(api: ApiClient) -> None:
     assert body["facts"]["context_length"] == 8192 and body["facts"]["vocab_size"] == 32000
     assert body["facts"]["kv_cache"] == {"layers": 32, "bytes_per_token": 131072, "swa_layers": 0,
                                          "swa_bytes_per_token": 0, "sliding_window": None,
-                                         "at_context_length": 2**30}  # fmt: skip
+                                         "at_context_length": 2**30, "recurrent_layers": 0}  # fmt: skip
     assert body["quant_mix"] == [{"tensor_type": "F16", "tensors": 200, "elements": 8 * 10**9, "bytes": 16 * 10**9}]
     assert body["metadata"]["general.name"] == "Llama 3 8B"
     tokens = body["metadata"]["tokenizer.ggml.tokens"]
