@@ -1,7 +1,7 @@
 """How much memory a model's KV cache takes per token of context, from its header keys.
 
 What someone choosing a local model needs besides the file size: at 32K tokens the cache
-of an 8B model is as big as a 4-bit copy of its weights. `kv_cache(header)` counts, layer by
+of an 8B model is about as big as a 4-bit copy of its weights. `kv_cache(header)` counts, layer by
 layer, the K and V rows a llama.cpp-style runtime keeps for each token, at f16 (2 bytes a
 value, the usual default):
 
@@ -27,9 +27,8 @@ value, the usual default):
 
 None (not estimated) for what has no per-token attention cache or one of another shape:
 encoders and other non-causal models, purely recurrent models, and headers missing the
-counts. A runtime adds some slack
-of its own (llama.cpp rounds cells up to 256 and by default keeps one batch more in a
-sliding-window cache); the estimate is the cache itself.
+counts. A runtime adds some slack of its own (llama.cpp rounds cells up to 256 and by
+default keeps one batch more in a sliding-window cache); the estimate is the cache itself.
 """
 
 from __future__ import annotations
