@@ -40,6 +40,10 @@ from registry.gguf.types import ValueType
 
 F16_BYTES = 2
 MAX_LAYERS = 4096  # no real model comes close; a per-layer array longer than this is refused
+# Bytes per token beyond this (a TiB) come from a header that lies: not estimated. Sizes stay
+# within a signed 64-bit integer, as every other size the catalog stores.
+MAX_BYTES_PER_TOKEN = 1 << 40
+MAX_SIZE = (1 << 63) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,10 +227,10 @@ def kv_cache(header: GGUFHeader) -> KVCache | None:
         else:
             layers += 1
             per_token += kv_heads[il] * (k_len + v_len) * F16_BYTES
-    if layers + swa_layers == 0:
+    if layers + swa_layers == 0 or max(per_token, swa_per_token) > MAX_BYTES_PER_TOKEN:
         return None
     cache = KVCache(layers, per_token, swa_layers, swa_per_token, window if swa_layers else None,
                     recurrent_layers=recurrent)  # fmt: skip
-    if context := _int(header, f"{a}context_length"):
-        cache = replace(cache, at_context_length=cache.bytes_at(context))
+    if (context := _int(header, f"{a}context_length")) and (size := cache.bytes_at(context)) <= MAX_SIZE:
+        cache = replace(cache, at_context_length=size)
     return cache

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from registry.gguf.facts import derive_facts
 from registry.gguf.kvcache import KVCache, kv_cache
@@ -235,3 +237,33 @@ def test_facts_carry_it_for_models_only(smollm2_path: Path) -> None:
     adapter = derive_facts([parse_header(data, file_size=len(data))])
     assert adapter.kind == "lora" and adapter.kv_cache is None
     assert kv_cache(lora) is not None  # the same keys in a model: estimated
+
+
+_COUNTS = st.one_of(st.integers(0, 2**32 - 1), st.sampled_from([0, 1, 2, 4, 8, 64, 4096, 2**32 - 1]))
+_KEYS = ["block_count", "embedding_length", "context_length", "attention_head_count", "attention_head_count_kv",
+         "attention_key_length", "attention_value_length", "attention_sliding_window",
+         "attention_sliding_window_pattern", "attention_shared_kv_layers", "nextn_predict_layers",
+         "attention_key_length_mla", "attention_value_length_mla", "full_attention_interval",
+         "attention_recurrent_layers", "feed_forward_length"]  # fmt: skip
+_VALUES = st.one_of(
+    st.none(), _COUNTS, st.booleans(),
+    st.lists(st.integers(0, 2**31 - 1), max_size=9).map(lambda v: Arr(ValueType.INT32, v)),
+    st.lists(st.booleans(), max_size=9).map(lambda v: Arr(ValueType.BOOL, v)),
+    st.lists(st.floats(width=32), max_size=5).map(lambda v: Arr(ValueType.FLOAT32, v)),
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(arch=st.sampled_from(["llama", "gemma3", "gemma2", "llama4", "qwen35", "nemotron_h", "lfm2", "gemma3n",
+                             "deepseek2", "mamba", "x"]),
+       keys=st.dictionaries(st.sampled_from(_KEYS), _VALUES, max_size=len(_KEYS)))  # fmt: skip
+def test_any_header_gives_an_estimate_in_bounds_or_none(arch: str, keys: dict[str, Any]) -> None:
+    """Whatever a header says (huge counts, arrays of the wrong length or type, flags that
+    contradict each other), the estimate is None or sizes a catalog can store; never an error."""
+    kv = kv_cache(header(arch, **keys))
+    if kv is None:
+        return
+    fields = (kv.layers, kv.bytes_per_token, kv.swa_layers, kv.swa_bytes_per_token, kv.recurrent_layers)
+    assert all(0 <= f <= 2**63 - 1 for f in fields)
+    assert kv.layers + kv.swa_layers >= 1 and (kv.sliding_window is None) == (kv.swa_layers == 0)
+    assert kv.at_context_length is None or 0 <= kv.at_context_length <= 2**63 - 1
