@@ -76,7 +76,19 @@ def _add_inspect(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument("--revision", default="main", help="branch, tag or commit of a hub path (default: main)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--tensors", action="store_true", help="also list every tensor")
+    p.add_argument("--context", type=_context_tokens, metavar="TOKENS",
+                   help="also size the KV cache for this many tokens of context (e.g. 8192 or 8K)")  # fmt: skip
     return "inspect", _cmd_inspect
+
+
+def _context_tokens(text: str) -> int:
+    """`8192`, `8k` or `8K` (times 1,024, as contexts are counted), `1M`."""
+    t = text.strip().lower()
+    scale = {"k": 1 << 10, "m": 1 << 20}.get(t[-1:], 1)
+    digits = t[:-1] if scale > 1 else t
+    if not digits.isdigit() or not 0 < int(digits) * scale <= 1 << 40:
+        raise argparse.ArgumentTypeError(f"not a token count: {text!r} (e.g. 8192, 8K, 1M)")
+    return int(digits) * scale
 
 
 def _cmd_inspect(args: argparse.Namespace, settings: Settings) -> int:
@@ -123,7 +135,7 @@ def _cmd_inspect(args: argparse.Namespace, settings: Settings) -> int:
         if args.json:
             # ASCII-only JSON: a model name or template in any script survives any terminal.
             doc = facts_json(facts, headers, tensors=args.tensors, paths=paths,
-                             template_findings=findings)  # fmt: skip
+                             template_findings=findings, context=args.context)  # fmt: skip
             if fetched is not None:
                 doc["fetched"] = fetched
             print(json.dumps(doc, indent=2))
@@ -132,7 +144,7 @@ def _cmd_inspect(args: argparse.Namespace, settings: Settings) -> int:
                 sys.stdout.reconfigure(errors="replace")  # a non-UTF-8 terminal gets "?"s, not a crash
             title = path if len(headers) == 1 else f"{path} (split model, {len(headers)} shards)"
             sys.stdout.write(facts_text(facts, headers, title=title, tensors=args.tensors,
-                                        template_findings=findings))  # fmt: skip
+                                        template_findings=findings, context=args.context))  # fmt: skip
             if fetched is not None:
                 print(f"fetched {fetched['bytes']:,} bytes in {fetched['requests']} request(s) "
                       f"for {fetched['files']} file(s)")  # fmt: skip

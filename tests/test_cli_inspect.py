@@ -84,6 +84,20 @@ def test_json(gemma3_path: Path) -> None:
     assert doc["chat_template_findings"] == []  # no template: nothing to find
 
 
+def test_the_kv_cache_is_sized_at_the_context_asked_for(gemma3_path: Path) -> None:
+    r = run(gemma3_path, "--context", "8K")
+    assert r.returncode == 0, r.stderr
+    [line] = [x for x in r.stdout.splitlines() if x.strip().startswith("KV cache")]
+    # 8,192 x 3 KiB for the 3 full layers, 512 x 15 KiB for the 15 sliding ones: 31.5 MiB
+    assert line.endswith("15.0 KiB per token; 31.5 MiB at 8,192 tokens; 103.5 MiB at 32,768 tokens"), line
+    doc = json.loads(run(gemma3_path, "--json", "--context", "1000").stdout)
+    assert doc["kv_cache"]["at_context"] == {"tokens": 1000, "bytes": 1000 * 3072 + 512 * 15360}
+    assert doc["kv_cache"]["at_context_length"] == 32768 * 3072 + 512 * 15360
+    for bad in ("0", "8G", "-5", "k"):
+        r = run(gemma3_path, "--context", bad)
+        assert r.returncode == 2 and "not a token count" in r.stderr, (bad, r.stderr)
+
+
 def test_json_tensors(smollm2_path: Path) -> None:
     r = run(smollm2_path, "--json", "--tensors")
     assert r.returncode == 0, r.stderr

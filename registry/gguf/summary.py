@@ -46,11 +46,13 @@ def facts_json(
     tensors: bool = False,
     paths: Sequence[str] | None = None,
     template_findings: Sequence[Mapping[str, Any]] | None = None,
+    context: int | None = None,
 ) -> dict[str, Any]:
     """Every fact as one JSON-ready object, plus the files and (optionally) the tensors.
 
     `chat_template_findings` is always present: a list ([] when clean or without a
-    template), or null when not scanned."""
+    template), or null when not scanned. With `context`, `kv_cache.at_context` is the cache
+    for that many tokens."""
     out: dict[str, Any] = {}
     if paths is not None:
         out["path"] = paths[0]
@@ -59,6 +61,8 @@ def facts_json(
             for p, h in zip(paths, headers, strict=True)
         ]
     out.update(facts.to_dict())
+    if context is not None and facts.kv_cache is not None:
+        out["kv_cache"]["at_context"] = {"tokens": context, "bytes": facts.kv_cache.bytes_at(context)}
     out["chat_template_findings"] = None if template_findings is None else [dict(f) for f in template_findings]
     if tensors:
         out["tensors"] = tensor_rows(headers)
@@ -97,9 +101,10 @@ def _short(n_bytes: int) -> str:
     return f"{n_bytes:,} bytes"
 
 
-def kv_cache_text(f: Facts) -> str | None:
+def kv_cache_text(f: Facts, context: int | None = None) -> str | None:
     """`f16, 3.0 KiB per token in 3 layers + 15 sliding-window layers (512 tokens) 15.0 KiB
-    per token; 103.5 MiB at 32,768 tokens`: None when not estimated."""
+    per token; 103.5 MiB at 32,768 tokens`, and first the size at `context` tokens when
+    given: None when not estimated."""
     kv = f.kv_cache
     if kv is None:
         return None
@@ -110,7 +115,9 @@ def kv_cache_text(f: Facts) -> str | None:
         parts.append(f"{kv.swa_layers} sliding-window layers ({kv.sliding_window:,} tokens) "
                      f"{_short(kv.swa_bytes_per_token)} per token")  # fmt: skip
     text = "f16, " + " + ".join(parts)
-    if kv.at_context_length is not None and f.context_length:
+    if context is not None:
+        text += f"; {_short(kv.bytes_at(context))} at {context:,} tokens"
+    if kv.at_context_length is not None and f.context_length and f.context_length != context:
         text += f"; {_short(kv.at_context_length)} at {f.context_length:,} tokens"
     if kv.recurrent_layers:
         text += f"; and {kv.recurrent_layers} recurrent layers of a fixed-size state (not counted)"
@@ -142,7 +149,9 @@ def template_verdict(findings: Sequence[Mapping[str, Any]] | None) -> str:
     return f"{str(worst['severity']).upper()}: {worst['code']}: {worst.get('message', '')}{more}"
 
 
-def _lines(facts: Facts, template_findings: Sequence[Mapping[str, Any]] | None = None) -> list[tuple[str, str]]:
+def _lines(
+    facts: Facts, template_findings: Sequence[Mapping[str, Any]] | None = None, context: int | None = None
+) -> list[tuple[str, str]]:
     f = facts
     lines: list[tuple[str, str]] = []
 
@@ -177,7 +186,7 @@ def _lines(facts: Facts, template_findings: Sequence[Mapping[str, Any]] | None =
     if f.head_count is not None:
         kv = f", {f.head_count_kv} KV heads" if f.head_count_kv is not None else ""
         add("attention", f"{f.head_count} heads{kv}")
-    add("KV cache", kv_cache_text(f))
+    add("KV cache", kv_cache_text(f, context))
     if f.expert_count:
         used = f", {f.expert_used_count} used per token" if f.expert_used_count else ""
         add("experts", f"{f.expert_count}{used}")
@@ -222,12 +231,14 @@ def facts_text(
     title: str | None = None,
     tensors: bool = False,
     template_findings: Sequence[Mapping[str, Any]] | None = None,
+    context: int | None = None,
 ) -> str:
-    """A readable summary: the facts, the quant mix table and optionally every tensor."""
+    """A readable summary: the facts, the quant mix table and optionally every tensor.
+    With `context`, the KV cache line also says its size for that many tokens."""
     out: list[str] = []
     if title:
         out.append(title)
-    pairs = _lines(facts, template_findings)
+    pairs = _lines(facts, template_findings, context)
     width = max(len(label) for label, _ in pairs)
     out.extend(f"  {label.ljust(width)}  {value}" for label, value in pairs)
 
