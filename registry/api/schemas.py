@@ -106,6 +106,20 @@ _SUMMARY_PROPS: dict[str, Schema] = {
 }
 ARTIFACT_SUMMARY = obj(_SUMMARY_PROPS)
 
+KV_CACHE: Schema = {
+    **nullable(obj(
+        {"layers": INT, "bytes_per_token": INT, "swa_layers": INT, "swa_bytes_per_token": INT,
+         "sliding_window": OPT_INT, "at_context_length": OPT_INT, "recurrent_layers": INT},
+        required=["layers", "bytes_per_token"], closed=False,
+    )),
+    "description": "The f16 KV cache per token of context (registry/gguf/kvcache.py): `layers` full-attention "
+    "layers of `bytes_per_token` together, and `swa_layers` that keep only the last `sliding_window` tokens: at "
+    "N tokens it takes N * bytes_per_token + min(N, sliding_window) * swa_bytes_per_token bytes; "
+    "`at_context_length` is that at the model's context_length. A hybrid model's `recurrent_layers` keep a "
+    "fixed-size state instead, not counted. Null: not estimated (encoders, purely recurrent models, adapters), "
+    "or indexed before the estimate existed (`--full` writes it).",
+}  # fmt: skip
+
 # Facts evolve with the format core; the typed ones are pinned, others may appear.
 FACTS = obj(
     {
@@ -117,15 +131,7 @@ FACTS = obj(
         "expert_used_count": OPT_INT, "tokenizer_model": OPT_STR, "tokenizer_pre": OPT_STR, "vocab_size": OPT_INT,
         "chat_template_sha256": OPT_STR, "kind": STR, "gguf_version": INT, "endianness": STR, "alignment": INT,
         "tensor_count": INT, "kv_count": INT, "header_bytes": INT, "file_size": OPT_INT, "shard_count": INT,
-        "kv_cache": {**nullable(obj({
-            "layers": INT, "bytes_per_token": INT, "swa_layers": INT, "swa_bytes_per_token": INT,
-            "sliding_window": OPT_INT, "at_context_length": OPT_INT, "recurrent_layers": INT,
-        }, required=["layers", "bytes_per_token"], closed=False)), "description": "The f16 KV cache per token of context: `layers` full-attention "
-            "layers of `bytes_per_token` together, and `swa_layers` that keep only the last `sliding_window` "
-            "tokens: at N tokens it takes N * bytes_per_token + min(N, sliding_window) * swa_bytes_per_token "
-            "bytes; `at_context_length` is that at the model's context_length. A hybrid model's "
-            "`recurrent_layers` keep a fixed-size state instead, not counted. Null: not estimated (encoders, "
-            "purely recurrent models, adapters), or indexed before the estimate existed (`--full` rewrites)."},
+        "kv_cache": KV_CACHE,
     },
     required=["architecture", "parameter_count", "file_type", "kind", "gguf_version", "tensor_count"],
     closed=False,
