@@ -169,6 +169,16 @@ def shard(row: ShardRow) -> dict[str, Any]:
             "header_bytes": row.header_bytes}  # fmt: skip
 
 
+def kv_cache_at(kv: Mapping[str, Any], tokens: int) -> dict[str, Any] | None:
+    """`{"tokens", "bytes"}`: the stored KV cache estimate at `tokens` tokens, by the formula
+    of registry.gguf.kvcache.KVCache.bytes_at; None when the stored estimate is malformed."""
+    per_token, swa_per_token, window = kv.get("bytes_per_token"), kv.get("swa_bytes_per_token", 0), kv.get("sliding_window")
+    if not isinstance(per_token, int) or not isinstance(swa_per_token, int) or not isinstance(window, int | None):
+        return None
+    size = tokens * per_token + (tokens if window is None else min(tokens, window)) * swa_per_token
+    return {"tokens": tokens, "bytes": size}
+
+
 def artifact_full(
     detail: ArtifactDetail, repo_id: str, latest: Verification | Row[Any] | None, *, with_metadata: bool
 ) -> dict[str, Any]:

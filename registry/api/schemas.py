@@ -109,14 +109,15 @@ ARTIFACT_SUMMARY = obj(_SUMMARY_PROPS)
 KV_CACHE: Schema = {
     **nullable(obj(
         {"layers": INT, "bytes_per_token": INT, "swa_layers": INT, "swa_bytes_per_token": INT,
-         "sliding_window": OPT_INT, "at_context_length": OPT_INT, "recurrent_layers": INT},
+         "sliding_window": OPT_INT, "at_context_length": OPT_INT, "recurrent_layers": INT,
+         "at_context": nullable(obj({"tokens": INT, "bytes": INT}))},
         required=["layers", "bytes_per_token"], closed=False,
     )),
     "description": "The f16 KV cache per token of context (registry/gguf/kvcache.py): `layers` full-attention "
     "layers of `bytes_per_token` together, and `swa_layers` that keep only the last `sliding_window` tokens: at "
     "N tokens it takes N * bytes_per_token + min(N, sliding_window) * swa_bytes_per_token bytes; "
     "`at_context_length` is that at the model's context_length. A hybrid model's `recurrent_layers` keep a "
-    "fixed-size state instead, not counted. Null: not estimated (encoders, purely recurrent models, adapters), "
+    "fixed-size state instead, not counted. `at_context`: at the request's `context` tokens. Null: not estimated (encoders, purely recurrent models, adapters), "
     "or indexed before the estimate existed (`--full` writes it).",
 }  # fmt: skip
 

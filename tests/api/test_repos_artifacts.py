@@ -156,6 +156,33 @@ async def test_artifact_page_in_full(api: ApiClient) -> None:
     assert body["metadata"]["general.description"]["length"] == 10_000
 
 
+async def test_the_kv_cache_is_sized_at_the_context_asked_for(api: ApiClient) -> None:
+    with_kv = await _artifact_id(api, "file_type=F16")
+    reply = await api.get(f"/v1/artifacts/{with_kv}?context=1000")
+    assert reply.status == 200
+    assert reply.body["facts"]["kv_cache"]["at_context"] == {"tokens": 1000, "bytes": 1000 * 131072}
+    assert "at_context" not in (await api.get(f"/v1/artifacts/{with_kv}")).body["facts"]["kv_cache"]
+    without = await _artifact_id(api, "file_type=Q8_0")
+    reply = await api.get(f"/v1/artifacts/{without}?context=1000")
+    assert reply.status == 200 and reply.body["facts"].get("kv_cache") is None
+    for bad in ("0", "-1", "8K", str(2**40 + 1)):
+        reply = await api.get(f"/v1/artifacts/{with_kv}?context={bad}")
+        assert reply.status == 400 and reply.body["error"]["details"]["parameter"] == "context", bad
+
+
+def test_the_stored_estimate_is_sized_as_the_format_core_sizes_it() -> None:
+    from dataclasses import asdict
+
+    from registry.api.present import kv_cache_at
+    from registry.gguf.kvcache import KVCache
+
+    for kv in (KVCache(3, 3072, 15, 15360, 512), KVCache(30, 23040), KVCache(0, 0, 2, 1024, 64, recurrent_layers=2)):
+        for tokens in (1, 64, 100, 512, 513, 32768):
+            assert kv_cache_at(asdict(kv), tokens) == {"tokens": tokens, "bytes": kv.bytes_at(tokens)}
+    assert kv_cache_at({"bytes_per_token": "x"}, 10) is None
+    assert kv_cache_at({"bytes_per_token": 2, "sliding_window": "x"}, 10) is None
+
+
 async def test_artifact_quant_mix_is_largest_first_and_shards_listed(api: ApiClient) -> None:
     iq2 = await api.get(f"/v1/artifacts/{await _artifact_id(api, 'file_type=IQ2_XS')}")
     assert [q["tensor_type"] for q in iq2.body["quant_mix"]] == ["IQ2_XS", "F32"]

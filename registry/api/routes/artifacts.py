@@ -70,6 +70,8 @@ def search_params(max_limit: int) -> tuple[Param, ...]:
 
 DETAIL_PARAMS: tuple[Param, ...] = (
     bool_param("tensors", "Include the tensor table (not stored by the catalog yet: answers 501)."),
+    int_param("context", "Also size the KV cache for this many tokens of context: `facts.kv_cache.at_context` "
+              "(when the artifact has an estimate).", minimum=1, maximum=1 << 40),
 )
 
 
@@ -119,4 +121,8 @@ async def get_artifact(request: web.Request) -> web.Response:
             "the catalog does not store tensor tables yet; request the artifact without tensors",
             details={"parameter": "tensors"},
         )
-    return json_response(present.artifact_full(found, found.row.repo_name, latest, with_metadata=True))
+    body = present.artifact_full(found, found.row.repo_name, latest, with_metadata=True)
+    kv = (body["facts"] or {}).get("kv_cache")
+    if args["context"] is not None and isinstance(kv, dict):
+        kv["at_context"] = present.kv_cache_at(kv, args["context"])
+    return json_response(body)
