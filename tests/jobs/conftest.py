@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from tests.fakehub import FakeHub, Fault
 from tests.fakehub.corpus import Corpus, synthetic_corpus
 from tests.fakehub.testing import FAST_RETRY, TOKEN
 from workers.crawl import CrawlParams, crawl_hub
+from workers.queue_embedded import EmbeddedQueue
 
 ROOT = Path(__file__).resolve().parents[2]
 REPOS = 12  # 3 files each: enough jobs to share between two workers, quick to read
@@ -207,3 +209,20 @@ async def post_crawl(base: str) -> dict[str, Any]:
         assert r.status == 202, await r.text()
         body: dict[str, Any] = await r.json()
         return body
+
+
+@asynccontextmanager
+async def pool_running(queue: EmbeddedQueue, concurrency: int = 1) -> AsyncIterator[None]:
+    """The embedded queue's job pool running for the length of the block, then stopped."""
+    pool = asyncio.create_task(queue.run(concurrency=concurrency))
+    try:
+        yield
+    finally:
+        pool.cancel()
+        await asyncio.gather(pool, return_exceptions=True)
+
+
+async def drain(queue: EmbeddedQueue, *, concurrency: int = 1, timeout: float = 60) -> None:
+    """Run the embedded queue's job pool until every queued job has ended."""
+    async with pool_running(queue, concurrency):
+        await asyncio.wait_for(queue.join(), timeout)

@@ -36,7 +36,9 @@ from tests.jobs.conftest import (
     ROOT,
     Snapshot,
     catalog_snapshot,
+    drain,
     job_env,
+    pool_running,
     scalar,
     settings_from,
     wait_for,
@@ -72,12 +74,7 @@ async def queue(
 
 
 async def _run_pool(queue: EmbeddedQueue) -> None:
-    pool = asyncio.create_task(queue.run(concurrency=3))
-    try:
-        await asyncio.wait_for(queue.join(), 90)
-    finally:
-        pool.cancel()
-        await asyncio.gather(pool, return_exceptions=True)
+    await drain(queue, concurrency=3, timeout=90)
 
 
 async def _crawl(db: Database, crawl_id: int) -> Crawl:
@@ -449,23 +446,21 @@ async def test_a_repo_changed_while_its_job_runs_is_read_again(
     assert pushed is not None
     files, sha = list(pushed.files), pushed.sha  # the corpus is the module's: put back after
     first = await queue.enqueue_index_repo(repo_id)
-    pool = asyncio.create_task(queue.run(concurrency=2))
     try:
+        async with pool_running(queue, concurrency=2):
 
-        async def reading_files() -> bool:  # its repo info is read: the push comes too late for it
-            return any(r.repo == repo_id and r.route != "api" for r in slow_hub.requests)
+            async def reading_files() -> bool:  # its repo info is read: the push comes too late for it
+                return any(r.repo == repo_id and r.route != "api" for r in slow_hub.requests)
 
-        await wait_for(reading_files, 30, "the first job to read the repo's files", every=0.01)
-        removed = next(f.path for f in pushed.files if f.path.endswith(".gguf"))
-        pushed.files = [f for f in pushed.files if f.path != removed]
-        pushed.sha = "e" * 40
-        second = await queue.enqueue_index_repo(repo_id)
-        assert second is not None and second != first
-        assert await queue.enqueue_index_repo(repo_id) is None  # the queued one will do
-        await asyncio.wait_for(queue.join(), 60)
+            await wait_for(reading_files, 30, "the first job to read the repo's files", every=0.01)
+            removed = next(f.path for f in pushed.files if f.path.endswith(".gguf"))
+            pushed.files = [f for f in pushed.files if f.path != removed]
+            pushed.sha = "e" * 40
+            second = await queue.enqueue_index_repo(repo_id)
+            assert second is not None and second != first
+            assert await queue.enqueue_index_repo(repo_id) is None  # the queued one will do
+            await asyncio.wait_for(queue.join(), 60)
     finally:
-        pool.cancel()
-        await asyncio.gather(pool, return_exceptions=True)
         pushed.files, pushed.sha = files, sha
     async with db.sessions() as session:
         ran = {j.id: j for j in await session.scalars(select(Job).where(Job.lock == f"repo:{repo_id}"))}

@@ -17,6 +17,7 @@ from registry.catalog.models import Artifact, Job, Repo, Verification
 from registry.cli import main
 from registry.config import load_settings
 from tests.api.conftest import ApiClient
+from tests.jobs.conftest import drain
 from workers.jobs import JobContext, TransientJobError, schedule_cron
 from workers.queue_embedded import EmbeddedQueue
 from workers.schedule import parse_schedule
@@ -82,12 +83,7 @@ async def test_transient_errors_retry_then_fail_others_fail_at_once(
     monkeypatch.setattr(queue, "_call", flaky)
     for repo in ("org/transient", "org/bug", "org/fine"):
         await queue.enqueue_index_repo(repo)
-    pool = asyncio.create_task(queue.run(concurrency=2))
-    try:
-        await asyncio.wait_for(queue.join(), 30)
-    finally:
-        pool.cancel()
-        await asyncio.gather(pool, return_exceptions=True)
+    await drain(queue, concurrency=2, timeout=30)
     by_repo = {j.args["repo_id"]: j for j in await queue.list_jobs()}
     assert by_repo["org/transient"].status == "failed" and by_repo["org/transient"].attempts == 3
     assert by_repo["org/bug"].status == "failed" and by_repo["org/bug"].attempts == 1

@@ -8,7 +8,6 @@ local.schedule, can be cancelled, and the distributed mode refuses the settings.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from registry.catalog.db import Database
 from registry.catalog.models import Crawl, Facts
 from registry.config import load_settings
 from tests.catalog.test_index_worker import write_gguf
-from tests.jobs.conftest import API_TOKEN, ROOT, Processes, free_port, server_up, wait_for
+from tests.jobs.conftest import API_TOKEN, ROOT, Processes, drain, free_port, server_up, wait_for
 from workers.index import index_paths
 from workers.jobs import create_scheduled_crawl
 from workers.queue_embedded import EmbeddedQueue
@@ -131,12 +130,7 @@ async def test_a_scheduled_local_crawl_runs_in_the_pool_and_can_be_cancelled(tmp
         assert await create_scheduled_crawl(db, settings, source="local", scheduled_at=1_800_000_000) == tick
         assert await create_scheduled_crawl(db, settings, scheduled_at=1_800_000_000) != tick  # the hub's own
         await queue.enqueue_crawl(tick)
-        pool = asyncio.create_task(queue.run(concurrency=1))
-        try:
-            await asyncio.wait_for(queue.join(), 60)
-        finally:
-            pool.cancel()
-            await asyncio.gather(pool, return_exceptions=True)
+        await drain(queue, timeout=60)
         async with db.sessions() as session:
             row = await session.get_one(Crawl, tick)
         assert (row.kind, row.status, row.counters["repos"], row.counters["artifacts"]) == ("local", "finished", 2, 2)

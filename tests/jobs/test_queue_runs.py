@@ -24,7 +24,7 @@ from registry.catalog.models import Artifact, Crawl, Job, Verification
 from registry.hub.client import HubClient
 from registry.hub.errors import ServerError
 from tests.fakehub import FakeHub
-from tests.jobs.conftest import REPOS, Snapshot, job_env, scalar, settings_from, wait_for
+from tests.jobs.conftest import REPOS, Snapshot, drain, job_env, pool_running, scalar, settings_from, wait_for
 from tests.runner.reference64 import Spec
 from tests.runner.synthetic import make_weights, write_gguf
 from tests.verify.conftest import make_settings
@@ -52,14 +52,10 @@ async def embedded(slow_hub: FakeHub, tmp_path: Path) -> AsyncIterator[EmbeddedQ
 async def _crawl(queue: EmbeddedQueue, during: Callable[[], Awaitable[None]] | None = None) -> Crawl:
     crawl_id = await create_scheduled_crawl(queue.db, queue.settings)
     assert await queue.enqueue_crawl(crawl_id) is not None
-    pool = asyncio.create_task(queue.run(concurrency=3))
-    try:
+    async with pool_running(queue, concurrency=3):
         if during is not None:
             await during()
         await asyncio.wait_for(queue.join(), 60)
-    finally:
-        pool.cancel()
-        await asyncio.gather(pool, return_exceptions=True)
     async with queue.db.sessions() as session:
         return await session.get_one(Crawl, crawl_id)
 
@@ -147,12 +143,7 @@ async def test_a_verification_runs_through_the_embedded_queue(tmp_path: Path) ->
 
     queue = EmbeddedQueue(settings, db)
     verification_id = await QueueVerifier(db.sessions, queue).enqueue(artifact_id)
-    pool = asyncio.create_task(queue.run(concurrency=1))
-    try:
-        await asyncio.wait_for(queue.join(), 30)
-    finally:
-        pool.cancel()
-        await asyncio.gather(pool, return_exceptions=True)
+    await drain(queue, timeout=30)
     async with db.sessions() as session:
         row = await session.get_one(Verification, verification_id)
         job = (await session.scalars(select(Job))).one()
