@@ -85,20 +85,18 @@ def _n(value: int | None) -> str:
     return "-" if value is None else f"{value:,}"
 
 
-def _size(n_bytes: int | None) -> str:
-    if n_bytes is None:
-        return "unknown size"
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n_bytes >= scale:
-            return f"{n_bytes / scale:.1f} {unit} ({n_bytes:,} bytes)"
-    return f"{n_bytes:,} bytes"
-
-
 def _short(n_bytes: int) -> str:
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n_bytes >= scale:
             return f"{n_bytes / scale:.1f} {unit}"
     return f"{n_bytes:,} bytes"
+
+
+def _size(n_bytes: int | None) -> str:
+    if n_bytes is None:
+        return "unknown size"
+    short = _short(n_bytes)
+    return short if short.endswith(" bytes") else f"{short} ({n_bytes:,} bytes)"
 
 
 def kv_cache_text(f: Facts, context: int | None = None) -> str | None:
