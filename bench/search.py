@@ -54,6 +54,10 @@ SIZE_WEIGHTS = [3, 6, 8, 10, 18, 16, 4, 8, 4, 5, 2, 5, 1]
 CONTEXTS = [(2048, 2), (4096, 4), (8192, 6), (32768, 6), (131072, 5)]
 WORDS = ["instruct", "chat", "coder", "math", "vision", "reasoning", "uncensored", "abliterated", "roleplay",
          "tiny", "base", "distill", "merge"]  # fmt: skip
+# KV cache per token at f16 of an 8B model with grouped-query attention (32 layers x 8 KV
+# heads x 128 x K and V x 2 bytes); others scale with their size. No estimate for these:
+NO_KV_CACHE = {"bert", "mamba", "rwkv6", "t5"}
+SLIDING = {"gemma2": (2, 4096), "gemma3": (6, 1024)}  # one full layer in each N, and the window
 ORGS = ["meta-llama", "Qwen", "google", "mistralai", "microsoft", "deepseek-ai", "bartowski", "TheBloke",
         "unsloth", "lmstudio-community", "mradermacher", "QuantFactory", "NousResearch", "allenai"]  # fmt: skip
 
@@ -72,8 +76,18 @@ class Synthetic:
     edges: list[dict[str, Any]]
 
 
+def _kv_cache(arch: str, params: int) -> tuple[int | None, int | None, int | None]:
+    """(bytes per token, sliding-window bytes per token, window) of a model this size."""
+    per_token = max(1024, int(131072 * (params / 8e9) ** 0.6) // 1024 * 1024)
+    if arch in SLIDING:
+        period, window = SLIDING[arch]
+        return per_token // period, per_token - per_token // period, window
+    return per_token, 0, None
+
+
 def synthesize(n_repos: int, n_artifacts: int, seed: int) -> Synthetic:
     rng = random.Random(seed)
+    kv_rng = random.Random(seed + 1)
     licenses = [
         ("apache-2.0", 30),
         ("mit", 15),
@@ -151,8 +165,11 @@ def synthesize(n_repos: int, n_artifacts: int, seed: int) -> Synthetic:
         size = int(params * rng.uniform(0.3, 2.0))
         experts = 8 if label == "8x7B" or arch in ("mixtral", "deepseek2") else None
         ctx = _weighted(rng, CONTEXTS)
+        # From its own generator, so that the rest of the catalog is what it was without it.
+        estimated = arch not in NO_KV_CACHE and kv_rng.random() < 0.95  # 5%: indexed before the estimate
         path = f"{repo['repo_id'].split('/')[1]}-{ft}-{aid}.gguf"
         status = "error" if rng.random() < 0.02 else "indexed"
+        kv = _kv_cache(arch, params) if estimated and status == "indexed" else (None, None, None)
         file_license = repo["card_license"] if rng.random() < 0.7 else None
         words = f"{repo['repo_id']} {path} {arch} {label} {' '.join(repo['tags'])} {repo['description']}"
         artifacts.append({
@@ -163,6 +180,7 @@ def synthesize(n_repos: int, n_artifacts: int, seed: int) -> Synthetic:
             "architecture": arch if status == "indexed" else None, "license": file_license or repo["card_license"],
             "file_type": ft if status == "indexed" else None, "size_label": label, "size_bucket": size_bucket(params),
             "parameter_count": params if status == "indexed" else 0, "context_length": ctx, "expert_count": experts,
+            "kv_bytes_per_token": kv[0], "kv_swa_bytes_per_token": kv[1], "kv_sliding_window": kv[2],
             "verification_status": rng.choice(["passed", "failed", None, None, None, None]),
             "downloads": repo["downloads"], "likes": repo["likes"], "last_modified": repo["last_modified"],
             "sort_name": f"{repo['repo_id']}/{path}".lower(), "search_text": words.lower(),
@@ -286,6 +304,13 @@ async def queries(db: Database) -> list[tuple[str, Callable[[], Awaitable[Any]]]
         ("size 4-6 GB, sort size", searching(SearchQuery(min_size=4 * 10**9, max_size=6 * 10**9, sort="file_size"))),
         ("context>=131072, sort likes", searching(SearchQuery(min_context=131072, sort="likes"))),
         ("expert_count=8", searching(SearchQuery(expert_count=8))),
+        ("fits 8 GiB at 4K", searching(SearchQuery(max_memory=8 << 30))),
+        ("fits 8 GiB at 32K, sort likes", searching(SearchQuery(max_memory=8 << 30, memory_context=32768,
+                                                                sort="likes"))),
+        ("fits 24 GB at 128K + llama", searching(SearchQuery(max_memory=24 * 10**9, memory_context=131072,
+                                                             architecture="llama"))),
+        ("fits 1 GB at 4K (rare)", searching(SearchQuery(max_memory=10**9))),
+        ("descendant_of + fits 8 GiB", searching(SearchQuery(descendant_of=POPULAR, max_memory=8 << 30))),
         ("verified=passed, sort modified", searching(SearchQuery(verification="passed", sort="last_modified"))),
         ("combined llama+Q4_K_M+apache+7-9B", searching(SearchQuery(
             architecture="llama", file_type="Q4_K_M", license="apache-2.0",
@@ -304,6 +329,7 @@ async def queries(db: Database) -> list[tuple[str, Callable[[], Awaitable[Any]]]
         ("facets: architecture=llama", faceting(SearchQuery(architecture="llama"))),
         ("facets: file_type=Q4_K_M", faceting(SearchQuery(file_type="Q4_K_M"))),
         ("facets: text 'instruct'", faceting(SearchQuery(text="instruct"))),
+        ("facets: fits 8 GiB at 32K", faceting(SearchQuery(max_memory=8 << 30, memory_context=32768))),
     ]
     # fmt: on
 

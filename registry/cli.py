@@ -382,6 +382,12 @@ def _add_search(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument("--min-context", type=_int_in(0, INT64_MAX), metavar="N", help="context length at least N")
     p.add_argument("--expert-count", type=_int_in(0, INT32_MAX), metavar="N",
                    help="exactly N experts (mixture-of-experts models)")  # fmt: skip
+    p.add_argument("--max-memory", type=_byte_size, metavar="S",
+                   help="needs at most S bytes to run: the file plus its f16 KV cache at --memory-context "
+                   "tokens, e.g. 8GB or 6GiB; artifacts without a KV cache estimate never match")  # fmt: skip
+    p.add_argument("--memory-context", type=_context_tokens, metavar="TOKENS",
+                   help="the context --max-memory sizes the KV cache for, e.g. 8192 or 8K (default: 4K, "
+                   "or the model's own context length when shorter)")  # fmt: skip
     p.add_argument("--verification", choices=["queued", "running", "passed", "failed", "skipped"],
                    help="status of the artifact's latest verification")  # fmt: skip
     p.add_argument("--descendant-of", metavar="REPO", help="only repos below REPO (any case) in the lineage graph")
@@ -412,6 +418,7 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
         min_context=args.min_context, expert_count=args.expert_count,
         verification=args.verification, descendant_of=args.descendant_of,
         template_severity=args.template_severity,
+        max_memory=args.max_memory, memory_context=args.memory_context,
         status=args.status, sort=args.sort, limit=args.limit, cursor=args.cursor,
     )  # fmt: skip
 

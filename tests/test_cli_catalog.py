@@ -100,6 +100,24 @@ def test_index_then_search(url: str, models: Path, capsys: pytest.CaptureFixture
         assert code == 0, err
         assert [i["path"] for i in json.loads(out)["items"]] == paths, argv
 
+    # The file plus its KV cache: SmolLM2 98.4 MB + 90 MiB at 4K tokens (192.7 MB), capped at
+    # its own 8K context (287.1 MB); gemma 3 253.1 MB + 19.5 MiB at 4K, + 103.5 MiB at 32K.
+    for argv, paths in [
+        (("--max-memory", "200MB"), ["SmolLM2-135M-Instruct.Q4_1.gguf"]),
+        (("--max-memory", "192.7MB"), []),
+        (("--max-memory", "300MB", "--sort", "size:asc"),
+         ["SmolLM2-135M-Instruct.Q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"]),
+        (("--max-memory", "300MB", "--memory-context", "32K"), ["SmolLM2-135M-Instruct.Q4_1.gguf"]),
+        (("--max-memory", "288MB", "--memory-context", "1M"), ["SmolLM2-135M-Instruct.Q4_1.gguf"]),
+        (("--max-memory", "1TB", "--memory-context", "32K", "--sort", "size:asc"),
+         ["SmolLM2-135M-Instruct.Q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"]),
+    ]:  # fmt: skip
+        code, out, err = run(capsys, "search", *argv, "--json")
+        assert code == 0, err
+        assert [i["path"] for i in json.loads(out)["items"]] == paths, argv
+    code, _, err = run(capsys, "search", "--memory-context", "8K")
+    assert code == 2 and "invalid_query" in err and "give max_memory too" in err
+
 
 def test_search_filters_match_in_any_case(url: str, models: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The sample models: SmolLM2 (llama, apache-2.0, Q4_1, 135M), gemma 3 (gemma3, gemma, Q4_K_M, 270M)."""

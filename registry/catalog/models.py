@@ -145,6 +145,13 @@ class Artifact(Base):
     context_length: Mapped[int | None] = mapped_column(BigInteger)
     expert_count: Mapped[int | None] = mapped_column(Integer)
     verification_status: Mapped[str | None] = mapped_column(String(8))  # latest finished verification
+    # The KV cache estimate (`registry.gguf.kvcache`) for the "fits in memory" filter: bytes
+    # per token of the layers that grow with the context, of the sliding-window layers, and
+    # the window. NULL bytes: no estimate (error rows, encoders, purely recurrent models,
+    # rows indexed before the estimate, until a forced re-index).
+    kv_bytes_per_token: Mapped[int | None] = mapped_column(BigInteger)
+    kv_swa_bytes_per_token: Mapped[int | None] = mapped_column(BigInteger)
+    kv_sliding_window: Mapped[int | None] = mapped_column(BigInteger)
     # Chat template safety (registry.safety): the findings as JSON, worst first, and the rank
     # of the worst (0 info .. 4 critical) for the "severity >= X" filter. SQL NULL in both
     # means "not scanned" (error rows, sandbox unavailable, rows indexed before the scanner),

@@ -30,11 +30,14 @@ from sqlalchemy import (
     BigInteger,
     BindParameter,
     ColumnElement,
+    Float,
     Select,
     String,
     and_,
     any_,
     bindparam,
+    case,
+    cast,
     exists,
     func,
     literal,
@@ -121,8 +124,13 @@ SORT_ALIASES = {"modified": "last_modified", "params": "parameter_count", "size"
 FACETS = ("architecture", "license", "file_type", "size_bucket")
 # SearchQuery filters on columns outside the covering facet index.
 _NON_FACET_FILTERS = ("text", "tensor_type", "min_params", "max_params", "min_size", "max_size", "size_label",
-                      "min_context", "expert_count", "verification", "descendant_of", "template_severity")  # fmt: skip
+                      "min_context", "expert_count", "verification", "descendant_of", "template_severity",
+                      "max_memory")  # fmt: skip
 STATUSES = (*ARTIFACT_STATUSES, "all")
+# The context the memory filter sizes the KV cache for when the query names none: what local
+# runners commonly start with.
+MEMORY_CONTEXT = 4096
+MAX_MEMORY_CONTEXT = 1 << 40
 HINT_TTL_S = 60.0  # how long a probe's "common or rare" answer steers plans
 HINT_ENTRIES = 4096
 
@@ -147,6 +155,11 @@ class SearchQuery:
     # Chat template has a safety finding at least this severe (a SEVERITIES name). Clean and
     # not-scanned artifacts never match.
     template_severity: str | None = None
+    # Needs at most this many bytes to run: the file (all shards) plus its f16 KV cache at
+    # `memory_context` tokens (MEMORY_CONTEXT when None), or at the model's own context_length
+    # when that is shorter (`memory_needed`). Artifacts without a KV cache estimate never match.
+    max_memory: int | None = None
+    memory_context: int | None = None
     status: str = "indexed"  # indexed | error | gone | all
     sort: str = "downloads"  # a SORTS key, optionally ":asc" / ":desc"
     limit: int = 20
@@ -339,7 +352,33 @@ def _column_predicates(q: SearchQuery) -> list[_Predicate]:
     if q.template_severity is not None:
         rank = template_severity_rank(q.template_severity)
         preds.append(_Predicate(Artifact.chat_template_max_severity, ("severity", ">=", rank), lambda c: c >= rank))
+    if q.memory_context is not None and q.max_memory is None:
+        raise InvalidQuery("memory_context sizes the max_memory filter: give max_memory too")
+    if q.memory_context is not None and not 1 <= q.memory_context <= MAX_MEMORY_CONTEXT:
+        raise InvalidQuery(f"memory_context must be between 1 and {MAX_MEMORY_CONTEXT} tokens")
+    if (budget := q.max_memory) is not None:
+        # Implied by the memory filter (the file alone must fit), and an indexed way in to it.
+        preds.append(_Predicate(Artifact.file_size, ("file_size", "<=", budget), lambda c: c <= budget))
     return preds
+
+
+def memory_needed(context: int) -> ColumnElement[Any]:
+    """Bytes an artifact needs to run at `context` tokens: its file size plus its KV cache
+    (`KVCache.bytes_at`) at that context, or at the model's own context_length when that is
+    shorter; NULL without an estimate. In double precision: exact below 2**53 bytes (8 PiB),
+    and a product of hostile values cannot overflow an integer (which fails the query on
+    PostgreSQL)."""
+    as_float = lambda column: cast(column, Float)  # noqa: E731
+    tokens = literal(context, BigInteger)
+    own = Artifact.context_length
+    used = case((and_(own > 0, own < tokens), own), else_=tokens)
+    window = Artifact.kv_sliding_window
+    in_window = case((and_(window.is_not(None), window < used), window), else_=used)
+    return (
+        as_float(Artifact.file_size)
+        + as_float(Artifact.kv_bytes_per_token) * as_float(used)
+        + as_float(func.coalesce(Artifact.kv_swa_bytes_per_token, 0)) * as_float(in_window)
+    )
 
 
 def template_severity_rank(name: str) -> int:
@@ -574,7 +613,7 @@ async def _term_ids(session: AsyncSession, terms: list[str]) -> tuple[bool, Sele
 def _only_columns(q: SearchQuery) -> bool:
     """Whether the query filters on indexed columns only: its clauses all come from `_clause`,
     shared per value, so its first pages can share their statement (`_first_page`)."""
-    return not q.text and not q.tensor_type and not q.descendant_of
+    return not q.text and not q.tensor_type and not q.descendant_of and q.max_memory is None
 
 
 async def _common_in_family(
@@ -620,7 +659,7 @@ async def _common_together(session: AsyncSession, q: SearchQuery, preds: list[_P
     terms' row lists: several times cheaper than checking the terms row by row, which reads
     the whole table when they are rare together. A status is common when it gets here, and
     the answer only steers the plan, so leaving it out of that count costs no correctness."""
-    if len(preds) <= 1 and q.tensor_type is None and q.descendant_of is None:
+    if len(preds) <= 1 and q.tensor_type is None and q.descendant_of is None and q.max_memory is None:
         if any(len(t) < search_index.MIN_TRIGRAM for t in terms):
             return True  # counted by `_term_ids`, which found them common together
         hints = _hints(session)
@@ -630,7 +669,8 @@ async def _common_together(session: AsyncSession, q: SearchQuery, preds: list[_P
             known = await search_index.are_common_together(session, terms, threshold)
             hints.put(text_key, known)
         return known
-    key = ("all", tuple(p.key for p in preds), tuple(terms), q.tensor_type, q.descendant_of)
+    memory = (q.max_memory, q.memory_context)
+    key = ("all", tuple(p.key for p in preds), tuple(terms), q.tensor_type, q.descendant_of, memory)
     hints = _hints(session)
     threshold = min(COMMON_TOGETHER_ROWS, COMMON_ROWS)
     if (known := hints.get((threshold, key))) is not None:
@@ -649,6 +689,9 @@ async def _where(
     way in: fetching and sorting all of their artifacts for one page cost ~100 ms.
     `family`: the family's repos as `_family_pks` gave them (default: asked for here)."""
     where = list(where)
+    if q.max_memory is not None:
+        context = q.memory_context if q.memory_context is not None else MEMORY_CONTEXT
+        where.append(memory_needed(context) <= literal(float(q.max_memory), Float))
     if q.tensor_type:
         where.append(
             exists().where(QuantMix.artifact_id == Artifact.id, QuantMix.tensor_type == q.tensor_type.upper())

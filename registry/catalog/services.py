@@ -41,6 +41,7 @@ from registry.catalog.models import Artifact, Facts, LineageEdge, QuantMix, Repo
 from registry.catalog.snapshot import ArtifactRecord, LineageRecord, RepoSnapshot, UpsertResult
 from registry.catalog.types import EPOCH, utcnow
 from registry.gguf.facts_model import Facts as FactsData
+from registry.gguf.kvcache import KVCache
 from registry.safety.findings import findings_to_json, max_severity_rank
 
 SEARCH_TEXT_LIMIT = 4000
@@ -227,6 +228,7 @@ def _artifact_values(
         "parameter_count": f.parameter_count if f else 0,
         "context_length": f.context_length if f else None,
         "expert_count": f.expert_count if f else None,
+        **_kv_columns(f.kv_cache if f else None),
         "downloads": repo.downloads,
         "likes": repo.likes,
         "last_modified": repo.last_modified or EPOCH,
@@ -237,6 +239,17 @@ def _artifact_values(
     # Folded as stored (cleaned and cut to their columns): a query's value, folded alike,
     # is compared with exactly that text.
     return folded(_fit(Artifact.__table__, values))
+
+
+def _kv_columns(kv: KVCache | None) -> dict[str, int | None]:
+    """The KV cache estimate as the memory filter reads it; all NULL without one."""
+    if kv is None:
+        return {"kv_bytes_per_token": None, "kv_swa_bytes_per_token": None, "kv_sliding_window": None}
+    return {
+        "kv_bytes_per_token": kv.bytes_per_token,
+        "kv_swa_bytes_per_token": kv.swa_bytes_per_token,
+        "kv_sliding_window": kv.sliding_window,
+    }
 
 
 def _template_safety(record: ArtifactRecord) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from registry.gguf.kvcache import KVCache
 from tests.api.conftest import ApiClient, MakeApi, settings_with
 from tests.api.data import INDEXED_ARTIFACTS
 from tests.catalog.factories import artifact, make_facts, make_snapshot
@@ -141,6 +142,10 @@ async def test_keyset_pages_walk_everything_once_with_link_headers(api: ApiClien
         ("q=" + "x" * 201, "q", "invalid_parameter"),
         ("cursor=%%%not-base64", "cursor", "invalid_cursor"),
         ("page=2", "page", "unknown_parameter"),
+        ("max_memory=8XB", "max_memory", "invalid_parameter"),
+        ("max_memory=8GB&memory_context=0", "memory_context", "invalid_parameter"),
+        ("max_memory=8GB&memory_context=8K", "memory_context", "invalid_parameter"),
+        ("max_memory=8GB&memory_context=1099511627777", "memory_context", "invalid_parameter"),
     ],
 )
 async def test_bad_parameters_are_400_naming_them(api: ApiClient, query: str, parameter: str, code: str) -> None:
@@ -206,3 +211,29 @@ async def test_facets_count_case_variants_together(api: ApiClient, insert: Calla
     facts = (await api.get(hit["url"])).body["facts"]
     assert (facts["architecture"], facts["license"], facts["file_type"], facts["size_label"]) == (
         "LLAMA", "MIT", "q4_k_m", "8X7b")  # fmt: skip
+
+
+async def test_max_memory_counts_the_kv_cache_at_the_context(
+    api: ApiClient, insert: Callable[..., Awaitable[None]]
+) -> None:
+    """Two files of 1,000 bytes: one with 100 bytes of cache a token (context 8,192), one
+    with 10 a token and 1,000 more in a 256-token window. The rows of the shared catalog
+    have no estimate and never match."""
+    await insert(make_snapshot("mem/GGUF", artifacts=(
+        artifact("big-cache.gguf", make_facts(context_length=8192, kv_cache=KVCache(4, 100)), size=1000),
+        artifact("windowed.gguf", make_facts(context_length=None, kv_cache=KVCache(
+            1, 10, swa_layers=3, swa_bytes_per_token=1000, sliding_window=256)), size=1000),
+    )))  # fmt: skip
+    # at 4,096 tokens: 1,000 + 409,600 = 410,600 and 1,000 + 40,960 + 256,000 = 297,960
+    assert await _ids(api, "max_memory=410600&sort=name:asc") == ["mem/GGUF/big-cache.gguf", "mem/GGUF/windowed.gguf"]
+    assert await _ids(api, "max_memory=410599") == ["mem/GGUF/windowed.gguf"]
+    assert await _ids(api, "max_memory=297959") == []
+    # at 100 tokens: 11,000 and 1,000 + 1,000 + 100,000 = 102,000
+    assert await _ids(api, "max_memory=11000&memory_context=100") == ["mem/GGUF/big-cache.gguf"]
+    # at a million tokens: big-cache stops at its 8,192 (820,200); windowed has no limit
+    assert await _ids(api, "max_memory=1MB&memory_context=1000000") == ["mem/GGUF/big-cache.gguf"]
+    facets = (await api.get("/v1/facets?max_memory=1MB")).body
+    assert facets["facets"]["architecture"] == {"llama": 2} and facets["filters"]["max_memory"] == 10**6
+    missing = await api.get("/v1/artifacts?memory_context=4096")
+    assert missing.status == 400 and missing.body["error"]["code"] == "invalid_query"
+    assert "give max_memory too" in missing.body["error"]["message"]

@@ -33,10 +33,19 @@ from registry.catalog import search_index
 from registry.catalog.db import Database
 from registry.catalog.lineage import MAX_DEPTH
 from registry.catalog.models import VERIFICATION_STATUSES, Artifact, Repo
-from registry.catalog.search import FACETS, SORT_ALIASES, SORTS, STATUSES, SearchItem, SearchQuery
+from registry.catalog.search import (
+    FACETS,
+    MEMORY_CONTEXT,
+    SORT_ALIASES,
+    SORTS,
+    STATUSES,
+    SearchItem,
+    SearchQuery,
+)
 from registry.catalog.services import upsert_repo_snapshot
 from registry.catalog.snapshot import ArtifactRecord, RepoSnapshot
 from registry.gguf.facts_model import BaseModel, QuantMixEntry
+from registry.gguf.kvcache import KVCache
 from registry.safety.findings import SEVERITIES, Finding
 from tests.catalog.factories import artifact, error_artifact, make_facts
 
@@ -66,6 +75,11 @@ DOWNLOADS = (0, 10, 10, 1000)  # ties on purpose
 LIKES = (0, 1, 1, 5)
 WHEN = (None, datetime(2024, 5, 1, tzinfo=UTC), datetime(2024, 5, 1, 0, 0, 1, 500, tzinfo=UTC))
 SIZES = (5, 7, 1000)
+# KV cache estimates: bytes per token (one a TiB, to check no sum overflows), sliding-window
+# bytes per token and the window (None: the whole context).
+KV_BYTES = (0, 1, 1, 2, 1 << 40)
+KV_SWA_BYTES = (0, 0, 1)
+KV_WINDOWS = (None, 512, 4096)
 RELATIONS = ("quantized", "finetune", "adapter", "merge", "unknown", "Fine-Tune", None)
 # Words of names, tags and descriptions: short ones (no index), LIKE wildcards, backslashes,
 # quotes, and letters whose case folding differs between Python and other engines.
@@ -136,6 +150,8 @@ class ArtifactSpec:
     shards: int = 1
     size: int = 5
     verification: str | None = None
+    # KV cache estimate: (bytes per token, sliding-window bytes per token, window); None: none
+    kv: tuple[int, int, int | None] | None = None
 
     def record(self) -> ArtifactRecord:
         if self.error:
@@ -147,6 +163,10 @@ class ArtifactSpec:
             basename=self.basename, finetune=self.finetune, tags=self.tags, description=self.description,
             quant_mix={t: QuantMixEntry(1, 10, 10) for t in self.tensor_types},
             base_models=tuple(BaseModel(repo_id=r) for r in self.base_models),
+            kv_cache=None if self.kv is None else KVCache(
+                layers=1, bytes_per_token=self.kv[0], swa_layers=1 if self.kv[1] else 0,
+                swa_bytes_per_token=self.kv[1], sliding_window=self.kv[2],
+            ),
         )  # fmt: skip
         record = artifact(self.path, facts, size=self.size, shards=self.shards)
         findings = None
@@ -222,6 +242,20 @@ class Row:
     tensor_types: frozenset[str]
     severity: int | None
     size_bucket: str | None
+    kv: tuple[int, int, int | None] | None = None
+
+    def memory(self, context: int | None) -> int | None:
+        """The file plus its KV cache at `context` tokens (MEMORY_CONTEXT when None), or at
+        the model's own context length when shorter; None without an estimate."""
+        if self.kv is None:
+            return None
+        bytes_per_token, swa_bytes_per_token, window = self.kv
+        tokens = MEMORY_CONTEXT if context is None else context
+        own = self.item["context_length"]
+        if own is not None and 0 < own < tokens:
+            tokens = own
+        in_window = tokens if window is None else min(tokens, window)
+        return int(self.item["file_size"]) + bytes_per_token * tokens + swa_bytes_per_token * in_window
 
 
 @dataclass
@@ -249,6 +283,7 @@ class Oracle:
         out = []
         for row in self.rows:
             i = row.item
+            memory = row.memory(q.memory_context) if q.max_memory is not None else None
             checks = (
                 q.status == "all" or i["status"] == q.status,
                 q.architecture is None or _same(i["architecture"], q.architecture),
@@ -266,6 +301,7 @@ class Oracle:
                 or (i["context_length"] is not None and i["context_length"] >= q.min_context),
                 severity is None or (row.severity is not None and row.severity >= severity),
                 family is None or repo_key(row.repo_id) in family,
+                q.max_memory is None or (memory is not None and memory <= q.max_memory),
                 all(t in row.haystack for t in terms),
             )
             if all(checks):
@@ -360,7 +396,7 @@ def build_oracle(spec: CatalogSpec, ids: dict[tuple[str, str], int]) -> Oracle:
             rows.append(Row(
                 item, repo.repo_id, f"{repo.repo_id}/{path}".lower(), " ".join(haystack).lower(),
                 frozenset(() if a.error else a.tensor_types), severity,
-                None if a.error else _bucket(a.parameter_count),
+                None if a.error else _bucket(a.parameter_count), None if a.error else a.kv,
             ))  # fmt: skip
     return Oracle(rows, edges)
 
@@ -416,6 +452,9 @@ def artifact_specs(draw: st.DrawFn, path: str) -> ArtifactSpec:
         findings=findings, base_models=tuple(draw(st.lists(st.sampled_from(REPO_SPELLINGS), max_size=1))),
         shards=draw(st.sampled_from((1, 1, 2))), size=draw(st.sampled_from(SIZES)),
         verification=draw(st.sampled_from((None, None, *VERIFICATION_STATUSES))),
+        kv=draw(st.one_of(st.none(), st.tuples(
+            st.sampled_from(KV_BYTES), st.sampled_from(KV_SWA_BYTES), st.sampled_from(KV_WINDOWS)
+        ))),
     )  # fmt: skip
 
 
@@ -475,7 +514,12 @@ FILTER_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "verification": st.sampled_from(VERIFICATION_STATUSES),
     "descendant_of": st.sampled_from(REPO_SPELLINGS),
     "template_severity": st.sampled_from(SEVERITIES),
+    # With the context it sizes, when drawn; a default context most often. The budgets
+    # include memories of the catalog's rows exactly (file 5 + 1 byte a token at 2,048 or
+    # at the default 4,096, or + 1 sliding byte a token in a 512-token window).
+    "max_memory": st.sampled_from((0, 5, 2052, 2053, 4100, 4101, 4613, 8197, 9000, 40_000, 2**62)),
 }
+MEMORY_CONTEXTS = (None, None, None, 1, 512, 2048, 8192, 65_536, 1 << 40)
 # Letters that one case folding or another takes for the same (Python's lower() keeps them apart).
 FOLD_VARIANTS = str.maketrans({"ς": "σ", "σ": "ς", "ſ": "s", "s": "ſ", "ǆ": "ǅ", "k": "\u212a", "ß": "ss"})
 
@@ -510,15 +554,17 @@ def _piece(draw: st.DrawFn, words: Sequence[str]) -> str:
 
 
 @st.composite
-def queries(draw: st.DrawFn, words: Sequence[str] = ()) -> SearchQuery:
+def queries(draw: st.DrawFn, words: Sequence[str] = (), always: tuple[str, ...] = ()) -> SearchQuery:
     """A query with a few filters (most matching something), any status, sort and page size;
-    its text from TERMS and pieces of `words`."""
+    its text from TERMS and pieces of `words`; `always` these filters among them."""
     terms = st.one_of(st.sampled_from(TERMS), _piece(words)) if words else st.sampled_from(TERMS)
     text = draw(st.one_of(st.none(), st.lists(terms, min_size=1, max_size=3).map(" ".join)))
-    names = draw(st.lists(st.sampled_from(sorted(FILTER_VALUES)), max_size=3, unique=True))
+    names = [*always, *draw(st.lists(st.sampled_from(sorted(set(FILTER_VALUES) - set(always))), max_size=2, unique=True))]
+    memory_context = draw(st.sampled_from(MEMORY_CONTEXTS)) if "max_memory" in names else None
     return SearchQuery(
         text=text,
         **{name: draw(FILTER_VALUES[name]) for name in names},
+        memory_context=memory_context,
         status=draw(st.sampled_from(("indexed", "indexed", *STATUSES))),
         sort=draw(st.sampled_from(SORT_CHOICES)),
         limit=draw(st.sampled_from((1, 2, 3, 5, 200))),

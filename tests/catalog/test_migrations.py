@@ -20,6 +20,7 @@ from sqlalchemy import (
     Connection,
     MetaData,
     Table,
+    bindparam,
     func,
     insert,
     inspect,
@@ -36,8 +37,10 @@ from registry.catalog.models import Artifact, Base
 from registry.catalog.search import SearchQuery, facets, search
 from registry.catalog.search_index import FTS_TABLE, TRGM_INDEX
 from registry.catalog.services import upsert_repo_snapshot
+from registry.catalog.types import Json
 from registry.cli import EXIT_ERROR, main
 from registry.config import DatabaseSettings, Settings
+from registry.gguf.kvcache import KVCache
 from tests.catalog.conftest import TempDatabases, empty_tables
 from tests.catalog.factories import artifact, error_artifact, make_facts, make_snapshot
 from tests.catalog.migrate_child import ensure_schema_together
@@ -132,6 +135,52 @@ async def test_folding_rewrites_the_rows_written_before_and_the_downgrade_restor
         assert await _copies(db) == UNFOLDED
         await migrate.upgrade(db.engine)
         assert await _copies(db) == FOLDED
+    finally:
+        await empty_tables(db)
+        await db.dispose()
+
+
+BEFORE_KV_COLUMNS = "b3e9d4f1a7c5"
+
+
+async def test_kv_columns_are_filled_from_the_estimate_facts_kept(empty_db_url: str) -> None:
+    """c5e2a8f4d6b1 copies `facts.extra.kv_cache` into the artifact's columns: rows without
+    an estimate, error rows and hand-edited values that are not counts stay NULL."""
+    db = Database.from_url(empty_db_url)
+    kv = KVCache(layers=3, bytes_per_token=3072, swa_layers=15, swa_bytes_per_token=15360, sliding_window=512)
+    try:
+        await migrate.upgrade(db.engine)
+        async with db.sessions() as session, session.begin():
+            await upsert_repo_snapshot(session, make_snapshot(artifacts=(
+                artifact("swa.gguf", make_facts(kv_cache=kv)),
+                artifact("full.gguf", make_facts(kv_cache=KVCache(layers=30, bytes_per_token=23040))),
+                artifact("none.gguf", make_facts(kv_cache=None)),
+                artifact("edited.gguf", make_facts(kv_cache=kv)),
+                error_artifact("bad.gguf"),
+            )))  # fmt: skip
+        columns = (Artifact.kv_bytes_per_token, Artifact.kv_swa_bytes_per_token, Artifact.kv_sliding_window)
+
+        async def stored() -> dict[str, tuple[int | None, ...]]:
+            async with db.sessions() as session:
+                rows = (await session.execute(select(Artifact.path, *columns))).all()
+            return {path: tuple(values) for path, *values in rows}
+
+        written = await stored()
+        assert written == {
+            "swa.gguf": (3072, 15360, 512), "full.gguf": (23040, 0, None), "none.gguf": (None, None, None),
+            "edited.gguf": (3072, 15360, 512), "bad.gguf": (None, None, None),
+        }  # fmt: skip
+        await migrate.downgrade(db.engine, BEFORE_KV_COLUMNS)
+        async with db.engine.begin() as conn:
+            edited = {"kv_cache": {"bytes_per_token": "3072", "swa_bytes_per_token": 1.5, "sliding_window": -1}}
+            await conn.execute(
+                text("UPDATE facts SET extra = :extra WHERE artifact_id = "
+                     "(SELECT id FROM artifacts WHERE path = 'edited.gguf')").bindparams(
+                    bindparam("extra", edited, type_=Json))
+            )  # fmt: skip
+        await migrate.upgrade(db.engine)
+        await migrate.check(db.engine)
+        assert await stored() == {**written, "edited.gguf": (None, None, None)}
     finally:
         await empty_tables(db)
         await db.dispose()

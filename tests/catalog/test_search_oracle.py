@@ -179,6 +179,19 @@ async def test_search_matches_the_oracle(
         await check_http(api, oracle, qs[0])
 
 
+@PROPERTY
+@given(spec=catalogs(), data=st.data(), plan=plan_thresholds, seed=st.integers(0, 2**32))
+async def test_the_memory_filter_matches_the_oracle(
+    db: Database, spec: CatalogSpec, data: st.DataObject, plan: dict[str, int], seed: int
+) -> None:
+    """max_memory in every query: a sum over four columns and the context, checked row by row
+    behind whatever way in the plan takes."""
+    qs = data.draw(st.lists(queries(catalog_words(spec), always=("max_memory",)), min_size=1, max_size=5))
+    await empty_tables(db)
+    oracle = await write_catalog(db, spec)
+    await check_catalog(db, oracle, qs, plan, seed)
+
+
 @pytest.fixture
 async def both(sqlite_url: str, postgresql_url: str) -> AsyncIterator[tuple[Database, Database]]:
     lite, pg = Database.from_url(sqlite_url), Database.from_url(postgresql_url)

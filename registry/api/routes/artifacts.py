@@ -53,6 +53,12 @@ FILTER_PARAMS: tuple[Param, ...] = (
     text_param("size_label", "Size label, e.g. 7B or 8x7B; matches in any ASCII case."),
     int_param("min_context", "Context length at least this."),
     int_param("expert_count", "Exactly this many experts.", maximum=INT_MAX),
+    size_param("max_memory", "Needs at most this many bytes to run: the file (all shards) plus its f16 KV cache "
+               "at `memory_context` tokens, as `facts.kv_cache` sizes it. Artifacts without a KV cache estimate "
+               "never match. Units as in max_size."),
+    int_param("memory_context", f"The context `max_memory` sizes the KV cache for (default: "
+              f"{catalog_search.MEMORY_CONTEXT}, or the model's own context_length when that is shorter).",
+              minimum=1, maximum=catalog_search.MAX_MEMORY_CONTEXT),
     choice_param("status", "Artifact status; `all` for every one.", catalog_search.STATUSES, default="indexed"),
     choice_param("verification", "Status of the latest verification.", VERIFICATION_STATUSES),
     text_param("descendant_of", "Only repos below this repo id (org/name, any case of A-Z) in the lineage graph."),
