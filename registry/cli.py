@@ -386,8 +386,8 @@ def _add_search(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
                    help="needs at most S bytes to run: the file plus its f16 KV cache at --memory-context "
                    "tokens, e.g. 8GB or 6GiB; artifacts without a KV cache estimate never match")  # fmt: skip
     p.add_argument("--memory-context", type=_context_tokens, metavar="TOKENS",
-                   help="the context --max-memory sizes the KV cache for, e.g. 8192 or 8K (default: 4K, "
-                   "or the model's own context length when shorter)")  # fmt: skip
+                   help="the context --max-memory and the MEMORY column size the KV cache for, e.g. 8192 or "
+                   "8K (default: 4K, or the model's own context length when shorter)")  # fmt: skip
     p.add_argument("--verification", choices=["queued", "running", "passed", "failed", "skipped"],
                    help="status of the artifact's latest verification")  # fmt: skip
     p.add_argument("--descendant-of", metavar="REPO", help="only repos below REPO (any case) in the lineage graph")
@@ -462,15 +462,25 @@ def _file_size(n_bytes: int | None) -> str:
     return f"{n_bytes} B"
 
 
+def _memory(memory: dict[str, int] | None) -> str:
+    """What a hit needs to run and at how many tokens: `192.7 MB@4K`; `-` without an estimate."""
+    if memory is None:
+        return "-"
+    tokens = memory["tokens"]
+    at = f"{tokens >> 10}K" if tokens >= 1024 and tokens % 1024 == 0 else f"{tokens:,}"
+    return f"{_file_size(memory['bytes']).replace(' ', '')}@{at}"
+
+
 def _search_table(items: Sequence[SearchItem]) -> str:
     if not items:
         return "no matches\n"
-    head = ("REPO", "PATH", "ARCH", "PARAMS", "LABEL", "TYPE", "FILESIZE", "LICENSE", "SHARDS", "TEMPLATE",
-            "STATUS")  # fmt: skip
+    head = ("REPO", "PATH", "ARCH", "PARAMS", "LABEL", "TYPE", "FILESIZE", "MEMORY", "LICENSE", "SHARDS",
+            "TEMPLATE", "STATUS")  # fmt: skip
     rows = [head] + [
         (i.repo, i.path, i.architecture or "-", f"{i.parameter_count:,}" if i.parameter_count else "-",
-         i.size_label or "-", i.file_type or "-", _file_size(i.file_size), i.license or "-", str(i.shards),
-         i.chat_template_severity or "-", i.status if not i.error else f"{i.status}: {i.error_code}: {i.error}"[:120])
+         i.size_label or "-", i.file_type or "-", _file_size(i.file_size), _memory(i.memory), i.license or "-",
+         str(i.shards), i.chat_template_severity or "-",
+         i.status if not i.error else f"{i.status}: {i.error_code}: {i.error}"[:120])
         for i in items
     ]  # fmt: skip
     widths = [min(60, max(len(r[c]) for r in rows)) for c in range(len(head) - 1)]

@@ -115,8 +115,13 @@ def test_index_then_search(url: str, models: Path, capsys: pytest.CaptureFixture
         code, out, err = run(capsys, "search", *argv, "--json")
         assert code == 0, err
         assert [i["path"] for i in json.loads(out)["items"]] == paths, argv
-    code, _, err = run(capsys, "search", "--memory-context", "8K")
-    assert code == 2 and "invalid_query" in err and "give max_memory too" in err
+    code, out, _ = run(capsys, "search", "--sort", "name", "--memory-context", "8K")
+    head, *rows = out.splitlines()
+    assert head.split()[6:9] == ["FILESIZE", "MEMORY", "LICENSE"]
+    # gemma 3 253.1 MB + 24 + 7.5 MiB at 8K; SmolLM2 98.4 MB + 180 MiB at its 8K
+    assert [r.split()[8] for r in rows] == ["286MB@8K", "287MB@8K"]
+    code, out, _ = run(capsys, "search", "--sort", "name", "--memory-context", "1000", "--json")
+    assert [i["memory"]["tokens"] for i in json.loads(out)["items"]] == [1000, 1000]
 
 
 def test_search_filters_match_in_any_case(url: str, models: Path, capsys: pytest.CaptureFixture[str]) -> None:

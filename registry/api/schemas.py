@@ -102,6 +102,12 @@ _SUMMARY_PROPS: dict[str, Schema] = {
         **nullable({"enum": list(SEVERITIES)}),
         "description": "Worst chat template safety finding; null when clean or not scanned.",
     },
+    "memory": {
+        **nullable(obj({"tokens": INT, "bytes": INT})),
+        "description": "What it needs to run: the file (all shards) plus its f16 KV cache (`facts.kv_cache`) at "
+        "`tokens` tokens: a search's `memory_context` (default 4096), or the model's own context_length when "
+        "that is shorter. Compute buffers are not counted. Null without a KV cache estimate.",
+    },
     "url": STR,
 }
 ARTIFACT_SUMMARY = obj(_SUMMARY_PROPS)

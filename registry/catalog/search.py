@@ -158,6 +158,7 @@ class SearchQuery:
     # Needs at most this many bytes to run: the file (all shards) plus its f16 KV cache at
     # `memory_context` tokens (MEMORY_CONTEXT when None), or at the model's own context_length
     # when that is shorter (`memory_needed`). Artifacts without a KV cache estimate never match.
+    # The context also sizes each hit's `memory`, with or without the filter.
     max_memory: int | None = None
     memory_context: int | None = None
     status: str = "indexed"  # indexed | error | gone | all
@@ -189,6 +190,8 @@ class SearchItem:
     last_modified: datetime
     verification: str | None
     chat_template_severity: str | None  # worst finding; None: clean or not scanned
+    # {"tokens", "bytes"}: what it needs to run at the query's memory_context (`memory_at`)
+    memory: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in self.__slots__}
@@ -198,15 +201,17 @@ class SearchItem:
 
 @dataclass(frozen=True, slots=True)
 class SearchPage:
-    # The hits as rows: SearchItem's fields in order, the last the stored severity rank. A
-    # page of 100 built SearchItems that the API turned into dicts at once (see `items`).
+    # The hits as rows: SearchItem's fields in order, the last the stored severity rank, then
+    # the KV cache columns (`MEMORY_COLUMNS`). A page of 100 built SearchItems that the API
+    # turned into dicts at once (see `items`).
     rows: Sequence[Sequence[Any]]
     next_cursor: str | None
     total: int | None = None
+    memory_context: int = MEMORY_CONTEXT  # the context the hits' memory is sized at
 
     @property
     def items(self) -> list[SearchItem]:
-        return [_item(row) for row in self.rows]
+        return [_item(row, self.memory_context) for row in self.rows]
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"items": [i.to_dict() for i in self.items], "next": self.next_cursor}
@@ -352,14 +357,27 @@ def _column_predicates(q: SearchQuery) -> list[_Predicate]:
     if q.template_severity is not None:
         rank = template_severity_rank(q.template_severity)
         preds.append(_Predicate(Artifact.chat_template_max_severity, ("severity", ">=", rank), lambda c: c >= rank))
-    if q.memory_context is not None and q.max_memory is None:
-        raise InvalidQuery("memory_context sizes the max_memory filter: give max_memory too")
     if q.memory_context is not None and not 1 <= q.memory_context <= MAX_MEMORY_CONTEXT:
         raise InvalidQuery(f"memory_context must be between 1 and {MAX_MEMORY_CONTEXT} tokens")
     if (budget := q.max_memory) is not None:
         # Implied by the memory filter (the file alone must fit), and an indexed way in to it.
         preds.append(_Predicate(Artifact.file_size, ("file_size", "<=", budget), lambda c: c <= budget))
     return preds
+
+
+def memory_at(
+    file_size: int, context_length: int | None, kv_bytes_per_token: int | None,
+    kv_swa_bytes_per_token: int | None, kv_sliding_window: int | None, context: int,
+) -> dict[str, int] | None:
+    """`{"tokens", "bytes"}`: the bytes an artifact needs to run at `context` tokens, or at
+    its own context_length when that is shorter (`tokens` says which), as `memory_needed`
+    computes them in SQL but exact; None without a KV cache estimate."""
+    if kv_bytes_per_token is None:
+        return None
+    tokens = context_length if context_length is not None and 0 < context_length < context else context
+    in_window = tokens if kv_sliding_window is None else min(tokens, kv_sliding_window)
+    kv = kv_bytes_per_token * tokens + (kv_swa_bytes_per_token or 0) * in_window
+    return {"tokens": tokens, "bytes": file_size + kv}
 
 
 def memory_needed(context: int) -> ColumnElement[Any]:
@@ -771,11 +789,13 @@ def _memoised_family() -> Select[Any]:
 # compiled statement's result columns to ORM-annotated ones compares them with `==`, which
 # builds an SQL expression per column and cost more than the query too.
 _A, _R = Artifact.__table__.c, Repo.__table__.c
+# The KV cache estimate's columns, after the hit columns of a search row (`memory_at`).
+MEMORY_COLUMNS = (_A.kv_bytes_per_token, _A.kv_swa_bytes_per_token, _A.kv_sliding_window)
 _HIT_COLUMNS = (
     _A.id, _R.repo_id, _A.path, _A.revision, _A.status, _A.error_code, _A.error_message, _A.architecture,
     _A.parameter_count, _A.file_type, _A.size_label, _A.license, _A.context_length, _A.expert_count,
     _A.shard_count, _A.file_size, _A.downloads, _A.likes, _A.last_modified, _A.verification_status,
-    _A.chat_template_max_severity,
+    _A.chat_template_max_severity, *MEMORY_COLUMNS,
 )  # fmt: skip
 
 
@@ -825,7 +845,8 @@ async def search(session: AsyncSession, q: SearchQuery, *, with_total: bool = Fa
     if with_total:
         stmt_total = select(func.count()).select_from(Artifact).where(*plan.where)
         total = (await conn.execute(stmt_total)).scalar_one()
-    return SearchPage(hits, next_cursor, total)
+    memory_context = q.memory_context if q.memory_context is not None else MEMORY_CONTEXT
+    return SearchPage(hits, next_cursor, total, memory_context)
 
 
 def _page(
@@ -871,9 +892,10 @@ def _first_page(column: InstrumentedAttribute[Any], descending: bool, plan: _Pla
     return stmt
 
 
-def _item(row: Sequence[Any]) -> SearchItem:
-    # SearchItem's fields are in _HIT_COLUMNS order; the last is the severity's name.
-    fields: tuple[Any, ...] = (*row[:20], severity_name(row[20]))
+def _item(row: Sequence[Any], memory_context: int) -> SearchItem:
+    # SearchItem's fields are in _HIT_COLUMNS order, then the severity's name and the memory.
+    memory = memory_at(row[15], row[12], row[21], row[22], row[23], memory_context)
+    fields: tuple[Any, ...] = (*row[:20], severity_name(row[20]), memory)
     return SearchItem(*fields)
 
 

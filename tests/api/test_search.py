@@ -234,6 +234,12 @@ async def test_max_memory_counts_the_kv_cache_at_the_context(
     assert await _ids(api, "max_memory=1MB&memory_context=1000000") == ["mem/GGUF/big-cache.gguf"]
     facets = (await api.get("/v1/facets?max_memory=1MB")).body
     assert facets["facets"]["architecture"] == {"llama": 2} and facets["filters"]["max_memory"] == 10**6
-    missing = await api.get("/v1/artifacts?memory_context=4096")
-    assert missing.status == 400 and missing.body["error"]["code"] == "invalid_query"
-    assert "give max_memory too" in missing.body["error"]["message"]
+    # every hit shows its memory at the context, with or without the filter; null without an estimate
+    sized = (await api.get("/v1/artifacts?memory_context=100&q=mem/gguf&sort=name:asc")).body["items"]
+    assert [i["memory"] for i in sized] == [{"tokens": 100, "bytes": 11_000}, {"tokens": 100, "bytes": 102_000}]
+    plain = (await api.get("/v1/artifacts?q=mem/gguf&sort=name:asc")).body["items"]
+    assert [i["memory"] for i in plain] == [{"tokens": 4096, "bytes": 410_600}, {"tokens": 4096, "bytes": 297_960}]
+    [detail] = [(await api.get(i["url"])).body for i in plain[:1]]
+    assert detail["memory"] == {"tokens": 4096, "bytes": 410_600}
+    others = (await api.get("/v1/artifacts?architecture=qwen2")).body["items"]
+    assert others and all(i["memory"] is None for i in others)

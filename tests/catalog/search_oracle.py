@@ -244,9 +244,9 @@ class Row:
     size_bucket: str | None
     kv: tuple[int, int, int | None] | None = None
 
-    def memory(self, context: int | None) -> int | None:
-        """The file plus its KV cache at `context` tokens (MEMORY_CONTEXT when None), or at
-        the model's own context length when shorter; None without an estimate."""
+    def memory_item(self, context: int | None) -> dict[str, int] | None:
+        """The hit's `memory`: the file plus its KV cache at `context` tokens (MEMORY_CONTEXT
+        when None), or at the model's own context length when shorter; None without an estimate."""
         if self.kv is None:
             return None
         bytes_per_token, swa_bytes_per_token, window = self.kv
@@ -255,7 +255,12 @@ class Row:
         if own is not None and 0 < own < tokens:
             tokens = own
         in_window = tokens if window is None else min(tokens, window)
-        return int(self.item["file_size"]) + bytes_per_token * tokens + swa_bytes_per_token * in_window
+        size = int(self.item["file_size"]) + bytes_per_token * tokens + swa_bytes_per_token * in_window
+        return {"tokens": tokens, "bytes": size}
+
+    def memory(self, context: int | None) -> int | None:
+        item = self.memory_item(context)
+        return None if item is None else item["bytes"]
 
 
 @dataclass
@@ -318,7 +323,10 @@ class Oracle:
             value = row.sort_name if key == "name" else row.item[key]
             return value, row.item["id"]
 
-        return [r.item for r in sorted(self.matches(q), key=sort_key, reverse=descending)]
+        return [
+            {**r.item, "memory": r.memory_item(q.memory_context)}
+            for r in sorted(self.matches(q), key=sort_key, reverse=descending)
+        ]
 
     def facets(self, q: SearchQuery) -> dict[str, list[tuple[str, int]]]:
         """Counts per facet value (None as "unknown"), most first, then by value."""

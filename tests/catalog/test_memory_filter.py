@@ -110,15 +110,30 @@ async def test_the_filter_narrows_facets_and_other_filters_combine(db: Database,
     assert await names(db, max_memory=2**40, sort="size:asc") == set(models)
 
 
+async def test_hits_show_the_memory_at_the_context_with_or_without_the_filter(
+    db: Database, models: dict[str, int]
+) -> None:
+    smollm2, gemma3 = models["SmolLM2-135M-Instruct.Q4_1.gguf"], models["gemma-3-270m-q4_k_m.gguf"]
+    for kwargs, tokens in (({}, (4096, 4096)), ({"memory_context": 512}, (512, 512)),
+                           ({"memory_context": 65536}, (8192, 32768)),
+                           ({"memory_context": 65536, "max_memory": 10**12}, (8192, 32768))):  # fmt: skip
+        async with db.sessions() as session:
+            page = await search(session, SearchQuery(sort="name:desc", **kwargs))  # type: ignore[arg-type]
+        assert [i.memory for i in page.items] == [
+            {"tokens": tokens[0], "bytes": smollm2_memory(smollm2, tokens[0])},
+            {"tokens": tokens[1], "bytes": gemma3_memory(gemma3, tokens[1])},
+        ], kwargs
+        assert [i.to_dict()["memory"] for i in page.items] == [i.memory for i in page.items]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"memory_context": 4096}, "give max_memory too"),
         ({"max_memory": 10**9, "memory_context": 0}, "between 1 and"),
         ({"max_memory": 10**9, "memory_context": (1 << 40) + 1}, "between 1 and"),
     ],
 )
-async def test_a_context_without_a_budget_or_out_of_range_is_a_typed_error(
+async def test_a_context_out_of_range_is_a_typed_error(
     db: Database, kwargs: dict[str, int], message: str
 ) -> None:
     async with db.sessions() as session:

@@ -56,8 +56,8 @@ FILTER_PARAMS: tuple[Param, ...] = (
     size_param("max_memory", "Needs at most this many bytes to run: the file (all shards) plus its f16 KV cache "
                "at `memory_context` tokens, as `facts.kv_cache` sizes it. Artifacts without a KV cache estimate "
                "never match. Units as in max_size."),
-    int_param("memory_context", f"The context `max_memory` sizes the KV cache for (default: "
-              f"{catalog_search.MEMORY_CONTEXT}, or the model's own context_length when that is shorter).",
+    int_param("memory_context", f"The context `max_memory` and each hit's `memory` size the KV cache for "
+              f"(default: {catalog_search.MEMORY_CONTEXT}, or the model's own context_length when that is shorter).",
               minimum=1, maximum=catalog_search.MAX_MEMORY_CONTEXT),
     choice_param("status", "Artifact status; `all` for every one.", catalog_search.STATUSES, default="indexed"),
     choice_param("verification", "Status of the latest verification.", VERIFICATION_STATUSES),
@@ -99,7 +99,7 @@ async def search_artifacts(request: web.Request) -> web.Response:
     query = _query(args, sort=args["sort"], limit=args["limit"], cursor=args["cursor"])
     async with read_session(request) as session:
         page = await catalog_search.search(session, query)
-    items = [present.search_hit(row) for row in page.rows]
+    items = [present.search_hit(row, page.memory_context) for row in page.rows]
     return page_response(request, items, page.next_cursor, args["limit"])
 
 
