@@ -211,7 +211,9 @@ async def test_repos_that_ids_moved_to_are_read_again_to_put_the_ids_in_their_se
             await session.execute(update(Artifact).values(search_text=unmoved))
         await migrate.downgrade(db.engine, BEFORE_MOVED_IDS_IN_TEXT)
         async with db.sessions() as session:
-            assert (await search(session, SearchQuery(text="first-owner"))).items == []
+            # today's search reads columns this revision lacks: the text is checked directly
+            with_old_id = select(Artifact.id).where(Artifact.search_text.contains("first-owner"))
+            assert (await session.execute(with_old_id)).all() == []
             revisions = dict((await session.execute(select(Repo.repo_id, Repo.revision))).all())
             assert revisions == {new: "rev1", other: "rev1"}
 
