@@ -132,10 +132,14 @@ def artifact_summary(row: Row[Any], repo_id: str) -> dict[str, Any]:
         row.id, repo_id, row.path, row.revision, row.status, row.error_code, row.error_message,
         row.architecture, row.parameter_count, row.file_type, row.size_label, row.license, row.context_length,
         row.expert_count, row.shard_count, row.file_size, row.downloads, row.likes, row.last_modified,
-        row.verification_status, severity_name(row.chat_template_max_severity),
-        memory_at(row.file_size, row.context_length, row.kv_bytes_per_token, row.kv_swa_bytes_per_token,
-                  row.kv_sliding_window, MEMORY_CONTEXT),
+        row.verification_status, severity_name(row.chat_template_max_severity), memory(row, MEMORY_CONTEXT),
     )  # fmt: skip
+
+
+def memory(row: Row[Any], tokens: int) -> dict[str, int] | None:
+    """An artifact row's `memory`: the file plus its KV cache at `tokens` tokens (`memory_at`)."""
+    return memory_at(row.file_size, row.context_length, row.kv_bytes_per_token, row.kv_swa_bytes_per_token,
+                     row.kv_sliding_window, tokens)  # fmt: skip
 
 
 def search_hit(row: Sequence[Any], memory_context: int) -> dict[str, Any]:

@@ -161,10 +161,17 @@ async def test_the_kv_cache_is_sized_at_the_context_asked_for(api: ApiClient) ->
     reply = await api.get(f"/v1/artifacts/{with_kv}?context=1000")
     assert reply.status == 200
     assert reply.body["facts"]["kv_cache"]["at_context"] == {"tokens": 1000, "bytes": 1000 * 131072}
-    assert "at_context" not in (await api.get(f"/v1/artifacts/{with_kv}")).body["facts"]["kv_cache"]
+    # with the file, at the context asked for; else at the default 4,096 (the search hit's figure)
+    size = reply.body["file_size"]
+    assert reply.body["memory"] == {"tokens": 1000, "bytes": size + 1000 * 131072}
+    plain = (await api.get(f"/v1/artifacts/{with_kv}")).body
+    assert "at_context" not in plain["facts"]["kv_cache"]
+    assert plain["memory"] == {"tokens": 4096, "bytes": size + 4096 * 131072}
+    [hit] = [i for i in (await api.get("/v1/artifacts?file_type=F16")).body["items"] if i["id"] == with_kv]
+    assert hit["memory"] == plain["memory"]
     without = await _artifact_id(api, "file_type=Q8_0")
     reply = await api.get(f"/v1/artifacts/{without}?context=1000")
-    assert reply.status == 200 and reply.body["facts"].get("kv_cache") is None
+    assert reply.status == 200 and reply.body["facts"].get("kv_cache") is None and reply.body["memory"] is None
     for bad in ("0", "-1", "8K", str(2**40 + 1)):
         reply = await api.get(f"/v1/artifacts/{with_kv}?context={bad}")
         assert reply.status == 400 and reply.body["error"]["details"]["parameter"] == "context", bad

@@ -77,7 +77,8 @@ def search_params(max_limit: int) -> tuple[Param, ...]:
 DETAIL_PARAMS: tuple[Param, ...] = (
     bool_param("tensors", "Include the tensor table (not stored by the catalog yet: answers 501)."),
     int_param("context", "Also size the KV cache for this many tokens of context: `facts.kv_cache.at_context` "
-              "(when the artifact has an estimate).", minimum=1, maximum=1 << 40),
+              "(when the artifact has an estimate), and `memory` at this context instead of 4096.",
+              minimum=1, maximum=1 << 40),
 )
 
 
@@ -129,6 +130,8 @@ async def get_artifact(request: web.Request) -> web.Response:
         )
     body = present.artifact_full(found, found.row.repo_name, latest, with_metadata=True)
     kv = (body["facts"] or {}).get("kv_cache")
-    if args["context"] is not None and isinstance(kv, dict):
-        kv["at_context"] = present.kv_cache_at(kv, args["context"])
+    if args["context"] is not None:
+        body["memory"] = present.memory(found.row, args["context"])
+        if isinstance(kv, dict):
+            kv["at_context"] = present.kv_cache_at(kv, args["context"])
     return json_response(body)
