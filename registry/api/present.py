@@ -18,6 +18,7 @@ from registry.catalog.lineage import EdgeView
 from registry.catalog.models import Crawl, Verification
 from registry.catalog.models import Facts as FactsRow
 from registry.catalog.search import MEMORY_CONTEXT, memory_at, severity_name
+from registry.gguf.kvcache import KVCache
 
 
 def iso(value: datetime | None) -> str | None:
@@ -177,13 +178,13 @@ def shard(row: ShardRow) -> dict[str, Any]:
 
 
 def kv_cache_at(kv: Mapping[str, Any], tokens: int) -> dict[str, Any] | None:
-    """`{"tokens", "bytes"}`: the stored KV cache estimate at `tokens` tokens, by the formula
-    of registry.gguf.kvcache.KVCache.bytes_at; None when the stored estimate is malformed."""
+    """`{"tokens", "bytes"}`: the stored KV cache estimate at `tokens` tokens
+    (`KVCache.bytes_at`); None when the stored estimate is malformed."""
     per_token, swa_per_token, window = kv.get("bytes_per_token"), kv.get("swa_bytes_per_token", 0), kv.get("sliding_window")
     if not isinstance(per_token, int) or not isinstance(swa_per_token, int) or not isinstance(window, int | None):
         return None
-    size = tokens * per_token + (tokens if window is None else min(tokens, window)) * swa_per_token
-    return {"tokens": tokens, "bytes": size}
+    cache = KVCache(0, per_token, swa_bytes_per_token=swa_per_token, sliding_window=window)
+    return {"tokens": tokens, "bytes": cache.bytes_at(tokens)}
 
 
 def artifact_full(

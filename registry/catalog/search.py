@@ -66,6 +66,7 @@ from registry.catalog.models import (
     RepoMove,
     repo_key,
 )
+from registry.gguf.kvcache import KVCache
 from registry.safety.findings import SEVERITIES, severity_rank
 
 MAX_LIMIT = 200
@@ -375,9 +376,9 @@ def memory_at(
     if kv_bytes_per_token is None:
         return None
     tokens = context_length if context_length is not None and 0 < context_length < context else context
-    in_window = tokens if kv_sliding_window is None else min(tokens, kv_sliding_window)
-    kv = kv_bytes_per_token * tokens + (kv_swa_bytes_per_token or 0) * in_window
-    return {"tokens": tokens, "bytes": file_size + kv}
+    kv = KVCache(0, kv_bytes_per_token, swa_bytes_per_token=kv_swa_bytes_per_token or 0,
+                 sliding_window=kv_sliding_window)  # fmt: skip
+    return {"tokens": tokens, "bytes": file_size + kv.bytes_at(tokens)}
 
 
 def memory_needed(context: int) -> ColumnElement[Any]:
