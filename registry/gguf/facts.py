@@ -21,6 +21,7 @@ from registry.gguf.facts_model import BaseModel, Facts, QuantMixEntry, SplitInfo
 from registry.gguf.kvcache import kv_cache
 from registry.gguf.model import GGUFHeader, TensorInfo
 from registry.gguf.types import TENSOR_TYPES, ValueType, file_type_label
+from registry.gguf.vocab import vocab_sha256
 
 # Arrays are summarised in `Facts.metadata` instead of copied, except small ones. Numeric
 # arrays get a higher bound because per-layer hyperparameters (head counts, sliding window
@@ -476,6 +477,7 @@ def derive_facts(headers: Sequence[GGUFHeader], *, file_sizes: Sequence[int | No
         tokenizer_model=_str(h0, "tokenizer.ggml.model"),
         tokenizer_pre=_str(h0, "tokenizer.ggml.pre"),
         vocab_size=vocab_size,
+        vocab_sha256=vocab_sha256(h0),
         bos_token_id=_int(h0, "tokenizer.ggml.bos_token_id"),
         eos_token_id=_int(h0, "tokenizer.ggml.eos_token_id"),
         chat_template=template,

@@ -69,6 +69,8 @@ class Facts:
     tokenizer_model: str | None = None
     tokenizer_pre: str | None = None
     vocab_size: int | None = None
+    # Same key and at most 128 tokens apart: one can draft for the other (`registry.gguf.vocab`).
+    vocab_sha256: str | None = None
     bos_token_id: int | None = None
     eos_token_id: int | None = None
     chat_template: str | None = None

@@ -198,6 +198,8 @@ def _lines(
         if f.eos_token_id is not None:
             parts.append(f"eos {f.eos_token_id}")
         add("tokenizer", ", ".join(parts))
+    if f.vocab_sha256 is not None:
+        add("vocab key", f"sha256 {f.vocab_sha256} (draft models share it)")
     if f.chat_template is not None:
         add("chat template", f"sha256 {f.chat_template_sha256} ({len(f.chat_template):,} chars)")
     for name in f.chat_templates:
