@@ -57,7 +57,11 @@ WORDS = ["instruct", "chat", "coder", "math", "vision", "reasoning", "uncensored
 # KV cache per token at f16 of an 8B model with grouped-query attention (32 layers x 8 KV
 # heads x 128 x K and V x 2 bytes); others scale with their size. No estimate for these:
 NO_KV_CACHE = {"bert", "mamba", "rwkv6", "t5"}
-SLIDING = {"gemma2": (2, 4096), "gemma3": (6, 1024)}  # one full layer in each N, and the window
+SLIDING = {"gemma2": (2, 4096), "gemma3": (6, 1024)}
+# Vocabularies: a few per architecture (generations of one family), each with its token
+# count; sizes of one family add 0-200 pad tokens (more than 128: not a draft).
+VOCABS_PER_ARCH = 3
+VOCAB_PADS = (0, 0, 0, 64, 128, 200)  # one full layer in each N, and the window
 ORGS = ["meta-llama", "Qwen", "google", "mistralai", "microsoft", "deepseek-ai", "bartowski", "TheBloke",
         "unsloth", "lmstudio-community", "mradermacher", "QuantFactory", "NousResearch", "allenai"]  # fmt: skip
 
@@ -88,6 +92,7 @@ def _kv_cache(arch: str, params: int) -> tuple[int | None, int | None, int | Non
 def synthesize(n_repos: int, n_artifacts: int, seed: int) -> Synthetic:
     rng = random.Random(seed)
     kv_rng = random.Random(seed + 1)
+    vocab_rng = random.Random(seed + 2)  # its own too
     licenses = [
         ("apache-2.0", 30),
         ("mit", 15),
@@ -170,6 +175,11 @@ def synthesize(n_repos: int, n_artifacts: int, seed: int) -> Synthetic:
         path = f"{repo['repo_id'].split('/')[1]}-{ft}-{aid}.gguf"
         status = "error" if rng.random() < 0.02 else "indexed"
         kv = _kv_cache(arch, params) if estimated and status == "indexed" else (None, None, None)
+        vocab_key, vocab_size = None, None
+        if status == "indexed" and vocab_rng.random() < 0.9:  # 10%: indexed before the key
+            family = vocab_rng.randrange(VOCABS_PER_ARCH)
+            vocab_key = hashlib.sha256(f"{arch}-{family}".encode()).hexdigest()
+            vocab_size = 32_000 * (family + 1) + vocab_rng.choice(VOCAB_PADS)
         file_license = repo["card_license"] if rng.random() < 0.7 else None
         words = f"{repo['repo_id']} {path} {arch} {label} {' '.join(repo['tags'])} {repo['description']}"
         artifacts.append({
@@ -181,6 +191,7 @@ def synthesize(n_repos: int, n_artifacts: int, seed: int) -> Synthetic:
             "file_type": ft if status == "indexed" else None, "size_label": label, "size_bucket": size_bucket(params),
             "parameter_count": params if status == "indexed" else 0, "context_length": ctx, "expert_count": experts,
             "kv_bytes_per_token": kv[0], "kv_swa_bytes_per_token": kv[1], "kv_sliding_window": kv[2],
+            "vocab_sha256": vocab_key, "vocab_size": vocab_size,
             "verification_status": rng.choice(["passed", "failed", None, None, None, None]),
             "downloads": repo["downloads"], "likes": repo["likes"], "last_modified": repo["last_modified"],
             "sort_name": f"{repo['repo_id']}/{path}".lower(), "search_text": words.lower(),
@@ -282,6 +293,15 @@ async def queries(db: Database) -> list[tuple[str, Callable[[], Awaitable[Any]]]
             assert len(edges) > 100
             return edges
 
+    async def biggest_with_key(architecture: str) -> int:
+        """The artifact with the most parameters among an architecture's with a vocabulary key."""
+        async with db.sessions() as session:
+            return (await session.execute(
+                select(Artifact.id).where(Artifact.architecture == architecture, Artifact.vocab_sha256.is_not(None))
+                .order_by(Artifact.parameter_count.desc()).limit(1)
+            )).scalar_one()  # fmt: skip
+
+    big_llama, big_jamba = await biggest_with_key("llama"), await biggest_with_key("jamba")
     deep_downloads = SearchQuery(sort="downloads")
     deep_name = SearchQuery(sort="name", architecture="llama")
     cursor_50 = await _cursor_at_page(db, deep_downloads, 50)
@@ -311,6 +331,11 @@ async def queries(db: Database) -> list[tuple[str, Callable[[], Awaitable[Any]]]
                                                              architecture="llama"))),
         ("fits 1 GB at 4K (rare)", searching(SearchQuery(max_memory=10**9))),
         ("descendant_of + fits 8 GiB", searching(SearchQuery(descendant_of=POPULAR, max_memory=8 << 30))),
+        ("drafts for the biggest llama", searching(SearchQuery(draft_for=big_llama))),
+        ("drafts for it, sort params asc", searching(SearchQuery(draft_for=big_llama, sort="parameter_count:asc"))),
+        ("drafts for it + Q8_0 + fits 8 GiB", searching(SearchQuery(draft_for=big_llama, file_type="Q8_0",
+                                                                    max_memory=8 << 30))),
+        ("drafts for a jamba (rare)", searching(SearchQuery(draft_for=big_jamba))),
         ("verified=passed, sort modified", searching(SearchQuery(verification="passed", sort="last_modified"))),
         ("combined llama+Q4_K_M+apache+7-9B", searching(SearchQuery(
             architecture="llama", file_type="Q4_K_M", license="apache-2.0",
@@ -330,6 +355,7 @@ async def queries(db: Database) -> list[tuple[str, Callable[[], Awaitable[Any]]]
         ("facets: file_type=Q4_K_M", faceting(SearchQuery(file_type="Q4_K_M"))),
         ("facets: text 'instruct'", faceting(SearchQuery(text="instruct"))),
         ("facets: fits 8 GiB at 32K", faceting(SearchQuery(max_memory=8 << 30, memory_context=32768))),
+        ("facets: drafts for the biggest llama", faceting(SearchQuery(draft_for=big_llama))),
     ]
     # fmt: on
 

@@ -388,6 +388,9 @@ def _add_search(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument("--memory-context", type=_context_tokens, metavar="TOKENS",
                    help="the context --max-memory and the MEMORY column size the KV cache for, e.g. 8192 or "
                    "8K (default: 4K, or the model's own context length when shorter)")  # fmt: skip
+    p.add_argument("--draft-for", type=_int_in(1, INT64_MAX), metavar="ID",
+                   help="models that can draft for artifact ID in speculative decoding: the same vocabulary "
+                   "key, at most 128 tokens more or fewer, fewer parameters; try --sort params:asc")  # fmt: skip
     p.add_argument("--verification", choices=["queued", "running", "passed", "failed", "skipped"],
                    help="status of the artifact's latest verification")  # fmt: skip
     p.add_argument("--descendant-of", metavar="REPO", help="only repos below REPO (any case) in the lineage graph")
@@ -418,7 +421,7 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
         min_context=args.min_context, expert_count=args.expert_count,
         verification=args.verification, descendant_of=args.descendant_of,
         template_severity=args.template_severity,
-        max_memory=args.max_memory, memory_context=args.memory_context,
+        max_memory=args.max_memory, memory_context=args.memory_context, draft_for=args.draft_for,
         status=args.status, sort=args.sort, limit=args.limit, cursor=args.cursor,
     )  # fmt: skip
 

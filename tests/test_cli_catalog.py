@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -155,6 +156,24 @@ def test_search_errors(url: str, models: Path, capsys: pytest.CaptureFixture[str
     assert code == 2 and "invalid_query" in err
     code, _, err = run(capsys, "index", str(models / "missing"))
     assert code == 1 and "no such file or folder" in err
+
+
+def test_search_for_drafts(url: str, models: Path, smollm2_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.catalog.draft_family import write_family
+
+    write_family(smollm2_path, models / "drafts")
+    code, out, err = run(capsys, "index", str(models))
+    assert code == 0, err
+    code, out, _ = run(capsys, "search", "SmolLM2-135M", "--json")
+    [target] = json.loads(out)["items"]
+    code, out, err = run(capsys, "search", "--draft-for", str(target["id"]), "--sort", "params:asc", "--json")
+    assert code == 0, err
+    paths = [Path(i["path"]).name for i in json.loads(out)["items"]]
+    assert paths[0] == "early.gguf" and sorted(paths[1:]) == ["padded.gguf", "same.gguf"]
+    code, _, err = run(capsys, "search", "--draft-for", "123456789")
+    assert code == 1 and "artifact_not_found: no artifact 123456789" in err
+    code, out, _ = run(capsys, "inspect", str(smollm2_path))
+    assert re.search(r"^  vocab key +sha256 [0-9a-f]{64} \(draft models share it\)$", out, re.M)
 
 
 def test_index_full_writes_unchanged_models_again(url: str, models: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -37,6 +37,13 @@ class RepoNotFound(CatalogError):
     status = 404
 
 
+class ArtifactNotFound(CatalogError):
+    """A filter names an artifact id the catalog does not hold (`draft_for`)."""
+
+    code = "artifact_not_found"
+    status = 404
+
+
 class SchemaMismatch(CatalogError):
     """The database is not at the schema revision this code was written for."""
 

@@ -152,6 +152,11 @@ class Artifact(Base):
     kv_bytes_per_token: Mapped[int | None] = mapped_column(BigInteger)
     kv_swa_bytes_per_token: Mapped[int | None] = mapped_column(BigInteger)
     kv_sliding_window: Mapped[int | None] = mapped_column(BigInteger)
+    # The vocabulary key (`registry.gguf.vocab`) and the token count, for the draft-model
+    # filter: same key, at most 128 tokens apart. NULL: no token list, error rows, rows
+    # indexed before the key, until a forced re-index.
+    vocab_sha256: Mapped[str | None] = mapped_column(String(64))
+    vocab_size: Mapped[int | None] = mapped_column(Integer)
     # Chat template safety (registry.safety): the findings as JSON, worst first, and the rank
     # of the worst (0 info .. 4 critical) for the "severity >= X" filter. SQL NULL in both
     # means "not scanned" (error rows, sandbox unavailable, rows indexed before the scanner),
@@ -226,6 +231,7 @@ class Artifact(Base):
         Index(None, "expert_count"),
         Index(None, "verification_status"),
         Index(None, "chat_template_max_severity"),
+        Index(None, "vocab_sha256"),
     )
 
 

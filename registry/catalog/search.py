@@ -54,7 +54,7 @@ from sqlalchemy.orm import InstrumentedAttribute
 
 from registry.catalog import search_index
 from registry.catalog.db import longer_inline_reads
-from registry.catalog.errors import InvalidCursor, InvalidQuery
+from registry.catalog.errors import ArtifactNotFound, InvalidCursor, InvalidQuery
 from registry.catalog.folding import FOLDS, fold
 from registry.catalog.lineage import MAX_DEPTH
 from registry.catalog.models import (
@@ -67,6 +67,7 @@ from registry.catalog.models import (
     repo_key,
 )
 from registry.gguf.kvcache import KVCache
+from registry.gguf.vocab import MAX_SIZE_DIFFERENCE
 from registry.safety.findings import SEVERITIES, severity_rank
 
 MAX_LIMIT = 200
@@ -126,7 +127,7 @@ FACETS = ("architecture", "license", "file_type", "size_bucket")
 # SearchQuery filters on columns outside the covering facet index.
 _NON_FACET_FILTERS = ("text", "tensor_type", "min_params", "max_params", "min_size", "max_size", "size_label",
                       "min_context", "expert_count", "verification", "descendant_of", "template_severity",
-                      "max_memory")  # fmt: skip
+                      "max_memory", "draft_for")  # fmt: skip
 STATUSES = (*ARTIFACT_STATUSES, "all")
 # The context the memory filter sizes the KV cache for when the query names none: what local
 # runners commonly start with.
@@ -162,10 +163,25 @@ class SearchQuery:
     # The context also sizes each hit's `memory`, with or without the filter.
     max_memory: int | None = None
     memory_context: int | None = None
+    # Artifacts that can draft for this artifact (id) in speculative decoding: the same
+    # vocabulary key, at most MAX_SIZE_DIFFERENCE tokens more or fewer, and fewer parameters
+    # (at least one). None without a key. An unknown id is an ArtifactNotFound.
+    draft_for: int | None = None
+    # What `draft_for` names, looked up by `_resolved`: (vocabulary key, token count,
+    # parameter count). Not a filter of its own.
+    draft: DraftTarget | None = None
     status: str = "indexed"  # indexed | error | gone | all
     sort: str = "downloads"  # a SORTS key, optionally ":asc" / ":desc"
     limit: int = 20
     cursor: str | None = None
+
+
+class DraftTarget(NamedTuple):
+    """The model a draft is sought for; `key` None: it has no vocabulary key."""
+
+    key: str | None
+    vocab_size: int | None
+    parameter_count: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,7 +379,33 @@ def _column_predicates(q: SearchQuery) -> list[_Predicate]:
     if (budget := q.max_memory) is not None:
         # Implied by the memory filter (the file alone must fit), and an indexed way in to it.
         preds.append(_Predicate(Artifact.file_size, ("file_size", "<=", budget), lambda c: c <= budget))
+    if q.draft_for is not None:
+        if q.draft is None:
+            raise RuntimeError("draft_for is looked up by _resolved before a query is planned")
+        # A target without a key matches nothing: no stored key is empty, so the index answers.
+        key, below = q.draft.key or "", q.draft.parameter_count
+        preds.append(_Predicate(Artifact.vocab_sha256, ("vocab_sha256", "=", key), _equal_to(key)))
+        preds.append(
+            _Predicate(Artifact.parameter_count, ("parameter_count", "draft", below), lambda c: c.between(1, below - 1))
+        )
     return preds
+
+
+async def _resolved(session: AsyncSession, q: SearchQuery) -> SearchQuery:
+    """The query with `draft` looked up for `draft_for` (an unknown artifact id is an
+    ArtifactNotFound)."""
+    if q.draft_for is None:
+        return q
+    target = (
+        await session.execute(
+            select(Artifact.vocab_sha256, Artifact.vocab_size, Artifact.parameter_count).where(
+                Artifact.id == q.draft_for
+            )
+        )
+    ).one_or_none()
+    if target is None:
+        raise ArtifactNotFound(f"no artifact {q.draft_for}", parameter="draft_for")
+    return dataclasses.replace(q, draft=DraftTarget(*target))
 
 
 def memory_at(
@@ -632,7 +674,7 @@ async def _term_ids(session: AsyncSession, terms: list[str]) -> tuple[bool, Sele
 def _only_columns(q: SearchQuery) -> bool:
     """Whether the query filters on indexed columns only: its clauses all come from `_clause`,
     shared per value, so its first pages can share their statement (`_first_page`)."""
-    return not q.text and not q.tensor_type and not q.descendant_of and q.max_memory is None
+    return not q.text and not q.tensor_type and not q.descendant_of and q.max_memory is None and q.draft_for is None
 
 
 async def _common_in_family(
@@ -678,7 +720,10 @@ async def _common_together(session: AsyncSession, q: SearchQuery, preds: list[_P
     terms' row lists: several times cheaper than checking the terms row by row, which reads
     the whole table when they are rare together. A status is common when it gets here, and
     the answer only steers the plan, so leaving it out of that count costs no correctness."""
-    if len(preds) <= 1 and q.tensor_type is None and q.descendant_of is None and q.max_memory is None:
+    if (
+        len(preds) <= 1 and q.tensor_type is None and q.descendant_of is None and q.max_memory is None
+        and q.draft_for is None
+    ):  # fmt: skip
         if any(len(t) < search_index.MIN_TRIGRAM for t in terms):
             return True  # counted by `_term_ids`, which found them common together
         hints = _hints(session)
@@ -689,7 +734,7 @@ async def _common_together(session: AsyncSession, q: SearchQuery, preds: list[_P
             hints.put(text_key, known)
         return known
     memory = (q.max_memory, q.memory_context)
-    key = ("all", tuple(p.key for p in preds), tuple(terms), q.tensor_type, q.descendant_of, memory)
+    key = ("all", tuple(p.key for p in preds), tuple(terms), q.tensor_type, q.descendant_of, memory, q.draft)
     hints = _hints(session)
     threshold = min(COMMON_TOGETHER_ROWS, COMMON_ROWS)
     if (known := hints.get((threshold, key))) is not None:
@@ -711,6 +756,9 @@ async def _where(
     if q.max_memory is not None:
         context = q.memory_context if q.memory_context is not None else MEMORY_CONTEXT
         where.append(memory_needed(context) <= literal(float(q.max_memory), Float))
+    if q.draft is not None and q.draft.vocab_size is not None:
+        size = q.draft.vocab_size
+        where.append(Artifact.vocab_size.between(size - MAX_SIZE_DIFFERENCE, size + MAX_SIZE_DIFFERENCE))
     if q.tensor_type:
         where.append(
             exists().where(QuantMix.artifact_id == Artifact.id, QuantMix.tensor_type == q.tensor_type.upper())
@@ -818,7 +866,7 @@ _CUSTOM_PLANS = select(func.set_config("plan_cache_mode", "force_custom_plan", T
 
 
 async def search(session: AsyncSession, q: SearchQuery, *, with_total: bool = False) -> SearchPage:
-    q = _normalised(q)
+    q = await _resolved(session, _normalised(q))
     if not 1 <= q.limit <= MAX_LIMIT:
         raise InvalidQuery(f"limit must be between 1 and {MAX_LIMIT}")
     sort, column, descending = parse_sort(q.sort)
@@ -911,7 +959,7 @@ async def facets(session: AsyncSession, q: SearchQuery) -> dict[str, dict[str, i
     `SnapshotMemo`): a browsing UI asks for the same few facet sets on every page, and the
     unfiltered ones read the whole catalog.
     """
-    q = _normalised(q)
+    q = await _resolved(session, _normalised(q))
     # The generation is read before counting: a commit meanwhile makes the entry stale.
     memo, generation = await memo_generation(session)
     if memo is None:

@@ -229,6 +229,8 @@ def _artifact_values(
         "context_length": f.context_length if f else None,
         "expert_count": f.expert_count if f else None,
         **_kv_columns(f.kv_cache if f else None),
+        "vocab_sha256": f.vocab_sha256 if f else None,
+        "vocab_size": f.vocab_size if f and f.vocab_sha256 else None,
         "downloads": repo.downloads,
         "likes": repo.likes,
         "last_modified": repo.last_modified or EPOCH,

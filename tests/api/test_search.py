@@ -155,6 +155,38 @@ async def test_bad_parameters_are_400_naming_them(api: ApiClient, query: str, pa
     assert reply.body["error"]["details"]["parameter"] == parameter
 
 
+async def test_draft_for_lists_smaller_models_with_the_same_vocabulary(
+    api: ApiClient, insert: Callable[..., Awaitable[None]]
+) -> None:
+    """A 7B target with 32,000 tokens; drafts need its key, at most 128 tokens more or fewer
+    and fewer parameters. The shared catalog's rows have no key and never match."""
+    key, other = "d" * 64, "e" * 64
+    await insert(make_snapshot("draft/GGUF", artifacts=(
+        artifact("target-7b.gguf", make_facts(vocab_sha256=key, vocab_size=32000, parameter_count=7 * 10**9)),
+        artifact("small-1b.gguf", make_facts(vocab_sha256=key, vocab_size=32128, parameter_count=10**9)),
+        artifact("tiny-100m.gguf", make_facts(vocab_sha256=key, vocab_size=31872, parameter_count=10**8)),
+        artifact("padded-1b.gguf", make_facts(vocab_sha256=key, vocab_size=32129, parameter_count=10**9)),
+        artifact("other-1b.gguf", make_facts(vocab_sha256=other, vocab_size=32000, parameter_count=10**9)),
+        artifact("big-13b.gguf", make_facts(vocab_sha256=key, vocab_size=32000, parameter_count=13 * 10**9)),
+        artifact("same-7b.gguf", make_facts(vocab_sha256=key, vocab_size=32000, parameter_count=7 * 10**9)),
+    )))  # fmt: skip
+    [target] = (await api.get("/v1/artifacts?q=target-7b")).body["items"]
+    assert (await api.get(target["url"])).body["facts"]["vocab_sha256"] == key
+    assert await _ids(api, f"draft_for={target['id']}&sort=params:asc") == [
+        "draft/GGUF/tiny-100m.gguf", "draft/GGUF/small-1b.gguf",
+    ]  # fmt: skip
+    assert await _ids(api, f"draft_for={target['id']}&max_params=500M") == ["draft/GGUF/tiny-100m.gguf"]
+    facets = (await api.get(f"/v1/facets?draft_for={target['id']}")).body
+    assert facets["facets"]["architecture"] == {"llama": 2} and facets["filters"]["draft_for"] == target["id"]
+    missing = await api.get("/v1/artifacts?draft_for=999999999")
+    assert missing.status == 404, missing.body
+    assert missing.body["error"]["code"] == "artifact_not_found"
+    assert missing.body["error"]["details"] == {"parameter": "draft_for"}
+    for bad in ("0", "x", "-1"):
+        reply = await api.get(f"/v1/artifacts?draft_for={bad}")
+        assert reply.status == 400 and reply.body["error"]["details"]["parameter"] == "draft_for"
+
+
 async def test_cursor_from_another_sort_is_refused(api: ApiClient) -> None:
     first = await api.get("/v1/artifacts?limit=1&sort=likes")
     cursor = first.body["next"]

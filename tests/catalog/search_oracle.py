@@ -80,6 +80,9 @@ SIZES = (5, 7, 1000)
 KV_BYTES = (0, 1, 1, 2, 1 << 40)
 KV_SWA_BYTES = (0, 0, 1)
 KV_WINDOWS = (None, 512, 4096)
+# Vocabulary keys and token counts: 128 apart and 129 apart from 32,000 among them.
+VOCAB_KEYS = ("a" * 64, "b" * 64)
+VOCAB_SIZES = (32_000, 32_000, 32_128, 32_129, 31_872, 31_871)
 RELATIONS = ("quantized", "finetune", "adapter", "merge", "unknown", "Fine-Tune", None)
 # Words of names, tags and descriptions: short ones (no index), LIKE wildcards, backslashes,
 # quotes, and letters whose case folding differs between Python and other engines.
@@ -152,6 +155,7 @@ class ArtifactSpec:
     verification: str | None = None
     # KV cache estimate: (bytes per token, sliding-window bytes per token, window); None: none
     kv: tuple[int, int, int | None] | None = None
+    vocab: tuple[str, int] | None = None  # (vocabulary key, token count); None: no key
 
     def record(self) -> ArtifactRecord:
         if self.error:
@@ -167,6 +171,8 @@ class ArtifactSpec:
                 layers=1, bytes_per_token=self.kv[0], swa_layers=1 if self.kv[1] else 0,
                 swa_bytes_per_token=self.kv[1], sliding_window=self.kv[2],
             ),
+            vocab_sha256=None if self.vocab is None else self.vocab[0],
+            vocab_size=None if self.vocab is None else self.vocab[1],
         )  # fmt: skip
         record = artifact(self.path, facts, size=self.size, shards=self.shards)
         findings = None
@@ -243,6 +249,7 @@ class Row:
     severity: int | None
     size_bucket: str | None
     kv: tuple[int, int, int | None] | None = None
+    vocab: tuple[str, int] | None = None
 
     def memory_item(self, context: int | None) -> dict[str, int] | None:
         """The hit's `memory`: the file plus its KV cache at `context` tokens (MEMORY_CONTEXT
@@ -281,6 +288,22 @@ class Oracle:
             found |= frontier
         return found
 
+    def bind(self, q: SearchQuery) -> SearchQuery:
+        """The query with `draft_for`, drawn as a row's index, naming that row's artifact id."""
+        if q.draft_for is None or not self.rows:
+            return dataclasses.replace(q, draft_for=None)
+        return dataclasses.replace(q, draft_for=self.rows[q.draft_for % len(self.rows)].item["id"])
+
+    def can_draft(self, row: Row, target_id: int) -> bool:
+        """The same key, at most 128 tokens apart, and between 1 and the target's parameters."""
+        [target] = [r for r in self.rows if r.item["id"] == target_id]
+        if target.vocab is None or row.vocab is None:
+            return False
+        return (
+            row.vocab[0] == target.vocab[0] and abs(row.vocab[1] - target.vocab[1]) <= 128
+            and 0 < row.item["parameter_count"] < target.item["parameter_count"]
+        )  # fmt: skip
+
     def matches(self, q: SearchQuery) -> list[Row]:
         family = self.descendants(q.descendant_of) if q.descendant_of is not None else None
         terms = q.text.lower().split() if q.text else []
@@ -307,6 +330,7 @@ class Oracle:
                 severity is None or (row.severity is not None and row.severity >= severity),
                 family is None or repo_key(row.repo_id) in family,
                 q.max_memory is None or (memory is not None and memory <= q.max_memory),
+                q.draft_for is None or self.can_draft(row, q.draft_for),
                 all(t in row.haystack for t in terms),
             )
             if all(checks):
@@ -405,6 +429,7 @@ def build_oracle(spec: CatalogSpec, ids: dict[tuple[str, str], int]) -> Oracle:
                 item, repo.repo_id, f"{repo.repo_id}/{path}".lower(), " ".join(haystack).lower(),
                 frozenset(() if a.error else a.tensor_types), severity,
                 None if a.error else _bucket(a.parameter_count), None if a.error else a.kv,
+                None if a.error else a.vocab,
             ))  # fmt: skip
     return Oracle(rows, edges)
 
@@ -463,6 +488,7 @@ def artifact_specs(draw: st.DrawFn, path: str) -> ArtifactSpec:
         kv=draw(st.one_of(st.none(), st.tuples(
             st.sampled_from(KV_BYTES), st.sampled_from(KV_SWA_BYTES), st.sampled_from(KV_WINDOWS)
         ))),
+        vocab=draw(st.one_of(st.none(), *[st.tuples(st.sampled_from(VOCAB_KEYS), st.sampled_from(VOCAB_SIZES))] * 3)),
     )  # fmt: skip
 
 
@@ -526,6 +552,8 @@ FILTER_VALUES: dict[str, st.SearchStrategy[Any]] = {
     # include memories of the catalog's rows exactly (file 5 + 1 byte a token at 2,048 or
     # at the default 4,096, or + 1 sliding byte a token in a 512-token window).
     "max_memory": st.sampled_from((0, 5, 2052, 2053, 4100, 4101, 4613, 8197, 9000, 40_000, 2**62)),
+    # A row's index, which `Oracle.bind` turns into its artifact id once the catalog is written.
+    "draft_for": st.integers(0, 40),
 }
 MEMORY_CONTEXTS = (None, None, None, 1, 512, 2048, 8192, 65_536, 1 << 40)
 # Letters that one case folding or another takes for the same (Python's lower() keeps them apart).

@@ -186,6 +186,51 @@ async def test_kv_columns_are_filled_from_the_estimate_facts_kept(empty_db_url: 
         await db.dispose()
 
 
+BEFORE_VOCAB_COLUMNS = "c5e2a8f4d6b1"
+
+
+async def test_vocab_columns_are_filled_from_the_key_facts_kept(empty_db_url: str) -> None:
+    """d7a1f3c5e8b4 copies `facts.extra.vocab_sha256` and the token count into the
+    artifact's columns: rows without a key, error rows and hand-edited keys stay NULL."""
+    db = Database.from_url(empty_db_url)
+    key = "ab" * 32
+    try:
+        await migrate.upgrade(db.engine)
+        async with db.sessions() as session, session.begin():
+            await upsert_repo_snapshot(session, make_snapshot(artifacts=(
+                artifact("keyed.gguf", make_facts(vocab_sha256=key, vocab_size=32000)),
+                artifact("none.gguf", make_facts(vocab_sha256=None, vocab_size=32000)),
+                artifact("edited.gguf", make_facts(vocab_sha256=key, vocab_size=32064)),
+                artifact("upper.gguf", make_facts(vocab_sha256=key, vocab_size=32064)),
+                error_artifact("bad.gguf"),
+            )))  # fmt: skip
+
+        async def stored() -> dict[str, tuple[str | None, int | None]]:
+            async with db.sessions() as session:
+                rows = (await session.execute(select(Artifact.path, Artifact.vocab_sha256, Artifact.vocab_size))).all()
+            return {path: (sha, size) for path, sha, size in rows}
+
+        written = await stored()
+        assert written == {
+            "keyed.gguf": (key, 32000), "none.gguf": (None, None), "edited.gguf": (key, 32064),
+            "upper.gguf": (key, 32064), "bad.gguf": (None, None),
+        }  # fmt: skip
+        await migrate.downgrade(db.engine, BEFORE_VOCAB_COLUMNS)
+        async with db.engine.begin() as conn:
+            for path, value in (("edited.gguf", 12345), ("upper.gguf", key.upper())):
+                await conn.execute(
+                    text("UPDATE facts SET extra = :extra WHERE artifact_id = "
+                         "(SELECT id FROM artifacts WHERE path = :path)").bindparams(
+                        bindparam("extra", {"vocab_sha256": value}, type_=Json), path=path)
+                )  # fmt: skip
+        await migrate.upgrade(db.engine)
+        await migrate.check(db.engine)
+        assert await stored() == {**written, "edited.gguf": (None, None), "upper.gguf": (None, None)}
+    finally:
+        await empty_tables(db)
+        await db.dispose()
+
+
 BEFORE_MOVED_IDS_IN_TEXT = "5c1e9b7d2a40"
 
 

@@ -59,6 +59,10 @@ FILTER_PARAMS: tuple[Param, ...] = (
     int_param("memory_context", f"The context `max_memory` and each hit's `memory` size the KV cache for "
               f"(default: {catalog_search.MEMORY_CONTEXT}, or the model's own context_length when that is shorter).",
               minimum=1, maximum=catalog_search.MAX_MEMORY_CONTEXT),
+    int_param("draft_for", "Only artifacts that can draft for this artifact (id) in speculative decoding: the "
+              "same vocabulary key (`facts.vocab_sha256`), at most 128 tokens more or fewer, and fewer parameters. "
+              "An artifact without a key has none; an unknown id is a 404 (`artifact_not_found`). Try `sort=parameter_count:asc`.",
+              minimum=1),
     choice_param("status", "Artifact status; `all` for every one.", catalog_search.STATUSES, default="indexed"),
     choice_param("verification", "Status of the latest verification.", VERIFICATION_STATUSES),
     text_param("descendant_of", "Only repos below this repo id (org/name, any case of A-Z) in the lineage graph."),
