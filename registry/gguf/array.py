@@ -97,6 +97,11 @@ class GGUFArray:
         return memoryview(self._buf)[self._start : self._start + self.nbytes]
 
     @property
+    def length_struct(self) -> struct.Struct:
+        """The struct of a string's length or an array's count in this file (4 or 8 bytes, its byte order)."""
+        return self._len_struct
+
+    @property
     def offset(self) -> int:
         """Offset of the first element within the buffer the header was parsed from."""
         return self._start

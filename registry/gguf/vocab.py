@@ -17,7 +17,7 @@ pads follow one scheme and the other's the other: their pad texts differ where b
 pads (a family converted by one tool uses one scheme). The key misses pairs that llama.cpp
 accepts when one vocabulary has a few more real tokens at its end than the other (a
 fine-tune that appended special tokens). A tail of pads that follows neither scheme is
-hashed as ordinary tokens.
+hashed as ordinary tokens, and so is a tail of more than `MAX_PADS`.
 
 Settings are hashed as stated in the file, not as llama.cpp defaults missing ones: a file
 that leaves out `add_bos_token` and one that states its default get different keys.
@@ -44,7 +44,13 @@ MAX_SIZE_DIFFERENCE = 128  # llama.cpp's SPEC_VOCAB_MAX_SIZE_DIFFERENCE
 # Changing what is hashed changes every key: a new version keeps old and new keys apart.
 _KEY_VERSION = b"gguf-registry vocab key 1\n"
 _PAD = re.compile(rb"\[PAD([1-9][0-9]{0,18}|0)\]")
+_PAD_END = re.compile(rb"\[PAD[0-9]{1,19}\]\Z")  # may end in a pad: then looked at token by token
+_PAD_LONGEST = len(b"[PAD]") + 19
 _LENGTH = struct.Struct("<Q")
+# Pads cut at most: converters pad to a multiple of 64 to 256 rows, or a few thousand
+# tokens at the very most. A longer tail is checked one token at a time (~1 us each), so a
+# hostile file of millions of pads stops here and the rest of its tail counts as tokens.
+MAX_PADS = 1 << 16
 _SETTINGS = (
     ("tokenizer.ggml.model", str),
     ("tokenizer.ggml.bos_token_id", int),
@@ -63,9 +69,10 @@ def vocab_sha256(header: GGUFHeader) -> str | None:
     tokens: GGUFArray = field.value
     if tokens.element_type is not ValueType.STRING:
         return None
-    offsets = tokens.element_offsets()
-    texts = _Texts(tokens, offsets)
-    kept = _without_padding(texts, tokens.count)
+    texts = _Texts(tokens)
+    # Without a pad-like end (most vocabularies) nothing is cut, and no token but the first
+    # five needs finding: the walk over every length (~6 ms for 262,144 tokens) is skipped.
+    kept = _without_padding(texts, tokens.count) if _PAD_END.search(texts.tail) else tokens.count
     settings = [_setting(header, key, kind) for key, kind in _SETTINGS]
     digest = hashlib.sha256(_KEY_VERSION)
     digest.update(json.dumps([settings, kept], separators=(",", ":")).encode())
@@ -83,23 +90,42 @@ def _setting(header: GGUFHeader, key: str, kind: type) -> Any:
 class _Texts:
     """Token texts as bytes, read straight from the header buffer."""
 
-    def __init__(self, tokens: GGUFArray, offsets: np.ndarray[Any, np.dtype[np.int64]]) -> None:
-        self._raw = np.frombuffer(tokens.raw, dtype=np.uint8)
-        self._offsets = offsets - tokens.offset  # relative to the first element
+    def __init__(self, tokens: GGUFArray) -> None:
+        self._tokens = tokens
+        self._bytes = tokens.raw
+        self._raw = np.frombuffer(self._bytes, dtype=np.uint8)
         self._lw = tokens.length_width
         self._native = tokens.endianness == "little" and tokens.length_width == 8
+        self._offsets: np.ndarray[Any, np.dtype[np.int64]] | None = None
+
+    @property
+    def tail(self) -> bytes:
+        """The last bytes of the array: enough to hold any `[PAD<n>]` token."""
+        return self._raw[-_PAD_LONGEST:].tobytes()
+
+    def _offset(self, i: int) -> int:
+        """Where token i starts, relative to the first (i == count: the end)."""
+        if i == self._tokens.count:
+            return int(self._raw.size)
+        if self._offsets is None and i <= FIRST_COMPARED:
+            pos, unpack = 0, self._tokens.length_struct.unpack_from
+            for _ in range(i):
+                pos += self._lw + int(unpack(self._bytes, pos)[0])
+            return pos
+        if self._offsets is None:
+            self._offsets = self._tokens.element_offsets() - self._tokens.offset
+        return int(self._offsets[i])
 
     def __getitem__(self, i: int) -> bytes:
-        return self._raw[int(self._offsets[i]) + self._lw : int(self._offsets[i + 1])].tobytes()
+        return self._raw[self._offset(i) + self._lw : self._offset(i + 1)].tobytes()
 
     def feed(self, digest: Any, first: int, stop: int) -> None:
         """Hash tokens first..stop-1 as a little-endian GGUF v2+ file stores them (a uint64
         length, then the text): a slice of such a file's own bytes, rebuilt for others."""
         if stop <= first:
             return
-        start, end = int(self._offsets[first]), int(self._offsets[stop])
         if self._native:
-            digest.update(self._raw[start:end])
+            digest.update(self._raw[self._offset(first) : self._offset(stop)])
             return
         for i in range(first, stop):
             text = self[i]
@@ -113,15 +139,16 @@ def _without_padding(texts: _Texts, count: int) -> int:
     if count == 0 or (last := _PAD.fullmatch(texts[count - 1])) is None:
         return count
     number = int(last.group(1))
+    floor = max(0, count - MAX_PADS)
     if number == count - 1:
         i = count - 1
-        while i >= 0 and texts[i] == b"[PAD%d]" % i:
+        while i >= floor and texts[i] == b"[PAD%d]" % i:
             i -= 1
         return i + 1
     if 1 <= number <= count:
         start = count - number  # where [PAD1] must be
         i = count - 1
-        while i >= start and texts[i] == b"[PAD%d]" % (i - start + 1):
+        while i >= max(start, floor) and texts[i] == b"[PAD%d]" % (i - start + 1):
             i -= 1
         if i < start:
             return start

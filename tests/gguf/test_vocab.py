@@ -14,7 +14,7 @@ import pytest
 from registry.gguf.facts import derive_facts
 from registry.gguf.reader import parse_header
 from registry.gguf.types import ValueType
-from registry.gguf.vocab import _KEY_VERSION, FIRST_COMPARED, vocab_sha256
+from registry.gguf.vocab import _KEY_VERSION, FIRST_COMPARED, MAX_PADS, vocab_sha256
 from tests.gguf.builders import Arr, HeaderBuilder
 from tests.gguf.gguf_py import gguf_reader
 
@@ -112,6 +112,16 @@ def test_id_pads_stop_at_the_first_real_token() -> None:
     key = _key([*FAMILY, "[PAD1]", "[PAD301]"])
     assert key == _key([*FAMILY, "[PAD1]", "[PAD301]", "[PAD302]"])
     assert key not in (_key(FAMILY), _key([*FAMILY, "[PAD1]"]))
+
+
+def test_at_most_max_pads_are_cut() -> None:
+    bare = _key(FAMILY)
+    assert _key(FAMILY + [f"[PAD{i}]" for i in range(300, 300 + MAX_PADS)]) == bare
+    assert _key(FAMILY + [f"[PAD{i}]" for i in range(1, MAX_PADS + 1)]) == bare
+    # Past the cap the rest of the tail counts as tokens: two such files differ.
+    longer = {_key(FAMILY + [f"[PAD{i}]" for i in range(300, 300 + MAX_PADS + n)]) for n in (1, 2)}
+    longer |= {_key(FAMILY + [f"[PAD{i}]" for i in range(1, MAX_PADS + 1 + n)]) for n in (1, 2)}
+    assert len(longer) == 4 and bare not in longer
 
 
 def test_the_first_tokens_are_not_compared() -> None:
