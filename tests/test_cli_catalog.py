@@ -385,3 +385,16 @@ def test_tree_of_a_repo_only_its_children_name(url: str, capsys: pytest.CaptureF
     assert out.splitlines()[1:] == ["  q/llama-GGUF", "  `-- Meta-Llama/Llama-3.1-8B  quantized (gguf)  (not in catalog)"]
     code, out, err = run(capsys, "tree", "nobody/nothing")
     assert (code, out) == (1, "") and "no repo nobody/nothing in the catalog or its lineage" in err
+
+
+def test_search_help_states_the_catalogs_constants(capsys: pytest.CaptureFixture[str]) -> None:
+    # The CLI writes these numbers out (importing the catalog would slow every command's start).
+    from registry.catalog.search import MEMORY_CONTEXT
+    from registry.gguf.vocab import MAX_SIZE_DIFFERENCE
+
+    with pytest.raises(SystemExit) as stop:
+        main(["search", "--help"])
+    assert stop.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"at most {MAX_SIZE_DIFFERENCE} tokens more or fewer" in text
+    assert f"(default: {MEMORY_CONTEXT // 1024}K, or the model's own context length when shorter)" in text

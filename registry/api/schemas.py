@@ -21,6 +21,7 @@ from registry.catalog.models import (
     REPO_SOURCES,
     VERIFICATION_STATUSES,
 )
+from registry.gguf.vocab import MAX_SIZE_DIFFERENCE
 from registry.safety.findings import SEVERITIES
 
 Schema = dict[str, Any]
@@ -137,7 +138,7 @@ FACTS = obj(
         "feed_forward_length": OPT_INT, "head_count": OPT_INT, "head_count_kv": OPT_INT, "expert_count": OPT_INT,
         "expert_used_count": OPT_INT, "tokenizer_model": OPT_STR, "tokenizer_pre": OPT_STR, "vocab_size": OPT_INT,
         "vocab_sha256": {**OPT_STR, "description": "The vocabulary key (registry/gguf/vocab.py): artifacts with the same "
-                         "key and at most 128 tokens more or fewer can draft for one another in speculative decoding "
+                         f"key and at most {MAX_SIZE_DIFFERENCE} tokens more or fewer can draft for one another in speculative decoding "
                          "(`draft_for`). Null: no token list, or indexed before the key existed (`--full` writes it)."},
         "chat_template_sha256": OPT_STR, "kind": STR, "gguf_version": INT, "endianness": STR, "alignment": INT,
         "tensor_count": INT, "kv_count": INT, "header_bytes": INT, "file_size": OPT_INT, "shard_count": INT,

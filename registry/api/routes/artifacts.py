@@ -28,6 +28,7 @@ from registry.api.sessions import read_session
 from registry.catalog import search as catalog_search
 from registry.catalog.folding import folded
 from registry.catalog.models import VERIFICATION_STATUSES
+from registry.gguf.vocab import MAX_SIZE_DIFFERENCE
 from registry.safety.findings import SEVERITIES
 
 routes = web.RouteTableDef()
@@ -60,7 +61,7 @@ FILTER_PARAMS: tuple[Param, ...] = (
               f"(default: {catalog_search.MEMORY_CONTEXT}, or the model's own context_length when that is shorter).",
               minimum=1, maximum=catalog_search.MAX_MEMORY_CONTEXT),
     int_param("draft_for", "Only artifacts that can draft for this artifact (id) in speculative decoding: the "
-              "same vocabulary key (`facts.vocab_sha256`), at most 128 tokens more or fewer, and fewer parameters. "
+              f"same vocabulary key (`facts.vocab_sha256`), at most {MAX_SIZE_DIFFERENCE} tokens more or fewer, and fewer parameters. "
               "An artifact without a key has none; an unknown id is a 404 (`artifact_not_found`). Try `sort=parameter_count:asc`.",
               minimum=1),
     choice_param("status", "Artifact status; `all` for every one.", catalog_search.STATUSES, default="indexed"),
