@@ -35,6 +35,7 @@ from registry.catalog.db import Database, create_engine
 from registry.catalog.models import Artifact, Facts, LineageEdge, QuantMix, Repo, Shard
 from registry.catalog.search import SearchQuery, facets, search
 from registry.catalog.services import size_bucket
+from registry.safety.capabilities import mask as capability_mask
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "bench"
@@ -66,6 +67,21 @@ ORGS = ["meta-llama", "Qwen", "google", "mistralai", "microsoft", "deepseek-ai",
         "unsloth", "lmstudio-community", "mradermacher", "QuantFactory", "NousResearch", "allenai"]  # fmt: skip
 
 
+def _capabilities(rng: random.Random) -> int | None:
+    """A template capability mask: 15% not probed (indexed before the probes), 10% without a
+    template; of the rest 95% take a system message, 40% tools (most of them tool calls
+    too) and 15% think."""
+    if rng.random() < 0.15:
+        return None
+    if rng.random() < 0.1:
+        return 0
+    tools = rng.random() < 0.4
+    names = [name for name, share in (("system", 0.95), ("thinking", 0.15)) if rng.random() < share]
+    if tools:
+        names += ["tools", "tool_calls"] if rng.random() < 0.85 else ["tools"]
+    return capability_mask(names)
+
+
 def _weighted(rng: random.Random, pairs: list[tuple[Any, float]]) -> Any:
     return rng.choices([p[0] for p in pairs], weights=[p[1] for p in pairs])[0]
 
@@ -93,6 +109,7 @@ def synthesize(n_repos: int, n_artifacts: int, seed: int) -> Synthetic:
     rng = random.Random(seed)
     kv_rng = random.Random(seed + 1)
     vocab_rng = random.Random(seed + 2)  # its own too
+    caps_rng = random.Random(seed + 3)  # and the template capabilities
     licenses = [
         ("apache-2.0", 30),
         ("mit", 15),
@@ -180,6 +197,7 @@ def synthesize(n_repos: int, n_artifacts: int, seed: int) -> Synthetic:
             family = vocab_rng.randrange(VOCABS_PER_ARCH)
             vocab_key = hashlib.sha256(f"{arch}-{family}".encode()).hexdigest()
             vocab_size = 32_000 * (family + 1) + vocab_rng.choice(VOCAB_PADS)
+        capabilities = _capabilities(caps_rng) if status == "indexed" else None
         file_license = repo["card_license"] if rng.random() < 0.7 else None
         words = f"{repo['repo_id']} {path} {arch} {label} {' '.join(repo['tags'])} {repo['description']}"
         artifacts.append({
@@ -191,7 +209,7 @@ def synthesize(n_repos: int, n_artifacts: int, seed: int) -> Synthetic:
             "file_type": ft if status == "indexed" else None, "size_label": label, "size_bucket": size_bucket(params),
             "parameter_count": params if status == "indexed" else 0, "context_length": ctx, "expert_count": experts,
             "kv_bytes_per_token": kv[0], "kv_swa_bytes_per_token": kv[1], "kv_sliding_window": kv[2],
-            "vocab_sha256": vocab_key, "vocab_size": vocab_size,
+            "vocab_sha256": vocab_key, "vocab_size": vocab_size, "chat_template_capabilities": capabilities,
             "verification_status": rng.choice(["passed", "failed", None, None, None, None]),
             "downloads": repo["downloads"], "likes": repo["likes"], "last_modified": repo["last_modified"],
             "sort_name": f"{repo['repo_id']}/{path}".lower(), "search_text": words.lower(),
@@ -336,6 +354,11 @@ async def queries(db: Database) -> list[tuple[str, Callable[[], Awaitable[Any]]]
         ("drafts for it + Q8_0 + fits 8 GiB", searching(SearchQuery(draft_for=big_llama, file_type="Q8_0",
                                                                     max_memory=8 << 30))),
         ("drafts for a jamba (rare)", searching(SearchQuery(draft_for=big_jamba))),
+        ("capability=tools", searching(SearchQuery(capability="tools"))),
+        ("capability=thinking, sort likes", searching(SearchQuery(capability="thinking", sort="likes"))),
+        ("tools+thinking + fits 8 GiB", searching(SearchQuery(capability="tools,thinking", max_memory=8 << 30))),
+        ("tool_calls + llama + Q4_K_M", searching(SearchQuery(capability="tool_calls", architecture="llama",
+                                                               file_type="Q4_K_M"))),
         ("verified=passed, sort modified", searching(SearchQuery(verification="passed", sort="last_modified"))),
         ("combined llama+Q4_K_M+apache+7-9B", searching(SearchQuery(
             architecture="llama", file_type="Q4_K_M", license="apache-2.0",
@@ -351,6 +374,7 @@ async def queries(db: Database) -> list[tuple[str, Callable[[], Awaitable[Any]]]
         ("sort file_size, status=all", searching(SearchQuery(sort="file_size", status="all"))),
         ("lineage: descendants depth 5", lineage_walk),
         ("facets: no filter", faceting(SearchQuery())),
+        ("facets: capability=tools", faceting(SearchQuery(capability="tools"))),
         ("facets: architecture=llama", faceting(SearchQuery(architecture="llama"))),
         ("facets: file_type=Q4_K_M", faceting(SearchQuery(file_type="Q4_K_M"))),
         ("facets: text 'instruct'", faceting(SearchQuery(text="instruct"))),

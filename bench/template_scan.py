@@ -1,4 +1,5 @@
-"""Time added by chat template safety scanning, per template, with a warm sandbox pool.
+"""Time added by chat template scanning (safety findings and the capability probes), per
+template, with a warm sandbox pool.
 
 Run from the repository root: `.venv/bin/python bench/template_scan.py [--runs N]`.
 Target: under 20 ms per typical template. Templates: the real ones from both sample
@@ -28,7 +29,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from registry.gguf.reader import parse_header
-from registry.safety import SandboxPool, ScanCache, chat_templates, scan_templates, special_tokens
+from registry.safety import (
+    CAPABILITIES,
+    SandboxPool,
+    ScanCache,
+    chat_templates,
+    scan_templates,
+    scan_templates_report,
+    special_tokens,
+)
 from tests.models import GEMMA3, SMOLLM2, SampleModel, fetch
 from tests.safety import templates as T
 
@@ -43,6 +52,7 @@ class Row:
     first_ms: float
     repeat_ms: float
     cached_ms: float
+    capabilities: str  # what the probes found, comma-separated
 
 
 def _header_tokens(model: SampleModel) -> tuple[dict[str, str], str, str]:
@@ -58,7 +68,7 @@ def scan_ms(templates: Mapping[str, str], bos: str, eos: str, pool: SandboxPool,
     name = next(iter(templates))
     firsts, repeats, cached = [], [], []
     cache = ScanCache()
-    findings = scan_templates(templates, bos=bos, eos=eos, runner=pool, cache=cache)
+    report = scan_templates_report(templates, bos=bos, eos=eos, runner=pool, cache=cache)
     for i in range(runs):
         unique = {n: f"{s}{{# bench run {i} #}}" for n, s in templates.items()}
         t0 = time.perf_counter()
@@ -75,10 +85,11 @@ def scan_ms(templates: Mapping[str, str], bos: str, eos: str, pool: SandboxPool,
     return Row(
         name,
         sum(len(s) for s in templates.values()),
-        len(findings),
+        len(report.findings),
         statistics.median(firsts) * 1000 / n,
         statistics.median(repeats) * 1000 / n,
         statistics.median(cached) * 1000 / n,
+        ",".join(c for c in CAPABILITIES if c in report.capabilities) or "-",
     )
 
 
@@ -104,11 +115,13 @@ def main(argv: list[str]) -> int:
         startup_ms = (time.perf_counter() - t0) * 1000
         rows = [scan_ms(templates, bos, eos, pool, args.runs) for _, templates, bos, eos in cases]
 
-    head = f"{'template':22s} {'chars':>6s} {'findings':>8s} {'first ms':>9s} {'repeat ms':>10s} {'cached ms':>10s}"
+    head = (f"{'template':22s} {'chars':>6s} {'findings':>8s} {'first ms':>9s} {'repeat ms':>10s} {'cached ms':>10s}"
+            "  can do")  # fmt: skip
     print(head)
     print("-" * len(head))
     for (label, *_), r in zip(cases, rows, strict=True):
-        print(f"{label:22s} {r.chars:6d} {r.findings:8d} {r.first_ms:9.2f} {r.repeat_ms:10.2f} {r.cached_ms:10.3f}")
+        print(f"{label:22s} {r.chars:6d} {r.findings:8d} {r.first_ms:9.2f} {r.repeat_ms:10.2f} {r.cached_ms:10.3f}"
+              f"  {r.capabilities}")  # fmt: skip
     print()
     worst = max(r.first_ms for r in rows)
     print(f"sandbox start-up (once per pool worker, amortised): {startup_ms:.0f} ms")

@@ -131,11 +131,11 @@ def _cmd_inspect(args: argparse.Namespace, settings: Settings) -> int:
         text = f"{type(exc).__name__}: {exc}"
         err = {"code": "internal_error", "message": text, "field": None, "offset": None}
     else:
-        findings = _template_findings(path, headers[0])
+        findings, capabilities = _template_scan(path, headers[0])
         if args.json:
             # ASCII-only JSON: a model name or template in any script survives any terminal.
-            doc = facts_json(facts, headers, tensors=args.tensors, paths=paths,
-                             template_findings=findings, context=args.context)  # fmt: skip
+            doc = facts_json(facts, headers, tensors=args.tensors, paths=paths, template_findings=findings,
+                             context=args.context, template_capabilities=capabilities)  # fmt: skip
             if fetched is not None:
                 doc["fetched"] = fetched
             print(json.dumps(doc, indent=2))
@@ -143,8 +143,8 @@ def _cmd_inspect(args: argparse.Namespace, settings: Settings) -> int:
             if isinstance(sys.stdout, io.TextIOWrapper):
                 sys.stdout.reconfigure(errors="replace")  # a non-UTF-8 terminal gets "?"s, not a crash
             title = path if len(headers) == 1 else f"{path} (split model, {len(headers)} shards)"
-            sys.stdout.write(facts_text(facts, headers, title=title, tensors=args.tensors,
-                                        template_findings=findings, context=args.context))  # fmt: skip
+            sys.stdout.write(facts_text(facts, headers, title=title, tensors=args.tensors, template_findings=findings,
+                                        context=args.context, template_capabilities=capabilities))  # fmt: skip
             if fetched is not None:
                 print(f"fetched {fetched['bytes']:,} bytes in {fetched['requests']} request(s) "
                       f"for {fetched['files']} file(s)")  # fmt: skip
@@ -180,21 +180,23 @@ def _read_remote(url: str, settings: Settings) -> list[RemoteHeader]:
     return asyncio.run(read_remote_artifact_headers(url, settings.hub, limits=_limits(settings)))
 
 
-def _template_findings(path: str, header: Any) -> list[dict[str, str]] | None:
-    """Safety findings for the file's chat templates as JSON, worst first; None: not scanned.
+def _template_scan(path: str, header: Any) -> tuple[list[dict[str, str]] | None, list[str] | None]:
+    """Safety findings for the file's chat templates as JSON, worst first, and what the
+    templates can do (CAPABILITIES order); (None, None): not scanned.
 
     The templates are rendered only in a sandbox child process (started for this call,
     and only when the file has a template); a sandbox that cannot start is a warning, not
     a failed inspect, and the findings then read "not scanned", never clean.
     """
-    from registry.safety import findings_to_json, scan_header
+    from registry.safety import CAPABILITIES, findings_to_json, scan_header_report
     from registry.safety.sandbox import SandboxUnavailable
 
     try:
-        return findings_to_json(scan_header(header))
+        report = scan_header_report(header)
     except SandboxUnavailable as exc:
         print(f"registry: inspect: {path}: chat template not scanned: {exc}", file=sys.stderr)
-        return None
+        return None, None
+    return findings_to_json(report.findings), [c for c in CAPABILITIES if c in report.capabilities]
 
 
 def _catalog_call(name: str, work: Callable[[], Coroutine[Any, Any, int]]) -> int:
@@ -397,6 +399,9 @@ def _add_search(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument("--template-severity", metavar="S",
                    help="chat template has a safety finding at least this severe: info, low, medium, high "
                    "or critical")  # fmt: skip
+    p.add_argument("--capability", metavar="C", action="append",
+                   help="chat templates can do C: system, tools, tool_calls or thinking (seen in probe renders); "
+                   "repeat or comma-separate for all of several")  # fmt: skip
     p.add_argument("--status", default="indexed", choices=["indexed", "error", "gone", "all"],
                    help="artifact status; all for every one (default: indexed)")  # fmt: skip
     p.add_argument("--sort", default="downloads", metavar="KEY",
@@ -421,6 +426,7 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
         min_context=args.min_context, expert_count=args.expert_count,
         verification=args.verification, descendant_of=args.descendant_of,
         template_severity=args.template_severity,
+        capability=",".join(args.capability) if args.capability else None,
         max_memory=args.max_memory, memory_context=args.memory_context, draft_for=args.draft_for,
         status=args.status, sort=args.sort, limit=args.limit, cursor=args.cursor,
     )  # fmt: skip

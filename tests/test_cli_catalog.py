@@ -391,6 +391,7 @@ def test_search_help_states_the_catalogs_constants(capsys: pytest.CaptureFixture
     # The CLI writes these numbers out (importing the catalog would slow every command's start).
     from registry.catalog.search import MEMORY_CONTEXT
     from registry.gguf.vocab import MAX_SIZE_DIFFERENCE
+    from registry.safety.capabilities import CAPABILITIES
 
     with pytest.raises(SystemExit) as stop:
         main(["search", "--help"])
@@ -398,3 +399,4 @@ def test_search_help_states_the_catalogs_constants(capsys: pytest.CaptureFixture
     text = " ".join(capsys.readouterr().out.split())
     assert f"at most {MAX_SIZE_DIFFERENCE} tokens more or fewer" in text
     assert f"(default: {MEMORY_CONTEXT // 1024}K, or the model's own context length when shorter)" in text
+    assert f"chat templates can do C: {', '.join(CAPABILITIES[:-1])} or {CAPABILITIES[-1]} " in text

@@ -40,7 +40,7 @@ from registry.gguf.limits import Limits
 from registry.hub.client import HubClient, RepoFile, RepoInfo, RepoSummary
 from registry.hub.errors import FileChanged, HubError, RepoNotFound
 from registry.hub.http import SHARD_WINDOW, HubHttp, RemoteHeader, first_window_for
-from workers.templates import TemplateScanner, scanner_scope
+from workers.templates import TemplateScanner, scanner_scope, template_columns
 
 if TYPE_CHECKING:
     from registry.config import HubSettings
@@ -171,8 +171,8 @@ async def _read_artifact(
         )
         for s, r in zip(shards, remote, strict=True)
     ]
-    findings = await opts.scanner.scan(remote[0].header) if opts.scanner is not None else None
-    return ArtifactRecord(shards[0].path, tuple(shards), facts=facts, chat_template_findings=findings), remote
+    scan = await opts.scanner.scan(remote[0].header) if opts.scanner is not None else None
+    return ArtifactRecord(shards[0].path, tuple(shards), facts=facts, **template_columns(scan)), remote
 
 
 async def build_snapshot(

@@ -49,7 +49,7 @@ from registry.gguf.filename import ShardGroup, group_shards, parse_shard
 from registry.gguf.limits import Limits
 from registry.hub.local import DEFAULT_FIRST_WINDOW, LocalHeader, read_header
 from workers.crawl import CancelWatch
-from workers.templates import TemplateScanner, scanner_scope
+from workers.templates import TemplateScanner, scanner_scope, template_columns
 
 log = logging.getLogger(__name__)
 LMSTUDIO_DIRS = {".lmstudio", "lmstudio", "lm-studio"}
@@ -299,8 +299,8 @@ def _read_group(
     shards = [ShardRecord(s.path, size=h.file_size, header_bytes=h.header.data_offset, split_no=s.split_no)
               for s, h in zip(shards, headers, strict=True)]  # fmt: skip
     # Templates live in the first shard's metadata, like every other key.
-    findings = scanner.scan_sync(headers[0].header) if scanner is not None else None
-    return ArtifactRecord(shards[0].path, tuple(shards), facts=facts, chat_template_findings=findings)
+    scan = scanner.scan_sync(headers[0].header) if scanner is not None else None
+    return ArtifactRecord(shards[0].path, tuple(shards), facts=facts, **template_columns(scan))
 
 
 async def _unique_pseudo_id(db: Database, repo: LocalRepo) -> str:

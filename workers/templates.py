@@ -1,4 +1,5 @@
-"""Chat template safety scanning for the artifact builders (`workers.index`, `workers.crawl`).
+"""Chat template scanning for the artifact builders (`workers.index`, `workers.crawl`):
+safety findings and capabilities.
 
 One `TemplateScanner` per indexing run or crawl: it owns one sandbox pool, started on the
 first template (a run over files without templates starts no process), and one scan
@@ -19,7 +20,7 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
-from registry.safety import Finding, SandboxLimits, SandboxPool, ScanCache, scan_header
+from registry.safety import SandboxLimits, SandboxPool, ScanCache, TemplateReport, scan_header_report
 from registry.safety.sandbox import SandboxUnavailable
 
 log = logging.getLogger(__name__)
@@ -45,10 +46,11 @@ class TemplateScanner:
                 self._pool = SandboxPool(size=self.pool_size, limits=self.limits)
             return self._pool
 
-    def scan_sync(self, header: Any) -> tuple[Finding, ...] | None:
-        """Findings of the header's templates ((): clean or none); None when not scanned. Blocking."""
+    def scan_sync(self, header: Any) -> TemplateReport | None:
+        """Findings (worst first; (): clean or none) and capabilities of the header's
+        templates; None when not scanned. Blocking."""
         try:
-            return tuple(scan_header(header, runner=self._runner(), cache=self.cache))
+            return scan_header_report(header, runner=self._runner(), cache=self.cache)
         except SandboxUnavailable as exc:
             self.unavailable += 1
             # Once per run is enough to tell the operator; every artifact records NULL.
@@ -59,7 +61,7 @@ class TemplateScanner:
             log.exception("chat template scanner failed; the artifact is stored as not scanned")
             return None
 
-    async def scan(self, header: Any) -> tuple[Finding, ...] | None:
+    async def scan(self, header: Any) -> TemplateReport | None:
         """`scan_sync` off the event loop: parsing and the sandbox round trip block."""
         return await asyncio.to_thread(self.scan_sync, header)
 
@@ -72,6 +74,13 @@ class TemplateScanner:
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
+
+
+def template_columns(scan: TemplateReport | None) -> dict[str, Any]:
+    """An ArtifactRecord's template fields from a scan (None: not scanned)."""
+    if scan is None:
+        return {"chat_template_findings": None, "chat_template_capabilities": None}
+    return {"chat_template_findings": scan.findings, "chat_template_capabilities": scan.capabilities}
 
 
 @contextlib.asynccontextmanager

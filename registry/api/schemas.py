@@ -22,6 +22,7 @@ from registry.catalog.models import (
     VERIFICATION_STATUSES,
 )
 from registry.gguf.vocab import MAX_SIZE_DIFFERENCE
+from registry.safety.capabilities import CAPABILITIES
 from registry.safety.findings import SEVERITIES
 
 Schema = dict[str, Any]
@@ -102,6 +103,13 @@ _SUMMARY_PROPS: dict[str, Schema] = {
     "chat_template_severity": {
         **nullable({"enum": list(SEVERITIES)}),
         "description": "Worst chat template safety finding; null when clean or not scanned.",
+    },
+    "chat_template_capabilities": {
+        **nullable({"type": "array", "items": {"enum": list(CAPABILITIES)}}),
+        "description": "What the chat templates can do, each seen in a probe render in the sandbox: `system` (a "
+        "system message reaches the prompt), `tools` (a tool definition does), `tool_calls` (an assistant's tool "
+        "call does), `thinking` (reasoning is carried, opened or switched). [] for none or no template; null when "
+        "not probed (`--full` re-indexes rows written before the probes).",
     },
     "memory": {
         **nullable(obj({"tokens": INT, "bytes": INT})),

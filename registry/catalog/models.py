@@ -169,6 +169,10 @@ class Artifact(Base):
         server_default=text("'[]'"),
     )
     chat_template_max_severity: Mapped[int | None] = mapped_column(SmallInteger)
+    # What the templates can do, as a bit mask (registry.safety.capabilities: bit i for
+    # CAPABILITIES[i]); NULL: not probed (error rows, templates that did not render, rows
+    # indexed before the probes), never "none".
+    chat_template_capabilities: Mapped[int | None] = mapped_column(SmallInteger)
     # ... and of the repo, kept NOT NULL so keyset cursors never meet a NULL.
     downloads: Mapped[int] = mapped_column(BigInteger, default=0)
     likes: Mapped[int] = mapped_column(Integer, default=0)
@@ -231,6 +235,7 @@ class Artifact(Base):
         Index(None, "expert_count"),
         Index(None, "verification_status"),
         Index(None, "chat_template_max_severity"),
+        Index(None, "chat_template_capabilities"),
         Index(None, "vocab_sha256"),
     )
 

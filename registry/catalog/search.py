@@ -68,6 +68,8 @@ from registry.catalog.models import (
 )
 from registry.gguf.kvcache import KVCache
 from registry.gguf.vocab import MAX_SIZE_DIFFERENCE
+from registry.safety.capabilities import CAPABILITIES, from_mask
+from registry.safety.capabilities import mask as capability_mask
 from registry.safety.findings import SEVERITIES, severity_rank
 
 MAX_LIMIT = 200
@@ -127,7 +129,7 @@ FACETS = ("architecture", "license", "file_type", "size_bucket")
 # SearchQuery filters on columns outside the covering facet index.
 _NON_FACET_FILTERS = ("text", "tensor_type", "min_params", "max_params", "min_size", "max_size", "size_label",
                       "min_context", "expert_count", "verification", "descendant_of", "template_severity",
-                      "max_memory", "draft_for")  # fmt: skip
+                      "max_memory", "draft_for", "capability")  # fmt: skip
 STATUSES = (*ARTIFACT_STATUSES, "all")
 # The context the memory filter sizes the KV cache for when the query names none: what local
 # runners commonly start with.
@@ -157,6 +159,9 @@ class SearchQuery:
     # Chat template has a safety finding at least this severe (a SEVERITIES name). Clean and
     # not-scanned artifacts never match.
     template_severity: str | None = None
+    # Chat templates that can do all of these: comma-separated CAPABILITIES names (system,
+    # tools, tool_calls, thinking). Artifacts whose templates were not probed never match.
+    capability: str | None = None
     # Needs at most this many bytes to run: the file (all shards) plus its f16 KV cache at
     # `memory_context` tokens (MEMORY_CONTEXT when None), or at the model's own context_length
     # when that is shorter (`memory_needed`). Artifacts without a KV cache estimate never match.
@@ -209,6 +214,7 @@ class SearchItem:
     chat_template_severity: str | None  # worst finding; None: clean or not scanned
     # {"tokens", "bytes"}: what it needs to run at the query's memory_context (`memory_at`)
     memory: dict[str, int] | None = None
+    chat_template_capabilities: list[str] | None = None  # CAPABILITIES names; None: not probed
 
     def to_dict(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in self.__slots__}
@@ -219,8 +225,8 @@ class SearchItem:
 @dataclass(frozen=True, slots=True)
 class SearchPage:
     # The hits as rows: SearchItem's fields in order, the last the stored severity rank, then
-    # the KV cache columns (`MEMORY_COLUMNS`). A page of 100 built SearchItems that the API
-    # turned into dicts at once (see `items`).
+    # the KV cache columns (`MEMORY_COLUMNS`), then the capabilities' mask. A page of 100
+    # built SearchItems that the API turned into dicts at once (see `items`).
     rows: Sequence[Sequence[Any]]
     next_cursor: str | None
     total: int | None = None
@@ -374,6 +380,12 @@ def _column_predicates(q: SearchQuery) -> list[_Predicate]:
     if q.template_severity is not None:
         rank = template_severity_rank(q.template_severity)
         preds.append(_Predicate(Artifact.chat_template_max_severity, ("severity", ">=", rank), lambda c: c >= rank))
+    if q.capability is not None:
+        # The masks that hold every asked-for bit: a short IN list the column's index answers.
+        need = capability_bits(q.capability)
+        holding = tuple(v for v in range(1 << len(CAPABILITIES)) if v & need == need)
+        column = Artifact.chat_template_capabilities
+        preds.append(_Predicate(column, ("capabilities", "all", need), lambda c: c.in_(holding)))
     if q.memory_context is not None and not 1 <= q.memory_context <= MAX_MEMORY_CONTEXT:
         raise InvalidQuery(f"memory_context must be between 1 and {MAX_MEMORY_CONTEXT} tokens")
     if (budget := q.max_memory) is not None:
@@ -449,6 +461,20 @@ def template_severity_rank(name: str) -> int:
         raise InvalidQuery(
             f"unknown template severity {name!r}", parameter="template_severity", allowed=list(SEVERITIES)
         ) from None
+
+
+def capability_bits(names: str) -> int:
+    """The bit mask of comma-separated capability names; unknown or no names: InvalidQuery."""
+    wanted = [n.strip() for n in names.split(",")]
+    unknown = [n for n in wanted if n not in CAPABILITIES]
+    if unknown:
+        raise InvalidQuery(f"unknown capability {unknown[0]!r}", parameter="capability", allowed=list(CAPABILITIES))
+    return capability_mask(wanted)
+
+
+def capability_names(bits: int | None) -> list[str] | None:
+    """A stored capability mask as names (None stays None: not probed)."""
+    return None if bits is None else from_mask(bits)
 
 
 def severity_name(rank: int | None) -> str | None:
@@ -844,7 +870,7 @@ _HIT_COLUMNS = (
     _A.id, _R.repo_id, _A.path, _A.revision, _A.status, _A.error_code, _A.error_message, _A.architecture,
     _A.parameter_count, _A.file_type, _A.size_label, _A.license, _A.context_length, _A.expert_count,
     _A.shard_count, _A.file_size, _A.downloads, _A.likes, _A.last_modified, _A.verification_status,
-    _A.chat_template_max_severity, *MEMORY_COLUMNS,
+    _A.chat_template_max_severity, *MEMORY_COLUMNS, _A.chat_template_capabilities,
 )  # fmt: skip
 
 
@@ -942,9 +968,10 @@ def _first_page(column: InstrumentedAttribute[Any], descending: bool, plan: _Pla
 
 
 def _item(row: Sequence[Any], memory_context: int) -> SearchItem:
-    # SearchItem's fields are in _HIT_COLUMNS order, then the severity's name and the memory.
+    # SearchItem's fields are in _HIT_COLUMNS order, then the severity's name, the memory and
+    # the capabilities.
     memory = memory_at(row[15], row[12], row[21], row[22], row[23], memory_context)
-    fields: tuple[Any, ...] = (*row[:20], severity_name(row[20]), memory)
+    fields: tuple[Any, ...] = (*row[:20], severity_name(row[20]), memory, capability_names(row[24]))
     return SearchItem(*fields)
 
 

@@ -42,6 +42,7 @@ from registry.catalog.snapshot import ArtifactRecord, LineageRecord, RepoSnapsho
 from registry.catalog.types import EPOCH, utcnow
 from registry.gguf.facts_model import Facts as FactsData
 from registry.gguf.kvcache import KVCache
+from registry.safety.capabilities import mask as capability_mask
 from registry.safety.findings import findings_to_json, max_severity_rank
 
 SEARCH_TEXT_LIMIT = 4000
@@ -255,13 +256,13 @@ def _kv_columns(kv: KVCache | None) -> dict[str, int | None]:
 
 
 def _template_safety(record: ArtifactRecord) -> dict[str, Any]:
-    """The findings column and its worst-severity rank; both NULL when not scanned."""
-    findings = record.chat_template_findings
-    if findings is None:
-        return {"chat_template_findings": None, "chat_template_max_severity": None}
+    """The findings column and its worst-severity rank, both NULL when not scanned; and the
+    capabilities' bit mask, NULL when not probed."""
+    findings, capabilities = record.chat_template_findings, record.chat_template_capabilities
     return {
-        "chat_template_findings": findings_to_json(findings),
-        "chat_template_max_severity": max_severity_rank(findings),
+        "chat_template_findings": None if findings is None else findings_to_json(findings),
+        "chat_template_max_severity": None if findings is None else max_severity_rank(findings),
+        "chat_template_capabilities": None if capabilities is None else capability_mask(capabilities),
     }
 
 

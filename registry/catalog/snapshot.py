@@ -40,6 +40,8 @@ class ArtifactRecord:
     # a template is clean too); None is "not scanned" (error rows, or the sandbox could not
     # run), which must never read as clean.
     chat_template_findings: tuple[Finding, ...] | None = None
+    # What the templates can do (registry.safety.capabilities); None: not probed.
+    chat_template_capabilities: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         if (self.facts is None) == (self.error is None):

@@ -47,12 +47,14 @@ def facts_json(
     paths: Sequence[str] | None = None,
     template_findings: Sequence[Mapping[str, Any]] | None = None,
     context: int | None = None,
+    template_capabilities: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Every fact as one JSON-ready object, plus the files and (optionally) the tensors.
 
     `chat_template_findings` is always present: a list ([] when clean or without a
-    template), or null when not scanned. With `context`, `kv_cache.at_context` is the cache
-    for that many tokens."""
+    template), or null when not scanned; so is `chat_template_capabilities` (what the
+    templates can do; null when not probed). With `context`, `kv_cache.at_context` is the
+    cache for that many tokens."""
     out: dict[str, Any] = {}
     if paths is not None:
         out["path"] = paths[0]
@@ -64,6 +66,7 @@ def facts_json(
     if context is not None and facts.kv_cache is not None:
         out["kv_cache"]["at_context"] = {"tokens": context, "bytes": facts.kv_cache.bytes_at(context)}
     out["chat_template_findings"] = None if template_findings is None else [dict(f) for f in template_findings]
+    out["chat_template_capabilities"] = None if template_capabilities is None else list(template_capabilities)
     if tensors:
         out["tensors"] = tensor_rows(headers)
     return out
@@ -148,7 +151,10 @@ def template_verdict(findings: Sequence[Mapping[str, Any]] | None) -> str:
 
 
 def _lines(
-    facts: Facts, template_findings: Sequence[Mapping[str, Any]] | None = None, context: int | None = None
+    facts: Facts,
+    template_findings: Sequence[Mapping[str, Any]] | None = None,
+    context: int | None = None,
+    template_capabilities: Sequence[str] | None = None,
 ) -> list[tuple[str, str]]:
     f = facts
     lines: list[tuple[str, str]] = []
@@ -206,6 +212,8 @@ def _lines(
         add("", f"+ named template {name!r}")
     if f.chat_template is not None or f.chat_templates:
         add("template safety", template_verdict(template_findings))
+        if template_capabilities is not None:
+            add("template can do", ", ".join(template_capabilities) or "none of the probed capabilities")
     for i, bm in enumerate(f.base_models):
         desc = bm.repo_id or bm.name or "?"
         extra = [x for x in (bm.name if bm.repo_id else None, bm.version, bm.repo_url) if x]
@@ -232,13 +240,14 @@ def facts_text(
     tensors: bool = False,
     template_findings: Sequence[Mapping[str, Any]] | None = None,
     context: int | None = None,
+    template_capabilities: Sequence[str] | None = None,
 ) -> str:
     """A readable summary: the facts, the quant mix table and optionally every tensor.
     With `context`, the KV cache line also says its size for that many tokens."""
     out: list[str] = []
     if title:
         out.append(title)
-    pairs = _lines(facts, template_findings, context)
+    pairs = _lines(facts, template_findings, context, template_capabilities)
     width = max(len(label) for label, _ in pairs)
     out.extend(f"  {label.ljust(width)}  {value}" for label, value in pairs)
 

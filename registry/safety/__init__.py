@@ -9,7 +9,8 @@
 Three independent looks at each template: the parsed AST (`ast_scan`), a render of
 standard conversations in a separate limited process (`sandbox`), and the text the
 template adds around the messages (`hidden`). Templates are never rendered in this
-process: only `SandboxPool` children render.
+process: only `SandboxPool` children render. `scan_header_report` also says what the
+templates can do (`capabilities`: system, tools, tool_calls, thinking), from probe renders.
 
 A template is clean when its findings list is empty. Finding codes:
 
@@ -38,11 +39,13 @@ import hashlib
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from registry.gguf.array import GGUFArray
 from registry.gguf.types import ValueType
 from registry.safety.ast_scan import keyword_scan, scan_source
+from registry.safety.capabilities import CAPABILITIES, Probe, capabilities_found, probes
 from registry.safety.findings import (
     SEVERITIES,
     Finding,
@@ -56,9 +59,17 @@ from registry.safety.findings import (
     sort_findings,
 )
 from registry.safety.hidden import analyse, make_conversations
-from registry.safety.sandbox import Renderer, RenderJob, RenderOutcome, SandboxLimits, SandboxPool
+from registry.safety.sandbox import (
+    Renderer,
+    RenderJob,
+    RenderOutcome,
+    RenderResult,
+    SandboxLimits,
+    SandboxPool,
+)
 
 __all__ = [
+    "CAPABILITIES",
     "SEVERITIES",
     "Finding",
     "RenderJob",
@@ -67,14 +78,18 @@ __all__ = [
     "SandboxPool",
     "ScanCache",
     "Severity",
+    "TemplateReport",
     "chat_templates",
     "findings_from_json",
     "findings_to_json",
     "max_severity",
     "max_severity_rank",
     "scan_header",
+    "scan_header_report",
     "scan_template",
+    "scan_template_report",
     "scan_templates",
+    "scan_templates_report",
     "severity_at_least",
     "severity_rank",
     "special_tokens",
@@ -156,15 +171,36 @@ def outcome_findings(outcome: RenderOutcome, template: str, *, parsed: bool) -> 
     return list(out.values())
 
 
+@dataclass(frozen=True, slots=True)
+class TemplateReport:
+    """What scanning found in a template (worst first) and what the template can do."""
+
+    findings: tuple[Finding, ...]
+    capabilities: frozenset[str] = frozenset()
+
+
 def scan_template(source: str, *, bos: str = "", eos: str = "", runner: Renderer, name: str = "default") -> list[Finding]:
     """All findings for one template: static, sandbox and added text. Blocking."""
+    return list(scan_template_report(source, bos=bos, eos=eos, runner=runner, name=name).findings)
+
+
+def scan_template_report(
+    source: str, *, bos: str = "", eos: str = "", runner: Renderer, name: str = "default"
+) -> TemplateReport:
+    """Findings and capabilities of one template. Blocking.
+
+    The capability probes (`capabilities.probes`) render as a second job with its own time
+    budget, after the standard conversations and only when those rendered. A probe that
+    fails to render adds no finding; one that hits a sandbox limit (time, memory, output,
+    recursion) or is blocked adds the same finding a standard conversation would.
+    """
     if len(source) > MAX_TEMPLATE_CHARS:
         # Real chat templates are a few KiB; parsing megabytes in this process is not worth it.
-        return sort_findings([
+        return TemplateReport(tuple(sort_findings([
             Finding("template-too-large", "medium", f"template of {len(source)} characters was not analysed "
                     f"(limit {MAX_TEMPLATE_CHARS})", source[:200], name),
             *keyword_scan(source[:MAX_TEMPLATE_CHARS], name),
-        ])
+        ])))  # fmt: skip
     # `tools` in the text at all is enough to add the tools conversation: rendering is cheap,
     # and deciding before parsing lets the child render while this process parses.
     conversations = make_conversations(uses_tools="tools" in source)
@@ -180,13 +216,28 @@ def scan_template(source: str, *, bos: str = "", eos: str = "", runner: Renderer
     outcome = wait() if wait is not None else runner.render(job)
     findings = list(report.findings)
     findings.extend(outcome_findings(outcome, name, parsed=report.parsed))
+    found: list[Probe] = []
+    results: tuple[RenderResult, ...] = ()
     if outcome.status == "ok":
         findings.extend(analyse(conversations, outcome.results, bos=bos, eos=eos, template=name))
-    return sort_findings(findings)
+        extra = probes(source, bos=bos, eos=eos)
+        probed = runner.render(RenderJob(source, [p.context for p in extra]))
+        # A probe that does not render only shows a capability the template lacks (info
+        # findings, dropped); one that breaks a limit or reaches for internals is reported
+        # as the standard conversations' renders are.
+        known = {(f.code, f.excerpt) for f in findings}
+        findings.extend(
+            f for f in outcome_findings(probed, name, parsed=report.parsed)
+            if f.severity != "info" and (f.code, f.excerpt) not in known
+        )  # fmt: skip
+        if probed.status == "ok" and len(probed.results) == len(extra):
+            found, results = extra, probed.results
+    capabilities = capabilities_found(found, results, report.names)
+    return TemplateReport(tuple(sort_findings(findings)), capabilities)
 
 
 class ScanCache:
-    """Findings by (template name, source hash, bos, eos), least recently used dropped.
+    """Reports by (template name, source hash, bos, eos), least recently used dropped.
 
     The quantizations of one repo carry the same template; scoping one cache to an
     indexing run scans it once. Thread-safe enough for `asyncio.to_thread` callers: a
@@ -195,21 +246,21 @@ class ScanCache:
 
     def __init__(self, maxsize: int = 1024) -> None:
         self.maxsize = maxsize
-        self._data: OrderedDict[tuple[str, str, str, str], tuple[Finding, ...]] = OrderedDict()
+        self._data: OrderedDict[tuple[str, str, str, str], TemplateReport] = OrderedDict()
 
     @staticmethod
     def key(name: str, source: str, bos: str, eos: str) -> tuple[str, str, str, str]:
         return name, hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest(), bos, eos
 
-    def get(self, key: tuple[str, str, str, str]) -> tuple[Finding, ...] | None:
+    def get(self, key: tuple[str, str, str, str]) -> TemplateReport | None:
         try:
             self._data.move_to_end(key)
             return self._data[key]
         except KeyError:
             return None
 
-    def put(self, key: tuple[str, str, str, str], findings: list[Finding]) -> None:
-        self._data[key] = tuple(findings)
+    def put(self, key: tuple[str, str, str, str], report: TemplateReport) -> None:
+        self._data[key] = report
         while len(self._data) > self.maxsize:
             self._data.popitem(last=False)
 
@@ -222,32 +273,51 @@ def scan_templates(
     runner: Renderer | None = None,
     cache: ScanCache | None = None,
 ) -> list[Finding]:
-    """Findings for every template of one file, worst first. Blocking.
+    """Findings for every template of one file, worst first. Blocking."""
+    return list(scan_templates_report(templates, bos=bos, eos=eos, runner=runner, cache=cache).findings)
+
+
+def scan_templates_report(
+    templates: Mapping[str, str],
+    *,
+    bos: str = "",
+    eos: str = "",
+    runner: Renderer | None = None,
+    cache: ScanCache | None = None,
+) -> TemplateReport:
+    """Findings for every template of one file, worst first, and the capabilities any of
+    them has (a `tool_use` variant that renders tools gives the file `tools`). Blocking.
 
     Pass a long-lived `SandboxPool` as `runner`; without one a pool is started and closed
     for this call, which costs a process start-up (~50-100 ms).
     """
     if runner is None:
         with SandboxPool() as pool:
-            return scan_templates(templates, bos=bos, eos=eos, runner=pool, cache=cache)
+            return scan_templates_report(templates, bos=bos, eos=eos, runner=pool, cache=cache)
     findings: list[Finding] = []
+    capabilities: set[str] = set()
     for name, source in templates.items():
         key = ScanCache.key(name, source, bos, eos) if cache is not None else None
-        cached = cache.get(key) if cache is not None and key is not None else None
-        if cached is None:
-            result = scan_template(source, bos=bos, eos=eos, runner=runner, name=name)
+        result = cache.get(key) if cache is not None and key is not None else None
+        if result is None:
+            result = scan_template_report(source, bos=bos, eos=eos, runner=runner, name=name)
             if cache is not None and key is not None:
                 cache.put(key, result)
-            findings.extend(result)
-        else:
-            findings.extend(cached)
-    return sort_findings(findings)
+        findings.extend(result.findings)
+        capabilities |= result.capabilities
+    return TemplateReport(tuple(sort_findings(findings)), frozenset(capabilities))
 
 
 def scan_header(header: Any, *, runner: Renderer | None = None, cache: ScanCache | None = None) -> list[Finding]:
     """Findings for all chat templates of a parsed GGUF header ([] when it has none)."""
+    return list(scan_header_report(header, runner=runner, cache=cache).findings)
+
+
+def scan_header_report(header: Any, *, runner: Renderer | None = None, cache: ScanCache | None = None) -> TemplateReport:
+    """Findings and capabilities of all chat templates of a parsed GGUF header (none when
+    it has no template)."""
     templates = chat_templates(header)
     if not templates:
-        return []
+        return TemplateReport(())
     bos, eos = special_tokens(header)
-    return scan_templates(templates, bos=bos, eos=eos, runner=runner, cache=cache)
+    return scan_templates_report(templates, bos=bos, eos=eos, runner=runner, cache=cache)

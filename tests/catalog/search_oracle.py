@@ -46,6 +46,7 @@ from registry.catalog.services import upsert_repo_snapshot
 from registry.catalog.snapshot import ArtifactRecord, RepoSnapshot
 from registry.gguf.facts_model import BaseModel, QuantMixEntry
 from registry.gguf.kvcache import KVCache
+from registry.safety.capabilities import CAPABILITIES
 from registry.safety.findings import SEVERITIES, Finding
 from tests.catalog.factories import artifact, error_artifact, make_facts
 
@@ -156,6 +157,7 @@ class ArtifactSpec:
     # KV cache estimate: (bytes per token, sliding-window bytes per token, window); None: none
     kv: tuple[int, int, int | None] | None = None
     vocab: tuple[str, int] | None = None  # (vocabulary key, token count); None: no key
+    capabilities: frozenset[str] | None = None  # of the chat templates; None: not probed
 
     def record(self) -> ArtifactRecord:
         if self.error:
@@ -178,7 +180,9 @@ class ArtifactSpec:
         findings = None
         if self.findings is not None:
             findings = tuple(Finding(f"finding-{i}", s, "m", "e") for i, s in enumerate(self.findings))  # type: ignore[arg-type]
-        return dataclasses.replace(record, chat_template_findings=findings)
+        return dataclasses.replace(
+            record, chat_template_findings=findings, chat_template_capabilities=self.capabilities
+        )
 
     @property
     def stored_path(self) -> str:
@@ -250,6 +254,7 @@ class Row:
     size_bucket: str | None
     kv: tuple[int, int, int | None] | None = None
     vocab: tuple[str, int] | None = None
+    capabilities: frozenset[str] | None = None
 
     def memory_item(self, context: int | None) -> dict[str, int] | None:
         """The hit's `memory`: the file plus its KV cache at `context` tokens (MEMORY_CONTEXT
@@ -308,6 +313,7 @@ class Oracle:
         family = self.descendants(q.descendant_of) if q.descendant_of is not None else None
         terms = q.text.lower().split() if q.text else []
         severity = SEVERITIES.index(q.template_severity) if q.template_severity is not None else None
+        wanted = {c.strip() for c in q.capability.split(",")} if q.capability is not None else None
         out = []
         for row in self.rows:
             i = row.item
@@ -328,6 +334,7 @@ class Oracle:
                 q.min_context is None
                 or (i["context_length"] is not None and i["context_length"] >= q.min_context),
                 severity is None or (row.severity is not None and row.severity >= severity),
+                wanted is None or (row.capabilities is not None and wanted <= row.capabilities),
                 family is None or repo_key(row.repo_id) in family,
                 q.max_memory is None or (memory is not None and memory <= q.max_memory),
                 q.draft_for is None or self.can_draft(row, q.draft_for),
@@ -424,12 +431,14 @@ def build_oracle(spec: CatalogSpec, ids: dict[tuple[str, str], int]) -> Oracle:
                 "downloads": downloads, "likes": likes, "last_modified": when,
                 "verification": a.verification,
                 "chat_template_severity": SEVERITIES[severity] if severity is not None else None,
+                "chat_template_capabilities": None if a.error or a.capabilities is None
+                else [c for c in CAPABILITIES if c in a.capabilities],
             }  # fmt: skip
             rows.append(Row(
                 item, repo.repo_id, f"{repo.repo_id}/{path}".lower(), " ".join(haystack).lower(),
                 frozenset(() if a.error else a.tensor_types), severity,
                 None if a.error else _bucket(a.parameter_count), None if a.error else a.kv,
-                None if a.error else a.vocab,
+                None if a.error else a.vocab, None if a.error else a.capabilities,
             ))  # fmt: skip
     return Oracle(rows, edges)
 
@@ -489,6 +498,7 @@ def artifact_specs(draw: st.DrawFn, path: str) -> ArtifactSpec:
             st.sampled_from(KV_BYTES), st.sampled_from(KV_SWA_BYTES), st.sampled_from(KV_WINDOWS)
         ))),
         vocab=draw(st.one_of(st.none(), *[st.tuples(st.sampled_from(VOCAB_KEYS), st.sampled_from(VOCAB_SIZES))] * 3)),
+        capabilities=draw(st.one_of(st.none(), *[st.frozensets(st.sampled_from(CAPABILITIES))] * 3)),
     )  # fmt: skip
 
 
@@ -548,6 +558,10 @@ FILTER_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "verification": st.sampled_from(VERIFICATION_STATUSES),
     "descendant_of": st.sampled_from(REPO_SPELLINGS),
     "template_severity": st.sampled_from(SEVERITIES),
+    # One name, or several (possibly repeated, spaced) that must all be there.
+    "capability": st.lists(st.sampled_from(CAPABILITIES), min_size=1, max_size=3).map(
+        lambda names: ", ".join(names) if len(names) == 3 else ",".join(names)
+    ),
     # With the context it sizes, when drawn; a default context most often. The budgets
     # include memories of the catalog's rows exactly (file 5 + 1 byte a token at 2,048 or
     # at the default 4,096, or + 1 sliding byte a token in a 512-token window).

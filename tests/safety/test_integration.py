@@ -20,6 +20,7 @@ from registry.cli import main
 from registry.gguf.reader import parse_header
 from registry.hub.client import HubClient
 from registry.hub.http import HttpOptions, HubHttp
+from registry.safety.capabilities import mask
 from registry.safety.sandbox import SandboxUnavailable
 from tests.api.conftest import ApiClient, MakeApi, make_api
 from tests.catalog.conftest import db, db_url, empty_db_url, postgresql_url, sqlite_url, temp_databases
@@ -115,7 +116,7 @@ async def test_unavailable_sandbox_means_not_scanned(
     def unavailable(*args: object, **kwargs: object) -> None:
         raise SandboxUnavailable("sandbox process failed to start: test")
 
-    monkeypatch.setattr(worker_templates, "scan_header", unavailable)
+    monkeypatch.setattr(worker_templates, "scan_header_report", unavailable)
     await index_paths(db, [models])
     rows = await _rows(db)
     assert rows[HOSTILE].status == "indexed"
@@ -238,10 +239,11 @@ def test_scanner_reports_a_template_whose_folding_would_blow_up(tmp_path: Path) 
     header = parse_header(path.read_bytes(), file_size=path.stat().st_size)
     scanner = TemplateScanner()
     try:
-        findings = scanner.scan_sync(header)
+        scan = scanner.scan_sync(header)
     finally:
         scanner.close()
-    assert findings is not None
+    assert scan is not None
+    findings = scan.findings
     assert findings[0].severity == "critical"
     assert "template-too-complex" in {f.code for f in findings}
 
@@ -269,5 +271,7 @@ async def test_crawl_stores_findings_scanning_each_template_once(db: Database) -
     for (repo_id, _), rank in severity.items():
         assert rank == (4 if repo_id == "evil/hostile-GGUF" else None)
     assert all(a.chat_template_findings is not None for _, a in rows)
+    # The capabilities are stored by the crawl too: ChatML passes a system message on.
+    assert [a.chat_template_capabilities for r, a in rows if r == "good/chatml-GGUF"] == [mask(["system"])]
     # Two hostile quantizations with the same template and tokens: one scan, one cache entry.
     assert len(scanner.cache._data) == 2

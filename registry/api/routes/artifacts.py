@@ -21,6 +21,7 @@ from registry.api.params import (
     parse_query,
     path_int,
     size_param,
+    text,
     text_param,
 )
 from registry.api.responses import json_response
@@ -29,6 +30,7 @@ from registry.catalog import search as catalog_search
 from registry.catalog.folding import folded
 from registry.catalog.models import VERIFICATION_STATUSES
 from registry.gguf.vocab import MAX_SIZE_DIFFERENCE
+from registry.safety.capabilities import CAPABILITIES
 from registry.safety.findings import SEVERITIES
 
 routes = web.RouteTableDef()
@@ -38,6 +40,9 @@ SORT_CHOICES = tuple(
     for key in (*catalog_search.SORTS, *catalog_search.SORT_ALIASES)
     for suffix in ("", ":asc", ":desc")
 )
+
+_ONE_CAPABILITY = f"({'|'.join(CAPABILITIES)})"
+MAX_CAPABILITY_LIST = 64
 
 FILTER_PARAMS: tuple[Param, ...] = (
     text_param("q", "Free text: every word must occur in the repo id, path, name, tags or description."),
@@ -69,6 +74,10 @@ FILTER_PARAMS: tuple[Param, ...] = (
     text_param("descendant_of", "Only repos below this repo id (org/name, any case of A-Z) in the lineage graph."),
     choice_param("template_severity", "Only artifacts whose chat template has a safety finding at least this "
                  "severe; clean and not-scanned artifacts never match.", SEVERITIES),
+    Param("capability", text(MAX_CAPABILITY_LIST),
+          {"type": "string", "maxLength": MAX_CAPABILITY_LIST, "pattern": f"^{_ONE_CAPABILITY}(,{_ONE_CAPABILITY})*$"},
+          f"Only artifacts whose chat templates can do all of these, comma-separated: {', '.join(CAPABILITIES)} "
+          "(see `chat_template_capabilities`); not-probed artifacts never match."),
 )
 
 
