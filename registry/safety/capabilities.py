@@ -36,6 +36,8 @@ CAPABILITIES = ("system", "tools", "tool_calls", "thinking")  # bit i of the sto
 # Variables whose reading means the template switches reasoning on or off.
 THINKING_SWITCHES = frozenset({"enable_thinking", "thinking", "reasoning_effort"})
 THINK_OPEN = "<think>"
+# Nine letters and digits: Mistral's templates reject any other tool call id.
+CALL_ID = "c4ll1d0k9"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +87,11 @@ def probes(source: str, *, bos: str = "", eos: str = "") -> list[Probe]:
         for as_text in (False, True):
             city = f"City {secrets.token_hex(6)}"
             arguments: Any = json.dumps({"city": city}) if as_text else {"city": city}
-            call = {"id": "call_1", "type": "function", "function": {"name": name, "arguments": arguments}}
+            call = {"id": CALL_ID, "type": "function", "function": {"name": name, "arguments": arguments}}
             messages = [
                 {"role": "user", "content": _text()},
                 {"role": "assistant", "content": "", "tool_calls": [call]},
-                {"role": "tool", "tool_call_id": "call_1", "name": name, "content": _text()},
+                {"role": "tool", "tool_call_id": CALL_ID, "name": name, "content": _text()},
             ]
             out.append(Probe("tool_calls", _context(messages, bos=bos, eos=eos, generation=True, tools=[tool]), city))
     if "think" in source or "reasoning" in source:

@@ -40,6 +40,15 @@ STRING_ARGUMENTS = (
     "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% if m.tool_calls %}{% for c in m.tool_calls %}"
     "<call>{{ c.function.name + ' ' + c.function.arguments }}</call>{% endfor %}{% endif %}{% endfor %}"
 )
+# Mistral's check on tool call ids (nine letters and digits), on the assistant's call and the answer.
+MISTRAL_IDS = (
+    "{% for m in messages %}{% if m.tool_calls %}{% for c in m.tool_calls %}"
+    "{% if c.id is not string or c.id|length != 9 %}{{ raise_exception('Tool call IDs should be alphanumeric "
+    "strings with length 9!') }}{% endif %}[TOOL_CALLS]{{ [{'name': c.function.name, 'arguments': "
+    "c.function.arguments}]|tojson }}{% endfor %}{% elif m.role == 'tool' %}{% if m.tool_call_id|length != 9 %}"
+    "{{ raise_exception('bad id') }}{% endif %}[TOOL_RESULTS]{{ m.content }}[/TOOL_RESULTS]{% else %}"
+    "[INST]{{ m.content }}[/INST]{% endif %}{% endfor %}"
+)
 # Reasoning shown back as `thinking` (not `reasoning_content`), and a switch for it.
 THINKING_FIELD = (
     "{% for m in messages %}<|{{ m.role }}|>{% if m.thinking %}<|channel|>analysis {{ m.thinking }}"
@@ -71,9 +80,10 @@ def caps(source: str, pool: SandboxPool) -> set[str]:
         (REJECTS_TOOLS, {"system"}),
         (STRING_ARGUMENTS, {"system", "tool_calls"}),
         (THINKING_FIELD, {"system", "thinking"}),
+        (MISTRAL_IDS, {"system", "tool_calls"}),
     ],
     ids=["chatml", "llama3", "gemma3", "qwen2.5-abridged", "llama3.2", "qwen3", "r1-like", "no-system-role",
-         "drops-system", "rejects-tools", "string-arguments", "thinking-field"],
+         "drops-system", "rejects-tools", "string-arguments", "thinking-field", "mistral-ids"],
 )
 def test_capabilities_of_templates(source: str, expected: set[str], pool: SandboxPool) -> None:
     assert caps(source, pool) == expected
