@@ -67,6 +67,11 @@ ORGS = ["meta-llama", "Qwen", "google", "mistralai", "microsoft", "deepseek-ai",
         "unsloth", "lmstudio-community", "mradermacher", "QuantFactory", "NousResearch", "allenai"]  # fmt: skip
 
 
+# What the files are: projectors sit beside many vision models, adapters and importance
+# matrices are rarer, vocabulary-only files rarest.
+KINDS = [("model", 90), ("mmproj", 6), ("lora", 2), ("imatrix", 1.9), ("vocab", 0.1)]
+
+
 def _capabilities(rng: random.Random) -> int | None:
     """A template capability mask: 15% not probed (indexed before the probes), 10% without a
     template; of the rest 95% take a system message, 40% tools (most of them tool calls
@@ -110,6 +115,7 @@ def synthesize(n_repos: int, n_artifacts: int, seed: int) -> Synthetic:
     kv_rng = random.Random(seed + 1)
     vocab_rng = random.Random(seed + 2)  # its own too
     caps_rng = random.Random(seed + 3)  # and the template capabilities
+    kind_rng = random.Random(seed + 4)  # and the kinds
     licenses = [
         ("apache-2.0", 30),
         ("mit", 15),
@@ -198,6 +204,7 @@ def synthesize(n_repos: int, n_artifacts: int, seed: int) -> Synthetic:
             vocab_key = hashlib.sha256(f"{arch}-{family}".encode()).hexdigest()
             vocab_size = 32_000 * (family + 1) + vocab_rng.choice(VOCAB_PADS)
         capabilities = _capabilities(caps_rng) if status == "indexed" else None
+        kind = _weighted(kind_rng, KINDS) if status == "indexed" else None
         file_license = repo["card_license"] if rng.random() < 0.7 else None
         words = f"{repo['repo_id']} {path} {arch} {label} {' '.join(repo['tags'])} {repo['description']}"
         artifacts.append({
@@ -210,6 +217,7 @@ def synthesize(n_repos: int, n_artifacts: int, seed: int) -> Synthetic:
             "parameter_count": params if status == "indexed" else 0, "context_length": ctx, "expert_count": experts,
             "kv_bytes_per_token": kv[0], "kv_swa_bytes_per_token": kv[1], "kv_sliding_window": kv[2],
             "vocab_sha256": vocab_key, "vocab_size": vocab_size, "chat_template_capabilities": capabilities,
+            "kind": kind,
             "verification_status": rng.choice(["passed", "failed", None, None, None, None]),
             "downloads": repo["downloads"], "likes": repo["likes"], "last_modified": repo["last_modified"],
             "sort_name": f"{repo['repo_id']}/{path}".lower(), "search_text": words.lower(),
@@ -359,6 +367,9 @@ async def queries(db: Database) -> list[tuple[str, Callable[[], Awaitable[Any]]]
         ("tools+thinking + fits 8 GiB", searching(SearchQuery(capability="tools,thinking", max_memory=8 << 30))),
         ("tool_calls + llama + Q4_K_M", searching(SearchQuery(capability="tool_calls", architecture="llama",
                                                                file_type="Q4_K_M"))),
+        ("kind=model", searching(SearchQuery(kind="model"))),
+        ("kind=mmproj + qwen2", searching(SearchQuery(kind="mmproj", architecture="qwen2"))),
+        ("kind=vocab (rare), sort name", searching(SearchQuery(kind="vocab", sort="name"))),
         ("verified=passed, sort modified", searching(SearchQuery(verification="passed", sort="last_modified"))),
         ("combined llama+Q4_K_M+apache+7-9B", searching(SearchQuery(
             architecture="llama", file_type="Q4_K_M", license="apache-2.0",

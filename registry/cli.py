@@ -402,6 +402,9 @@ def _add_search(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument("--capability", metavar="C", action="append",
                    help="chat templates can do C: system, tools, tool_calls or thinking (seen in probe renders); "
                    "repeat or comma-separate for all of several")  # fmt: skip
+    p.add_argument("--kind", choices=["model", "mmproj", "lora", "imatrix", "vocab"],
+                   help="what the file is: model leaves out projectors (mmproj), LoRA adapters, importance "
+                   "matrices and vocabularies")  # fmt: skip
     p.add_argument("--status", default="indexed", choices=["indexed", "error", "gone", "all"],
                    help="artifact status; all for every one (default: indexed)")  # fmt: skip
     p.add_argument("--sort", default="downloads", metavar="KEY",
@@ -426,7 +429,7 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
         min_context=args.min_context, expert_count=args.expert_count,
         verification=args.verification, descendant_of=args.descendant_of,
         template_severity=args.template_severity,
-        capability=",".join(args.capability) if args.capability else None,
+        capability=",".join(args.capability) if args.capability else None, kind=args.kind,
         max_memory=args.max_memory, memory_context=args.memory_context, draft_for=args.draft_for,
         status=args.status, sort=args.sort, limit=args.limit, cursor=args.cursor,
     )  # fmt: skip

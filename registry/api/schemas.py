@@ -21,6 +21,7 @@ from registry.catalog.models import (
     REPO_SOURCES,
     VERIFICATION_STATUSES,
 )
+from registry.gguf.facts_model import KINDS
 from registry.gguf.vocab import MAX_SIZE_DIFFERENCE
 from registry.safety.capabilities import CAPABILITIES
 from registry.safety.findings import SEVERITIES
@@ -110,6 +111,11 @@ _SUMMARY_PROPS: dict[str, Schema] = {
         "system message reaches the prompt), `tools` (a tool definition does), `tool_calls` (an assistant's tool "
         "call does), `thinking` (reasoning is carried, opened or switched). [] for none or no template; null when "
         "not probed (`--full` re-indexes rows written before the probes).",
+    },
+    "kind": {
+        **nullable({"enum": list(KINDS)}),
+        "description": "What the file is: a model, a multimodal projector (`mmproj`, llama.cpp's --mmproj), a LoRA "
+        "adapter, an importance matrix or a vocabulary alone. Null for error rows.",
     },
     "memory": {
         **nullable(obj({"tokens": INT, "bytes": INT})),

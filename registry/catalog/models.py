@@ -173,6 +173,9 @@ class Artifact(Base):
     # CAPABILITIES[i]); NULL: not probed (error rows, templates that did not render, rows
     # indexed before the probes), never "none".
     chat_template_capabilities: Mapped[int | None] = mapped_column(SmallInteger)
+    # What the file is (registry.gguf.facts_model.KINDS), copied from facts for the filter;
+    # NULL for error rows.
+    kind: Mapped[str | None] = mapped_column(String(16))
     # ... and of the repo, kept NOT NULL so keyset cursors never meet a NULL.
     downloads: Mapped[int] = mapped_column(BigInteger, default=0)
     likes: Mapped[int] = mapped_column(Integer, default=0)
@@ -236,6 +239,7 @@ class Artifact(Base):
         Index(None, "verification_status"),
         Index(None, "chat_template_max_severity"),
         Index(None, "chat_template_capabilities"),
+        Index(None, "kind"),
         Index(None, "vocab_sha256"),
     )
 

@@ -66,6 +66,7 @@ from registry.catalog.models import (
     RepoMove,
     repo_key,
 )
+from registry.gguf.facts_model import KINDS
 from registry.gguf.kvcache import KVCache
 from registry.gguf.vocab import MAX_SIZE_DIFFERENCE
 from registry.safety.capabilities import CAPABILITIES, from_mask
@@ -129,7 +130,7 @@ FACETS = ("architecture", "license", "file_type", "size_bucket")
 # SearchQuery filters on columns outside the covering facet index.
 _NON_FACET_FILTERS = ("text", "tensor_type", "min_params", "max_params", "min_size", "max_size", "size_label",
                       "min_context", "expert_count", "verification", "descendant_of", "template_severity",
-                      "max_memory", "draft_for", "capability")  # fmt: skip
+                      "max_memory", "draft_for", "capability", "kind")  # fmt: skip
 STATUSES = (*ARTIFACT_STATUSES, "all")
 # The context the memory filter sizes the KV cache for when the query names none: what local
 # runners commonly start with.
@@ -162,6 +163,7 @@ class SearchQuery:
     # Chat templates that can do all of these: comma-separated CAPABILITIES names (system,
     # tools, tool_calls, thinking). Artifacts whose templates were not probed never match.
     capability: str | None = None
+    kind: str | None = None  # what the file is: a KINDS name (model, mmproj, lora, imatrix, vocab)
     # Needs at most this many bytes to run: the file (all shards) plus its f16 KV cache at
     # `memory_context` tokens (MEMORY_CONTEXT when None), or at the model's own context_length
     # when that is shorter (`memory_needed`). Artifacts without a KV cache estimate never match.
@@ -215,6 +217,7 @@ class SearchItem:
     # {"tokens", "bytes"}: what it needs to run at the query's memory_context (`memory_at`)
     memory: dict[str, int] | None = None
     chat_template_capabilities: list[str] | None = None  # CAPABILITIES names; None: not probed
+    kind: str | None = None  # a KINDS name; None for error rows
 
     def to_dict(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in self.__slots__}
@@ -225,7 +228,7 @@ class SearchItem:
 @dataclass(frozen=True, slots=True)
 class SearchPage:
     # The hits as rows: SearchItem's fields in order, the last the stored severity rank, then
-    # the KV cache columns (`MEMORY_COLUMNS`), then the capabilities' mask. A page of 100
+    # the KV cache columns (`MEMORY_COLUMNS`), then the capabilities' mask and the kind. A page of 100
     # built SearchItems that the API turned into dicts at once (see `items`).
     rows: Sequence[Sequence[Any]]
     next_cursor: str | None
@@ -380,6 +383,10 @@ def _column_predicates(q: SearchQuery) -> list[_Predicate]:
     if q.template_severity is not None:
         rank = template_severity_rank(q.template_severity)
         preds.append(_Predicate(Artifact.chat_template_max_severity, ("severity", ">=", rank), lambda c: c >= rank))
+    if q.kind is not None:
+        if q.kind not in KINDS:
+            raise InvalidQuery(f"unknown kind {q.kind!r}", parameter="kind", allowed=list(KINDS))
+        preds.append(_Predicate(Artifact.kind, ("kind", "=", q.kind), _equal_to(q.kind)))
     if q.capability is not None:
         # The masks that hold every asked-for bit: a short IN list the column's index answers.
         need = capability_bits(q.capability)
@@ -870,7 +877,7 @@ _HIT_COLUMNS = (
     _A.id, _R.repo_id, _A.path, _A.revision, _A.status, _A.error_code, _A.error_message, _A.architecture,
     _A.parameter_count, _A.file_type, _A.size_label, _A.license, _A.context_length, _A.expert_count,
     _A.shard_count, _A.file_size, _A.downloads, _A.likes, _A.last_modified, _A.verification_status,
-    _A.chat_template_max_severity, *MEMORY_COLUMNS, _A.chat_template_capabilities,
+    _A.chat_template_max_severity, *MEMORY_COLUMNS, _A.chat_template_capabilities, _A.kind,
 )  # fmt: skip
 
 
@@ -968,10 +975,10 @@ def _first_page(column: InstrumentedAttribute[Any], descending: bool, plan: _Pla
 
 
 def _item(row: Sequence[Any], memory_context: int) -> SearchItem:
-    # SearchItem's fields are in _HIT_COLUMNS order, then the severity's name, the memory and
-    # the capabilities.
+    # SearchItem's fields are in _HIT_COLUMNS order, then the severity's name, the memory, the
+    # capabilities and the kind.
     memory = memory_at(row[15], row[12], row[21], row[22], row[23], memory_context)
-    fields: tuple[Any, ...] = (*row[:20], severity_name(row[20]), memory, capability_names(row[24]))
+    fields: tuple[Any, ...] = (*row[:20], severity_name(row[20]), memory, capability_names(row[24]), row[25])
     return SearchItem(*fields)
 
 

@@ -232,6 +232,7 @@ def _artifact_values(
         **_kv_columns(f.kv_cache if f else None),
         "vocab_sha256": f.vocab_sha256 if f else None,
         "vocab_size": f.vocab_size if f and f.vocab_sha256 else None,
+        "kind": f.kind if f else None,
         "downloads": repo.downloads,
         "likes": repo.likes,
         "last_modified": repo.last_modified or EPOCH,

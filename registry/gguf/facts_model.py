@@ -11,6 +11,10 @@ from typing import Any
 
 from registry.gguf.kvcache import KVCache
 
+# What a GGUF file is: a model, a multimodal projector (llama.cpp's --mmproj), a LoRA
+# adapter, an importance matrix, or a vocabulary alone (`facts._kind` tells them apart).
+KINDS = ("model", "mmproj", "lora", "imatrix", "vocab")
+
 
 @dataclass(frozen=True, slots=True)
 class QuantMixEntry:
@@ -82,7 +86,7 @@ class Facts:
     languages: tuple[str, ...] = ()
     datasets: tuple[str, ...] = ()
     description: str | None = None
-    kind: str = "model"  # model | mmproj | lora | imatrix | vocab
+    kind: str = "model"  # one of KINDS
     gguf_version: int = 3
     endianness: str = "little"
     alignment: int = 32

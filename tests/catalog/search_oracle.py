@@ -44,7 +44,7 @@ from registry.catalog.search import (
 )
 from registry.catalog.services import upsert_repo_snapshot
 from registry.catalog.snapshot import ArtifactRecord, RepoSnapshot
-from registry.gguf.facts_model import BaseModel, QuantMixEntry
+from registry.gguf.facts_model import KINDS, BaseModel, QuantMixEntry
 from registry.gguf.kvcache import KVCache
 from registry.safety.capabilities import CAPABILITIES
 from registry.safety.findings import SEVERITIES, Finding
@@ -158,6 +158,7 @@ class ArtifactSpec:
     kv: tuple[int, int, int | None] | None = None
     vocab: tuple[str, int] | None = None  # (vocabulary key, token count); None: no key
     capabilities: frozenset[str] | None = None  # of the chat templates; None: not probed
+    kind: str = "model"
 
     def record(self) -> ArtifactRecord:
         if self.error:
@@ -174,7 +175,7 @@ class ArtifactSpec:
                 swa_bytes_per_token=self.kv[1], sliding_window=self.kv[2],
             ),
             vocab_sha256=None if self.vocab is None else self.vocab[0],
-            vocab_size=None if self.vocab is None else self.vocab[1],
+            vocab_size=None if self.vocab is None else self.vocab[1], kind=self.kind,
         )  # fmt: skip
         record = artifact(self.path, facts, size=self.size, shards=self.shards)
         findings = None
@@ -335,6 +336,7 @@ class Oracle:
                 or (i["context_length"] is not None and i["context_length"] >= q.min_context),
                 severity is None or (row.severity is not None and row.severity >= severity),
                 wanted is None or (row.capabilities is not None and wanted <= row.capabilities),
+                q.kind is None or i["kind"] == q.kind,
                 family is None or repo_key(row.repo_id) in family,
                 q.max_memory is None or (memory is not None and memory <= q.max_memory),
                 q.draft_for is None or self.can_draft(row, q.draft_for),
@@ -433,6 +435,7 @@ def build_oracle(spec: CatalogSpec, ids: dict[tuple[str, str], int]) -> Oracle:
                 "chat_template_severity": SEVERITIES[severity] if severity is not None else None,
                 "chat_template_capabilities": None if a.error or a.capabilities is None
                 else [c for c in CAPABILITIES if c in a.capabilities],
+                "kind": None if a.error else a.kind,
             }  # fmt: skip
             rows.append(Row(
                 item, repo.repo_id, f"{repo.repo_id}/{path}".lower(), " ".join(haystack).lower(),
@@ -499,6 +502,7 @@ def artifact_specs(draw: st.DrawFn, path: str) -> ArtifactSpec:
         ))),
         vocab=draw(st.one_of(st.none(), *[st.tuples(st.sampled_from(VOCAB_KEYS), st.sampled_from(VOCAB_SIZES))] * 3)),
         capabilities=draw(st.one_of(st.none(), *[st.frozensets(st.sampled_from(CAPABILITIES))] * 3)),
+        kind=draw(st.sampled_from(("model", "model", "model", "mmproj", "lora"))),
     )  # fmt: skip
 
 
@@ -558,6 +562,7 @@ FILTER_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "verification": st.sampled_from(VERIFICATION_STATUSES),
     "descendant_of": st.sampled_from(REPO_SPELLINGS),
     "template_severity": st.sampled_from(SEVERITIES),
+    "kind": st.sampled_from(KINDS),
     # One name, or several (possibly repeated, spaced) that must all be there.
     "capability": st.lists(st.sampled_from(CAPABILITIES), min_size=1, max_size=3).map(
         lambda names: ", ".join(names) if len(names) == 3 else ",".join(names)

@@ -231,6 +231,37 @@ async def test_vocab_columns_are_filled_from_the_key_facts_kept(empty_db_url: st
         await db.dispose()
 
 
+BEFORE_KIND_COLUMN = "a4c7e2b9f1d3"
+
+
+async def test_kind_column_is_filled_from_the_facts(empty_db_url: str) -> None:
+    """b6d2f8a1c3e5 copies `facts.kind` into the artifact's column; error rows stay NULL."""
+    db = Database.from_url(empty_db_url)
+    try:
+        await migrate.upgrade(db.engine)
+        async with db.sessions() as session, session.begin():
+            await upsert_repo_snapshot(session, make_snapshot(artifacts=(
+                artifact("model.gguf", make_facts()),
+                artifact("mmproj-f16.gguf", make_facts(kind="mmproj")),
+                artifact("adapter.gguf", make_facts(kind="lora")),
+                error_artifact("bad.gguf"),
+            )))  # fmt: skip
+
+        async def stored() -> dict[str, str | None]:
+            async with db.sessions() as session:
+                return dict((await session.execute(select(Artifact.path, Artifact.kind))).tuples().all())
+
+        written = await stored()
+        assert written == {"model.gguf": "model", "mmproj-f16.gguf": "mmproj", "adapter.gguf": "lora", "bad.gguf": None}
+        await migrate.downgrade(db.engine, BEFORE_KIND_COLUMN)
+        await migrate.upgrade(db.engine)
+        await migrate.check(db.engine)
+        assert await stored() == written
+    finally:
+        await empty_tables(db)
+        await db.dispose()
+
+
 BEFORE_MOVED_IDS_IN_TEXT = "5c1e9b7d2a40"
 
 

@@ -29,6 +29,7 @@ from registry.api.sessions import read_session
 from registry.catalog import search as catalog_search
 from registry.catalog.folding import folded
 from registry.catalog.models import VERIFICATION_STATUSES
+from registry.gguf.facts_model import KINDS
 from registry.gguf.vocab import MAX_SIZE_DIFFERENCE
 from registry.safety.capabilities import CAPABILITIES
 from registry.safety.findings import SEVERITIES
@@ -69,6 +70,8 @@ FILTER_PARAMS: tuple[Param, ...] = (
               f"same vocabulary key (`facts.vocab_sha256`), at most {MAX_SIZE_DIFFERENCE} tokens more or fewer, and fewer parameters. "
               "An artifact without a key has none; an unknown id is a 404 (`artifact_not_found`). Try `sort=parameter_count:asc`.",
               minimum=1),
+    choice_param("kind", "What the file is: `model` leaves out projectors, adapters, importance matrices and "
+                 "vocabularies.", KINDS),
     choice_param("status", "Artifact status; `all` for every one.", catalog_search.STATUSES, default="indexed"),
     choice_param("verification", "Status of the latest verification.", VERIFICATION_STATUSES),
     text_param("descendant_of", "Only repos below this repo id (org/name, any case of A-Z) in the lineage graph."),

@@ -1,0 +1,121 @@
+"""The `kind` filter and hit field: what each indexed file is (model, projector, LoRA adapter,
+importance matrix, vocabulary), for files written with gguf-py and the real SmolLM2, on
+both databases, through the catalog, the API and the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from registry.catalog.db import Database
+from registry.catalog.errors import InvalidQuery
+from registry.catalog.search import SearchQuery, facets, search
+from registry.cli import main
+from registry.gguf.facts_model import KINDS
+from tests.api.conftest import ApiClient, MakeApi, make_api
+from tests.catalog.conftest import db, db_url, empty_db_url, postgresql_url, sqlite_url, temp_databases
+from workers.index import index_paths
+
+__all__ = [  # fixtures used here
+    "db", "db_url", "empty_db_url", "make_api", "postgresql_url", "sqlite_url", "temp_databases",
+]  # fmt: skip
+
+gguf = pytest.importorskip("gguf")
+
+SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _write(path: Path, arch: str, keys: dict[str, str], tensors: bool = True, tokens: bool = False) -> None:
+    writer = gguf.GGUFWriter(str(path), arch)
+    for key, value in keys.items():
+        writer.add_string(key, value)
+    if tokens:
+        writer.add_tokenizer_model("gpt2")
+        writer.add_token_list(["a", "b", "c"])
+    if tensors:
+        writer.add_tensor("blk.0.w", np.ones((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.fixture
+def models(tmp_path: Path, smollm2_path: Path) -> Path:
+    folder = tmp_path / "models"
+    folder.mkdir()
+    os.symlink(smollm2_path, folder / SMOLLM2)
+    _write(folder / "mmproj-model-f16.gguf", "clip", {"general.type": "mmproj"})
+    _write(folder / "adapter-lora.gguf", "llama", {"general.type": "adapter", "adapter.type": "lora"})
+    _write(folder / "imatrix.gguf", "llama", {"general.type": "imatrix"})
+    _write(folder / "vocab-only.gguf", "llama", {}, tensors=False, tokens=True)
+    (folder / "broken.gguf").write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 24)
+    return folder
+
+
+EXPECTED = {
+    SMOLLM2: "model",
+    "mmproj-model-f16.gguf": "mmproj",
+    "adapter-lora.gguf": "lora",
+    "imatrix.gguf": "imatrix",
+    "vocab-only.gguf": "vocab",
+}
+
+
+async def test_kinds_are_stored_filtered_and_shown(db: Database, models: Path) -> None:
+    report = await index_paths(db, [models])
+    assert report.errors == 1
+    async with db.sessions() as session:
+        page = await search(session, SearchQuery(status="all", limit=50))
+        assert {i.path: i.kind for i in page.items} == {**EXPECTED, "broken.gguf": None}
+        for kind in KINDS:
+            hits = await search(session, SearchQuery(kind=kind, sort="name"))
+            assert [i.path for i in hits.items] == [p for p, k in EXPECTED.items() if k == kind], kind
+        # With other filters: the projector is the only `clip` file.
+        hits = await search(session, SearchQuery(kind="mmproj", architecture="CLIP"))
+        assert [i.path for i in hits.items] == ["mmproj-model-f16.gguf"]
+        assert (await search(session, SearchQuery(kind="model", architecture="clip"))).items == []
+        counts = await facets(session, SearchQuery(kind="model"))
+        assert counts["architecture"] == {"llama": 1}
+        with pytest.raises(InvalidQuery) as info:
+            await search(session, SearchQuery(kind="adapter"))
+        assert info.value.details == {"parameter": "kind", "allowed": list(KINDS)}
+
+
+@pytest.fixture
+async def api(make_api: MakeApi, db: Database, models: Path) -> AsyncIterator[ApiClient]:
+    await index_paths(db, [models])
+    yield await make_api()
+
+
+async def test_api_kind(api: ApiClient) -> None:
+    hits = await api.get("/v1/artifacts?kind=lora")
+    assert hits.status == 200
+    assert [(i["path"], i["kind"]) for i in hits.body["items"]] == [("adapter-lora.gguf", "lora")]
+    detail = await api.get(hits.body["items"][0]["url"])
+    assert detail.body["kind"] == "lora" and detail.body["facts"]["kind"] == "lora"
+    facet = await api.get("/v1/facets?kind=mmproj")
+    assert facet.status == 200 and facet.body["facets"]["architecture"] == {"clip": 1}
+    bad = await api.get("/v1/artifacts?kind=adapter")
+    assert bad.status == 400 and bad.body["error"]["details"]["parameter"] == "kind"
+
+
+def test_cli_kind(
+    empty_db_url: str, models: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    monkeypatch.setenv("REGISTRY_DATABASE_URL", empty_db_url)
+    monkeypatch.chdir(tmp_path)  # no config/registry.toml from the checkout
+    assert main(["index", str(models)]) == 0
+    capsys.readouterr()
+    assert main(["search", "--kind", "model", "--json"]) == 0
+    items = json.loads(capsys.readouterr().out)["items"]
+    assert [(i["path"], i["kind"]) for i in items] == [(SMOLLM2, "model")]
+    with pytest.raises(SystemExit) as stop:
+        main(["search", "--kind", "adapter"])
+    assert stop.value.code == 2
