@@ -370,6 +370,9 @@ async def queries(db: Database) -> list[tuple[str, Callable[[], Awaitable[Any]]]
         ("kind=model", searching(SearchQuery(kind="model"))),
         ("kind=mmproj + qwen2", searching(SearchQuery(kind="mmproj", architecture="qwen2"))),
         ("kind=vocab (rare), sort name", searching(SearchQuery(kind="vocab", sort="name"))),
+        ("with projector + kind=model", searching(SearchQuery(with_projector=True, kind="model"))),
+        ("with projector + jamba (rare)", searching(SearchQuery(with_projector=True, architecture="jamba"))),
+        ("without projector, sort likes", searching(SearchQuery(with_projector=False, sort="likes"))),
         ("verified=passed, sort modified", searching(SearchQuery(verification="passed", sort="last_modified"))),
         ("combined llama+Q4_K_M+apache+7-9B", searching(SearchQuery(
             architecture="llama", file_type="Q4_K_M", license="apache-2.0",
@@ -386,6 +389,7 @@ async def queries(db: Database) -> list[tuple[str, Callable[[], Awaitable[Any]]]
         ("lineage: descendants depth 5", lineage_walk),
         ("facets: no filter", faceting(SearchQuery())),
         ("facets: capability=tools", faceting(SearchQuery(capability="tools"))),
+        ("facets: with projector", faceting(SearchQuery(with_projector=True))),
         ("facets: architecture=llama", faceting(SearchQuery(architecture="llama"))),
         ("facets: file_type=Q4_K_M", faceting(SearchQuery(file_type="Q4_K_M"))),
         ("facets: text 'instruct'", faceting(SearchQuery(text="instruct"))),

@@ -110,6 +110,7 @@ def choice(values: Sequence[str]) -> Parser:
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+BOOLEAN_WORDS = sorted(_TRUE | _FALSE)  # what `boolean` reads (in any case)
 
 
 def boolean(name: str, raw: str) -> bool:
@@ -159,7 +160,7 @@ def choice_param(name: str, description: str, values: Sequence[str], *, default:
 
 
 def bool_param(name: str, description: str, *, default: bool = False) -> Param:
-    schema = {"type": "string", "enum": sorted(_TRUE | _FALSE)}
+    schema = {"type": "string", "enum": BOOLEAN_WORDS}
     return Param(name, boolean, schema, description, default=default, default_doc="1" if default else "0")
 
 

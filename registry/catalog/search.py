@@ -50,7 +50,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import InstrumentedAttribute
+from sqlalchemy.orm import InstrumentedAttribute, aliased
 
 from registry.catalog import search_index
 from registry.catalog.db import longer_inline_reads
@@ -130,7 +130,7 @@ FACETS = ("architecture", "license", "file_type", "size_bucket")
 # SearchQuery filters on columns outside the covering facet index.
 _NON_FACET_FILTERS = ("text", "tensor_type", "min_params", "max_params", "min_size", "max_size", "size_label",
                       "min_context", "expert_count", "verification", "descendant_of", "template_severity",
-                      "max_memory", "draft_for", "capability", "kind")  # fmt: skip
+                      "max_memory", "draft_for", "capability", "kind", "with_projector")  # fmt: skip
 STATUSES = (*ARTIFACT_STATUSES, "all")
 # The context the memory filter sizes the KV cache for when the query names none: what local
 # runners commonly start with.
@@ -164,6 +164,10 @@ class SearchQuery:
     # tools, tool_calls, thinking). Artifacts whose templates were not probed never match.
     capability: str | None = None
     kind: str | None = None  # what the file is: a KINDS name (model, mmproj, lora, imatrix, vocab)
+    # True: only artifacts whose repo also holds an indexed multimodal projector (an `mmproj`
+    # artifact: llama.cpp's --mmproj, images or audio in); False: only those whose repo holds
+    # none; None: either.
+    with_projector: bool | None = None
     # Needs at most this many bytes to run: the file (all shards) plus its f16 KV cache at
     # `memory_context` tokens (MEMORY_CONTEXT when None), or at the model's own context_length
     # when that is shorter (`memory_needed`). Artifacts without a KV cache estimate never match.
@@ -704,10 +708,20 @@ async def _term_ids(session: AsyncSession, terms: list[str]) -> tuple[bool, Sele
     return True, (None if ids is None else _memoised_ids().params(term_ids=ids))
 
 
+# The artifact's repo holds an indexed projector: a seek on the (repo_pk, path) index per row.
+_PROJECTOR = aliased(Artifact, name="projector")
+_HAS_PROJECTOR = exists().where(
+    _PROJECTOR.repo_pk == Artifact.repo_pk, _PROJECTOR.kind == "mmproj", _PROJECTOR.status == "indexed"
+)
+
+
 def _only_columns(q: SearchQuery) -> bool:
     """Whether the query filters on indexed columns only: its clauses all come from `_clause`,
     shared per value, so its first pages can share their statement (`_first_page`)."""
-    return not q.text and not q.tensor_type and not q.descendant_of and q.max_memory is None and q.draft_for is None
+    return (
+        not q.text and not q.tensor_type and not q.descendant_of and q.max_memory is None and q.draft_for is None
+        and q.with_projector is None
+    )  # fmt: skip
 
 
 async def _common_in_family(
@@ -755,7 +769,7 @@ async def _common_together(session: AsyncSession, q: SearchQuery, preds: list[_P
     the answer only steers the plan, so leaving it out of that count costs no correctness."""
     if (
         len(preds) <= 1 and q.tensor_type is None and q.descendant_of is None and q.max_memory is None
-        and q.draft_for is None
+        and q.draft_for is None and q.with_projector is None
     ):  # fmt: skip
         if any(len(t) < search_index.MIN_TRIGRAM for t in terms):
             return True  # counted by `_term_ids`, which found them common together
@@ -767,7 +781,10 @@ async def _common_together(session: AsyncSession, q: SearchQuery, preds: list[_P
             hints.put(text_key, known)
         return known
     memory = (q.max_memory, q.memory_context)
-    key = ("all", tuple(p.key for p in preds), tuple(terms), q.tensor_type, q.descendant_of, memory, q.draft)
+    key = (
+        "all", tuple(p.key for p in preds), tuple(terms), q.tensor_type, q.descendant_of, memory, q.draft,
+        q.with_projector,
+    )  # fmt: skip
     hints = _hints(session)
     threshold = min(COMMON_TOGETHER_ROWS, COMMON_ROWS)
     if (known := hints.get((threshold, key))) is not None:
@@ -796,6 +813,8 @@ async def _where(
         where.append(
             exists().where(QuantMix.artifact_id == Artifact.id, QuantMix.tensor_type == q.tensor_type.upper())
         )
+    if q.with_projector is not None:
+        where.append(_HAS_PROJECTOR if q.with_projector else ~_HAS_PROJECTOR)
     if q.descendant_of:
         repo_pk = _unindexed(Artifact.repo_pk) if walk_family else Artifact.repo_pk
         where.append(_in_family(repo_pk, family if family is not None else await _family_pks(session, q.descendant_of)))

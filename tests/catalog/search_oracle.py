@@ -315,6 +315,9 @@ class Oracle:
         terms = q.text.lower().split() if q.text else []
         severity = SEVERITIES.index(q.template_severity) if q.template_severity is not None else None
         wanted = {c.strip() for c in q.capability.split(",")} if q.capability is not None else None
+        projector_repos = {
+            repo_key(r.repo_id) for r in self.rows if r.item["status"] == "indexed" and r.item["kind"] == "mmproj"
+        }
         out = []
         for row in self.rows:
             i = row.item
@@ -337,6 +340,7 @@ class Oracle:
                 severity is None or (row.severity is not None and row.severity >= severity),
                 wanted is None or (row.capabilities is not None and wanted <= row.capabilities),
                 q.kind is None or i["kind"] == q.kind,
+                q.with_projector is None or (repo_key(row.repo_id) in projector_repos) == q.with_projector,
                 family is None or repo_key(row.repo_id) in family,
                 q.max_memory is None or (memory is not None and memory <= q.max_memory),
                 q.draft_for is None or self.can_draft(row, q.draft_for),
@@ -563,6 +567,7 @@ FILTER_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "descendant_of": st.sampled_from(REPO_SPELLINGS),
     "template_severity": st.sampled_from(SEVERITIES),
     "kind": st.sampled_from(KINDS),
+    "with_projector": st.booleans(),
     # One name, or several (possibly repeated, spaced) that must all be there.
     "capability": st.lists(st.sampled_from(CAPABILITIES), min_size=1, max_size=3).map(
         lambda names: ", ".join(names) if len(names) == 3 else ",".join(names)

@@ -116,6 +116,42 @@ def test_cli_kind(
     assert main(["search", "--kind", "model", "--json"]) == 0
     items = json.loads(capsys.readouterr().out)["items"]
     assert [(i["path"], i["kind"]) for i in items] == [(SMOLLM2, "model")]
+    assert main(["search", "--kind", "model", "--with-projector", "--json"]) == 0
+    assert [i["path"] for i in json.loads(capsys.readouterr().out)["items"]] == [SMOLLM2]
     with pytest.raises(SystemExit) as stop:
         main(["search", "--kind", "adapter"])
     assert stop.value.code == 2
+
+
+async def test_with_projector(db: Database, models: Path, tmp_path: Path, smollm2_path: Path) -> None:
+    text_only = tmp_path / "text-only"
+    text_only.mkdir()
+    os.symlink(smollm2_path, text_only / "text-model.gguf")
+    await index_paths(db, [models, text_only])
+
+    async def paths(**kwargs: object) -> list[str]:
+        async with db.sessions() as session:
+            page = await search(session, SearchQuery(sort="name", **kwargs))  # type: ignore[arg-type]
+        return [i.path for i in page.items]
+
+    assert await paths(with_projector=True, kind="model") == [SMOLLM2]
+    assert await paths(with_projector=False, kind="model") == ["text-model.gguf"]
+    assert await paths(with_projector=True) == sorted(EXPECTED, key=str.lower)  # the projector itself too
+    async with db.sessions() as session:
+        counts = await facets(session, SearchQuery(with_projector=False))
+    assert counts["architecture"] == {"llama": 1}
+
+    # The projector removed: it is gone, and no longer counts.
+    (models / "mmproj-model-f16.gguf").unlink()
+    await index_paths(db, [models])
+    assert await paths(with_projector=True) == []
+    assert await paths(with_projector=False, kind="model") == [SMOLLM2, "text-model.gguf"]
+
+
+async def test_api_and_cli_with_projector(api: ApiClient) -> None:
+    hits = await api.get("/v1/artifacts?with_projector=1&kind=model")
+    assert hits.status == 200 and [i["path"] for i in hits.body["items"]] == [SMOLLM2]
+    none = await api.get("/v1/artifacts?with_projector=false")
+    assert none.status == 200 and none.body["items"] == []
+    bad = await api.get("/v1/artifacts?with_projector=maybe")
+    assert bad.status == 400 and bad.body["error"]["details"]["parameter"] == "with_projector"

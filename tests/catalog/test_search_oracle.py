@@ -222,6 +222,20 @@ async def test_the_capability_filter_matches_the_oracle(
     await check_catalog(db, oracle, qs, plan, seed)
 
 
+@PROPERTY
+@given(spec=catalogs(), data=st.data(), plan=plan_thresholds, seed=st.integers(0, 2**32))
+async def test_the_projector_filter_matches_the_oracle(
+    db: Database, spec: CatalogSpec, data: st.DataObject, plan: dict[str, int], seed: int
+) -> None:
+    """with_projector in every query: a correlated EXISTS over the artifact's repo, checked
+    behind whatever way in the plan takes; gone and error projectors do not count."""
+    qs = data.draw(st.lists(queries(catalog_words(spec), always=("with_projector",)), min_size=1, max_size=5))
+    await empty_tables(db)
+    oracle = await write_catalog(db, spec)
+    qs = [oracle.bind(q) for q in qs]
+    await check_catalog(db, oracle, qs, plan, seed)
+
+
 @pytest.fixture
 async def both(sqlite_url: str, postgresql_url: str) -> AsyncIterator[tuple[Database, Database]]:
     lite, pg = Database.from_url(sqlite_url), Database.from_url(postgresql_url)

@@ -12,9 +12,11 @@ from registry.api.errors import ApiError, NotFound
 from registry.api.keys import SETTINGS_KEY
 from registry.api.paging import page_response, paging_params
 from registry.api.params import (
+    BOOLEAN_WORDS,
     INT_MAX,
     Param,
     bool_param,
+    boolean,
     choice_param,
     count_param,
     int_param,
@@ -72,6 +74,9 @@ FILTER_PARAMS: tuple[Param, ...] = (
               minimum=1),
     choice_param("kind", "What the file is: `model` leaves out projectors, adapters, importance matrices and "
                  "vocabularies.", KINDS),
+    Param("with_projector", boolean, {"type": "string", "enum": BOOLEAN_WORDS},
+          "1: only artifacts whose repo also holds a multimodal projector (an `mmproj` file, llama.cpp's --mmproj: "
+          "images or audio in); 0: only those whose repo holds none. Try with `kind=model`."),
     choice_param("status", "Artifact status; `all` for every one.", catalog_search.STATUSES, default="indexed"),
     choice_param("verification", "Status of the latest verification.", VERIFICATION_STATUSES),
     text_param("descendant_of", "Only repos below this repo id (org/name, any case of A-Z) in the lineage graph."),
