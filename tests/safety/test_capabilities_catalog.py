@@ -15,13 +15,12 @@ from registry.catalog.db import Database
 from registry.catalog.errors import InvalidQuery
 from registry.catalog.models import Artifact
 from registry.catalog.search import SearchQuery, facets, search
-from registry.cli import main
 from registry.safety.capabilities import mask
 from tests.api.conftest import ApiClient, MakeApi, make_api
 from tests.catalog.conftest import db, db_url, empty_db_url, postgresql_url, sqlite_url, temp_databases
 from tests.safety import templates as T
 from tests.safety.test_capabilities import DEEPSEEK_R1_LIKE
-from tests.safety.test_integration import write_gguf
+from tests.safety.test_integration import run, write_gguf
 
 __all__ = [  # fixtures used here
     "db", "db_url", "empty_db_url", "make_api", "postgresql_url", "sqlite_url", "temp_databases",
@@ -121,12 +120,6 @@ async def test_api_filter_hits_and_detail(api: ApiClient) -> None:
     doc = (await api.get("/openapi.json")).body
     params = {p["name"]: p for p in doc["paths"]["/v1/artifacts"]["get"]["parameters"]}
     assert "tool_calls" in params["capability"]["description"]
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_cli_search_and_inspect(
