@@ -249,7 +249,8 @@ async def test_kind_column_is_filled_from_the_facts(empty_db_url: str) -> None:
 
         async def stored() -> dict[str, str | None]:
             async with db.sessions() as session:
-                return dict((await session.execute(select(Artifact.path, Artifact.kind))).tuples().all())
+                rows = (await session.execute(select(Artifact.path, Artifact.kind))).all()
+            return {path: kind for path, kind in rows}
 
         written = await stored()
         assert written == {"model.gguf": "model", "mmproj-f16.gguf": "mmproj", "adapter.gguf": "lora", "bad.gguf": None}
