@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from registry.safety.hidden import Conversation
 from registry.safety.sandbox import RenderResult
 
 __all__ = ["CAPABILITIES", "Probe", "capabilities_found", "from_mask", "mask", "probes"]
@@ -55,15 +56,8 @@ def _text() -> str:
 
 def _context(messages: Sequence[Mapping[str, Any]], *, bos: str, eos: str, generation: bool,
              tools: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:  # fmt: skip
-    ctx: dict[str, Any] = {
-        "messages": [dict(m) for m in messages],
-        "add_generation_prompt": generation,
-        "bos_token": bos,
-        "eos_token": eos,
-    }
-    if tools:
-        ctx["tools"] = [dict(t) for t in tools]
-    return ctx
+    """The render context of a probe, built as the safety conversations' are."""
+    return Conversation("probe", tuple(messages), generation, tuple(tools)).context(bos, eos)
 
 
 def probes(source: str, *, bos: str = "", eos: str = "") -> list[Probe]:

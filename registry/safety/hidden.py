@@ -74,7 +74,7 @@ _SUSPICIOUS = re.compile(
 @dataclass(frozen=True, slots=True)
 class Conversation:
     name: str
-    messages: tuple[Mapping[str, str], ...]
+    messages: tuple[Mapping[str, Any], ...]
     add_generation_prompt: bool
     tools: tuple[Mapping[str, Any], ...] = ()
 
