@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 from registry.gguf.reader import parse_header
 from registry.safety import (
-    CAPABILITIES,
     SandboxPool,
     ScanCache,
     chat_templates,
@@ -38,6 +37,7 @@ from registry.safety import (
     scan_templates_report,
     special_tokens,
 )
+from registry.safety.capabilities import in_order
 from tests.models import GEMMA3, SMOLLM2, SampleModel, fetch
 from tests.safety import templates as T
 
@@ -89,7 +89,7 @@ def scan_ms(templates: Mapping[str, str], bos: str, eos: str, pool: SandboxPool,
         statistics.median(firsts) * 1000 / n,
         statistics.median(repeats) * 1000 / n,
         statistics.median(cached) * 1000 / n,
-        ",".join(c for c in CAPABILITIES if c in report.capabilities) or "-",
+        ",".join(in_order(report.capabilities)) or "-",
     )
 
 

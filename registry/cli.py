@@ -188,7 +188,8 @@ def _template_scan(path: str, header: Any) -> tuple[list[dict[str, str]] | None,
     and only when the file has a template); a sandbox that cannot start is a warning, not
     a failed inspect, and the findings then read "not scanned", never clean.
     """
-    from registry.safety import CAPABILITIES, findings_to_json, scan_header_report
+    from registry.safety import findings_to_json, scan_header_report
+    from registry.safety.capabilities import in_order
     from registry.safety.sandbox import SandboxUnavailable
 
     try:
@@ -196,7 +197,7 @@ def _template_scan(path: str, header: Any) -> tuple[list[dict[str, str]] | None,
     except SandboxUnavailable as exc:
         print(f"registry: inspect: {path}: chat template not scanned: {exc}", file=sys.stderr)
         return None, None
-    return findings_to_json(report.findings), [c for c in CAPABILITIES if c in report.capabilities]
+    return findings_to_json(report.findings), in_order(report.capabilities)
 
 
 def _catalog_call(name: str, work: Callable[[], Coroutine[Any, Any, int]]) -> int:

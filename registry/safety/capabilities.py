@@ -31,7 +31,7 @@ from typing import Any
 from registry.safety.hidden import Conversation
 from registry.safety.sandbox import RenderResult
 
-__all__ = ["CAPABILITIES", "Probe", "capabilities_found", "from_mask", "mask", "probes"]
+__all__ = ["CAPABILITIES", "Probe", "capabilities_found", "from_mask", "in_order", "mask", "probes"]
 
 CAPABILITIES = ("system", "tools", "tool_calls", "thinking")  # bit i of the stored mask
 # Variables whose reading means the template switches reasoning on or off.
@@ -128,3 +128,8 @@ def mask(capabilities: Iterable[str]) -> int:
 def from_mask(bits: int) -> list[str]:
     """Capability names of a stored mask, in CAPABILITIES order (unknown bits ignored)."""
     return [name for i, name in enumerate(CAPABILITIES) if bits >> i & 1]
+
+
+def in_order(capabilities: Iterable[str]) -> list[str]:
+    """These capability names in CAPABILITIES order, as hits and `inspect` list them."""
+    return from_mask(mask(capabilities))
