@@ -281,7 +281,7 @@ def _add_index(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument("paths", nargs="+", metavar="PATH", help="a .gguf file or a folder")
     p.add_argument("--json", action="store_true", help="print one JSON object per artifact")
     p.add_argument("--full", action="store_true",
-                   help="write every artifact again, even unchanged ones (after an upgrade)")  # fmt: skip
+                   help="write every artifact again, even unchanged ones (a repo an older release wrote is written again without it)")  # fmt: skip
     return "index", _cmd_index
 
 
@@ -729,7 +729,8 @@ def _add_crawl(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument("--search", metavar="Q", help="only repos matching the hub's search term")
     p.add_argument("--author", metavar="A", help="only repos of this user or organization")
     p.add_argument("--limit", type=_int_in(1, INT64_MAX), metavar="N", help="look at most at N repos")
-    p.add_argument("--full", action="store_true", help="re-read repos whose revision did not change")
+    p.add_argument("--full", action="store_true",
+                   help="re-read repos whose revision did not change (those an older release wrote are re-read without it)")  # fmt: skip
     p.add_argument("--cancel", type=_int_in(1, INT64_MAX), metavar="ID",
                    help="cancel crawl ID instead, whoever runs it (registry serve, a worker, another registry "
                    "crawl): it reads no more repos, and what it wrote stays. Exit status 0 when it is cancelled, "

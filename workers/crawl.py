@@ -31,7 +31,14 @@ from registry.catalog.crawls import crawl_status
 from registry.catalog.db import Database
 from registry.catalog.models import Crawl, Repo, repo_key
 from registry.catalog.services import has_hub_repo, mark_repo_deleted, repo_moved, upsert_repo_snapshot
-from registry.catalog.snapshot import ArtifactError, ArtifactRecord, RepoSnapshot, ShardRecord, UpsertResult
+from registry.catalog.snapshot import (
+    DERIVATION,
+    ArtifactError,
+    ArtifactRecord,
+    RepoSnapshot,
+    ShardRecord,
+    UpsertResult,
+)
 from registry.catalog.types import utcnow
 from registry.gguf.errors import GGUFError
 from registry.gguf.facts import derive_facts
@@ -304,11 +311,13 @@ def count_outcome(report: CrawlReport, result: IndexResult) -> None:
 
 
 async def known_revisions(db: Database, repo_ids: Sequence[str]) -> dict[str, str | None]:
-    """The indexed revision of each of these repos that the catalog has."""
+    """The indexed revision of each of these repos that the catalog has, and that this
+    release would derive nothing new from: a repo written by an older one (see
+    `snapshot.DERIVATION`) is left out, so it is read again at the same revision."""
     async with db.sessions() as session:
         rows = await session.execute(
             select(Repo.repo_id, Repo.revision).where(
-                Repo.repo_id.in_(repo_ids), Repo.indexed_at.is_not(None)
+                Repo.repo_id.in_(repo_ids), Repo.indexed_at.is_not(None), Repo.derivation >= DERIVATION
             )
         )
         return {r: rev for r, rev in rows.all()}

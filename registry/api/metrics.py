@@ -213,6 +213,10 @@ class ApiMetrics:
             "registry_catalog_artifacts_verified", "Artifacts by the status of their latest verification.", ("status",)
         )
         self.catalog_repos = r.gauge("registry_catalog_repos", "Repos in the catalog (hub repos and local folders).")
+        self.catalog_stale = r.gauge(
+            "registry_catalog_repos_derived_before",
+            "Repos an older release wrote: the next crawl or index that names each reads it again.",
+        )
         self.crawls_running = r.gauge("registry_crawls_running", "Crawls started and not ended.")
         self.last_crawl_end = r.gauge(
             "registry_last_crawl_end_timestamp_seconds",
@@ -245,6 +249,7 @@ class ApiMetrics:
             for label, n in counts.items():
                 metric.set(n, label)
         self.catalog_repos.set(stats.repos)
+        self.catalog_stale.set(stats.repos_derived_before)
         self.crawls_running.set(stats.crawls_running)
         for status, at in stats.last_crawl_end.items():
             self.last_crawl_end.set(at.timestamp(), status)

@@ -109,6 +109,9 @@ class Repo(Base):
     description: Mapped[str | None] = mapped_column(Text)
     local_path: Mapped[str | None] = mapped_column(Text)  # folder a local pseudo-repo was read from
     indexed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # snapshot.DERIVATION of the release that last wrote the artifacts in full; None: a
+    # release before the number existed. Lower than today's: the next crawl reads it again.
+    derivation: Mapped[int | None] = mapped_column(Integer, index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 

@@ -38,7 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from registry.catalog.folding import fold, folded
 from registry.catalog.lineage import derive_edges
 from registry.catalog.models import Artifact, Facts, LineageEdge, QuantMix, Repo, RepoMove, Shard, repo_key
-from registry.catalog.snapshot import ArtifactRecord, LineageRecord, RepoSnapshot, UpsertResult
+from registry.catalog.snapshot import DERIVATION, ArtifactRecord, LineageRecord, RepoSnapshot, UpsertResult
 from registry.catalog.types import EPOCH, utcnow
 from registry.gguf.facts_model import Facts as FactsData
 from registry.gguf.kvcache import KVCache
@@ -380,6 +380,13 @@ async def _refresh_repo_copies(session: AsyncSession, repo: Repo) -> None:
     )
 
 
+def derived_before(repo: Repo) -> bool:
+    """The repo was last written in full by a release that derived less from the headers
+    than this one (`snapshot.DERIVATION`; None: before repos carried the number). A repo
+    only partial views wrote has no revision and no number: nothing to tell."""
+    return repo.revision is not None and (repo.derivation is None or repo.derivation < DERIVATION)
+
+
 def _older_commit(repo: Repo, snap: RepoSnapshot) -> bool:
     """A hub snapshot of a commit older than the one indexed: its job read the repo before a
     push and finished after the job that read the push. Writing it would put the catalog
@@ -412,8 +419,10 @@ async def upsert_repo_snapshot(session: AsyncSession, snap: RepoSnapshot, *, hub
     changed = _apply_repo_fields(repo, snap) if snap.complete or repo.revision is None else set()
     meta_changed = bool(changed)
     same = snap.complete and repo.revision == snap.revision and repo.indexed_at is not None
+    # Written by an older release (DERIVATION): its artifacts lack what this one derives.
+    rewrite = snap.force or derived_before(repo)
     # Tags and description feed every artifact's search text: those changes rewrite them.
-    if same and not snap.force and not changed & _SEARCHED_REPO_FIELDS:
+    if same and not rewrite and not changed & _SEARCHED_REPO_FIELDS:
         if meta_changed:
             await session.flush()
             await _refresh_repo_copies(session, repo)
@@ -433,6 +442,7 @@ async def upsert_repo_snapshot(session: AsyncSession, snap: RepoSnapshot, *, hub
         current = existing.get(key)
         if (
             not snap.complete
+            and not rewrite
             and current is not None
             and current.revision == snap.revision
             and current.status != "gone"
@@ -449,8 +459,9 @@ async def upsert_repo_snapshot(session: AsyncSession, snap: RepoSnapshot, *, hub
                 gone += 1
     wanted = snap.lineage if snap.lineage is not None else derive_edges(snap)
     edges = await _sync_edges(session, repo, wanted, replace=snap.complete)
-    if snap.complete:  # a partial view must not claim the revision is indexed
+    if snap.complete:  # a partial view must not claim the revision is indexed, nor all its files
         repo.revision = snap.revision
+        repo.derivation = DERIVATION
     repo.indexed_at = utcnow()
     await session.flush()
     return UpsertResult(repo.id, created, False, written, gone, edges)

@@ -12,6 +12,15 @@ from datetime import datetime
 from registry.gguf.facts_model import Facts
 from registry.safety.findings import Finding
 
+# What this release derives from headers, as a number: raise it when a release derives
+# more or other columns from the same bytes (a new column, a fixed reading). A repo
+# written with a lower number, or before repos carried one (NULL), is read again by the
+# next crawl or index that names it, even at the revision indexed, and written in full;
+# a repo at this number and its revision is skipped as unchanged. One re-read per repo
+# and release, where `crawl --full` re-reads everything every time.
+#   1: KV cache and vocabulary columns, template findings and capabilities, artifact kind
+DERIVATION = 1
+
 
 @dataclass(frozen=True, slots=True)
 class ShardRecord:

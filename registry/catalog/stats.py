@@ -1,7 +1,8 @@
 """What the catalog holds, in a few counts: for monitoring (`GET /metrics`).
 
 Every count reads an index (artifacts by status and by latest verification, crawls by
-status and end time; on SQLite the repos' count too). The counts are kept until the next commit, as facet counts
+status and end time; on SQLite the repos' count too), but the repos an older release
+wrote, which reads the repos. The counts are kept until the next commit, as facet counts
 are (search.FileMemo, search.SnapshotMemo): a scrape of an idle catalog reads nothing
 but the generation; on 100,000 artifacts, counting anew took 7 ms on SQLite and 12 ms on
 PostgreSQL (medians, bench.search's catalog).
@@ -26,6 +27,10 @@ from registry.catalog.models import (
     Repo,
 )
 from registry.catalog.search import memo_generation
+from registry.catalog.snapshot import DERIVATION
+
+# services.derived_before as a condition.
+DERIVED_BEFORE = Repo.revision.is_not(None) & (Repo.derivation.is_(None) | (Repo.derivation < DERIVATION))
 
 # Crawl statuses that end a crawl: each has the time the latest such crawl ended.
 ENDED = tuple(s for s in CRAWL_STATUSES if s != "running")
@@ -36,6 +41,7 @@ class CatalogStats:
     artifacts: dict[str, int]  # per artifact status
     verified: dict[str, int]  # artifacts per status of their latest verification (never verified: none)
     repos: int
+    repos_derived_before: int  # written in full by an older release (services.derived_before)
     crawls_running: int
     last_crawl_end: dict[str, datetime]  # per end status, when a crawl last ended so; absent: never
 
@@ -66,6 +72,7 @@ async def _count(session: AsyncSession) -> CatalogStats:
             Artifact.verification_status, VERIFICATION_STATUSES, Artifact.verification_status.is_not(None)
         ),
         repos=int(await session.scalar(select(func.count()).select_from(Repo)) or 0),
+        repos_derived_before=int(await session.scalar(select(func.count()).where(DERIVED_BEFORE)) or 0),
         crawls_running=int(await session.scalar(select(func.count()).where(Crawl.status == "running")) or 0),
         last_crawl_end={status: at for status, at in ended.all() if at is not None},
     )

@@ -147,7 +147,8 @@ async def test_metrics_show_what_the_catalog_holds(make_api: MakeApi, catalog: N
     crawl last ended in each status: what a monitor alerts on when crawls stop."""
     from datetime import UTC, datetime
 
-    from registry.catalog.models import Artifact, Crawl
+    from registry.catalog.models import Artifact, Crawl, Repo
+    from registry.catalog.snapshot import DERIVATION
     from tests.api.data import INDEXED_ARTIFACTS
 
     ended = datetime(2026, 11, 27, 6, 0, tzinfo=UTC)
@@ -167,6 +168,7 @@ async def test_metrics_show_what_the_catalog_holds(make_api: MakeApi, catalog: N
     assert 'registry_catalog_artifacts_verified{status="passed"} 1' in text
     assert 'registry_catalog_artifacts_verified{status="failed"} 0' in text
     assert "registry_catalog_repos 5" in text
+    assert "registry_catalog_repos_derived_before 0" in text  # all written by this release
     assert "registry_crawls_running 1" in text
     assert f'registry_last_crawl_end_timestamp_seconds{{status="finished"}} {ended.timestamp():.0f}' in text
     assert 'registry_last_crawl_end_timestamp_seconds{status="failed"}' not in text  # never: no sample
@@ -177,9 +179,13 @@ async def test_metrics_show_what_the_catalog_holds(make_api: MakeApi, catalog: N
         running = await session.scalar(select(Crawl).where(Crawl.status == "running"))
         assert running is not None
         running.status, running.finished_at = "cancelled", ended
+        # written by older releases: before repos carried the number, and one number back
+        older = (await session.scalars(select(Repo).order_by(Repo.id).limit(2))).all()
+        older[0].derivation, older[1].derivation = None, DERIVATION - 1
     text = (await api.get("/metrics")).body
     assert "registry_crawls_running 0" in text
     assert f'registry_last_crawl_end_timestamp_seconds{{status="failed"}} {ended.timestamp():.0f}' in text
+    assert "registry_catalog_repos_derived_before 2" in text
 
 
 async def test_metrics_without_a_database_still_answer(aiohttp_client: AioClient) -> None:

@@ -399,6 +399,51 @@ async def test_one_shard_given_by_name_brings_its_set(db: Database, tmp_path: Pa
     assert (big.shard_count, big.parameter_count) == (3, 96)
 
 
+async def test_an_unchanged_folder_an_older_release_wrote_is_written_again_once(db: Database, tmp_path: Path) -> None:
+    """A folder written before this release derived chat template capabilities (no
+    derivation number, NULL capabilities) gets them from the next plain `registry index`,
+    and is found by the capability filter; the index after that writes nothing."""
+    from sqlalchemy import update
+
+    from registry.catalog.snapshot import DERIVATION
+    from tests.gguf.gguf_py import write_gguf as write_with_kv
+
+    template = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    (tmp_path / "shelf").mkdir()
+    write_with_kv(tmp_path / "shelf" / "chat.gguf", kv={"tokenizer.chat_template": template})
+    await index_paths(db, [tmp_path / "shelf"])
+
+    async def state() -> tuple[int | None, str | None, int | None]:
+        async with db.sessions() as session:
+            row = (
+                await session.execute(
+                    select(Artifact.chat_template_capabilities, Facts.name, Repo.derivation)
+                    .join(Facts, Facts.artifact_id == Artifact.id)
+                    .join(Repo, Repo.id == Artifact.repo_pk)
+                )
+            ).one()
+            return row[0], row[1], row[2]
+
+    async def with_system() -> int:
+        async with db.sessions() as session:
+            return len((await search(session, SearchQuery(capability="system"))).rows)
+
+    written, name, derivation = await state()
+    assert written is not None and derivation == DERIVATION and await with_system() == 1
+    async with db.sessions() as session, session.begin():  # as a release before capabilities left it
+        await session.execute(update(Artifact).values(chat_template_capabilities=None))
+        await session.execute(update(Repo).values(derivation=None))
+    assert await with_system() == 0
+    report = await index_paths(db, [tmp_path / "shelf"])
+    assert [r.unchanged for r in report.results] == [False]
+    assert await state() == (written, name, DERIVATION) and await with_system() == 1
+    async with db.sessions() as session, session.begin():
+        await session.execute(update(Facts).values(name="kept"))
+    report = await index_paths(db, [tmp_path / "shelf"])
+    assert [r.unchanged for r in report.results] == [True]
+    assert (await state())[1] == "kept"  # at this release's number: not written again
+
+
 async def test_a_file_argument_that_is_not_gguf_is_skipped(db: Database, tmp_path: Path) -> None:
     """`registry index notes.txt` stored an empty pseudo-repo `local/<folder>` and said nothing."""
     (tmp_path / "loose").mkdir()

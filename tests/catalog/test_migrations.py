@@ -263,6 +263,46 @@ async def test_kind_column_is_filled_from_the_facts(empty_db_url: str) -> None:
         await db.dispose()
 
 
+BEFORE_DERIVATION = "b6d2f8a1c3e5"
+
+
+async def test_repos_from_before_the_derivation_number_are_read_again(empty_db_url: str) -> None:
+    """7d2e9b4f1a68 adds `repos.derivation` empty: a repo written before it is one an older
+    release wrote, so the next write of the same revision rewrites its artifacts and sets
+    the number; the write after that is unchanged."""
+    from registry.catalog.models import Facts, Repo
+    from registry.catalog.snapshot import DERIVATION
+
+    db = Database.from_url(empty_db_url)
+    try:
+        await migrate.upgrade(db.engine)
+        snap = make_snapshot(artifacts=(artifact("model.gguf", make_facts()),))
+        async with db.sessions() as session, session.begin():
+            await upsert_repo_snapshot(session, snap)
+        await migrate.downgrade(db.engine, BEFORE_DERIVATION)
+        await migrate.upgrade(db.engine)
+        await migrate.check(db.engine)
+
+        async def write() -> tuple[bool, int | None, str | None]:
+            async with db.sessions() as session, session.begin():
+                result = await upsert_repo_snapshot(session, snap)
+            async with db.sessions() as session:
+                derivation = await session.scalar(select(Repo.derivation))
+                name = await session.scalar(select(Facts.name))
+            return result.unchanged, derivation, name
+
+        async with db.sessions() as session, session.begin():
+            assert await session.scalar(select(Repo.derivation)) is None
+            await session.execute(update(Facts).values(name="older"))
+        assert await write() == (False, DERIVATION, make_facts().name)
+        async with db.sessions() as session, session.begin():
+            await session.execute(update(Facts).values(name="older"))
+        assert await write() == (True, DERIVATION, "older")
+    finally:
+        await empty_tables(db)
+        await db.dispose()
+
+
 BEFORE_MOVED_IDS_IN_TEXT = "5c1e9b7d2a40"
 
 

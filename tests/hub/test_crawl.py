@@ -782,3 +782,67 @@ async def test_a_full_crawl_writes_unchanged_repos_again(tmp_path: Path, hub: Fa
         await crawl(CrawlParams(full=True))
         assert await _architectures(db) == fresh
         assert {k: a.id for k, a in (await _artifacts(db)).items()} == ids  # the same rows, rewritten
+
+
+async def _derived_by_an_older_release(db: Database, repo_ids: set[str], derivation: int | None) -> None:
+    from sqlalchemy import update
+
+    async with db.sessions() as session, session.begin():
+        await session.execute(update(Repo).where(Repo.repo_id.in_(repo_ids)).values(derivation=derivation))
+
+
+async def _architectures_of(db: Database) -> dict[str, set[str | None]]:
+    from registry.catalog.models import Facts
+
+    async with db.sessions() as session:
+        rows = await session.execute(
+            select(Repo.repo_id, Facts.architecture)
+            .join(Artifact, Artifact.repo_pk == Repo.id)
+            .join(Facts, Facts.artifact_id == Artifact.id)
+        )
+        out: dict[str, set[str | None]] = {}
+        for repo_id, arch in rows:
+            out.setdefault(repo_id, set()).add(arch)
+        return out
+
+
+@pytest.mark.parametrize("mode", ["in process", "jobs"])
+async def test_a_plain_crawl_reads_again_once_the_repos_an_older_release_wrote(
+    tmp_path: Path, hub: FakeHub, mode: str
+) -> None:
+    """A repo written by a release that derived less (a lower `DERIVATION`, or none: before
+    repos carried it) is read and written again at the same revision by the next crawl,
+    without `--full`, and only once; the other repos stay skipped."""
+    from registry.catalog.snapshot import DERIVATION
+
+    async with Database.from_url(f"sqlite+aiosqlite:///{tmp_path / 'older.db'}") as db:
+
+        async def crawl() -> None:
+            if mode == "jobs":
+                await _queued_crawl(db, hub, CrawlParams())
+                return
+            client, http = _clients(hub)
+            async with http:
+                await crawl_hub(db, client, http, CrawlParams())
+
+        await crawl()
+        fresh = await _architectures_of(db)
+        async with db.sessions() as session:
+            assert set((await session.scalars(select(Repo.derivation))).all()) == {DERIVATION}
+        older = {"synth/tiny-llama-GGUF", "synth/big-vocab-GGUF"}
+        assert older <= set(fresh)
+        await _stale_facts(db)
+        await _derived_by_an_older_release(db, {"synth/tiny-llama-GGUF"}, None)
+        await _derived_by_an_older_release(db, {"synth/big-vocab-GGUF"}, DERIVATION - 1)
+        hub.requests.clear()
+        await crawl()
+        read = {r.repo for r in hub.requests if r.route != "api" or r.repo}
+        assert read == older  # the listing, then the two older repos alone
+        again = await _architectures_of(db)
+        assert {r: again[r] for r in older} == {r: fresh[r] for r in older}
+        assert all(again[r] == {"stale"} for r in set(fresh) - older)  # at their revision: not read
+        async with db.sessions() as session:
+            assert set((await session.scalars(select(Repo.derivation))).all()) == {DERIVATION}
+        hub.requests.clear()
+        await crawl()
+        assert {r.repo for r in hub.requests if r.route != "api" or r.repo} == set()  # once
