@@ -35,6 +35,7 @@ from registry.catalog.db import Database, create_engine
 from registry.catalog.models import Artifact, Facts, LineageEdge, QuantMix, Repo, Shard
 from registry.catalog.search import SearchQuery, facets, search
 from registry.catalog.services import size_bucket
+from registry.gguf.facts_model import modality_mask
 from registry.safety.capabilities import mask as capability_mask
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,6 +88,14 @@ def _capabilities(rng: random.Random) -> int | None:
     return capability_mask(names)
 
 
+def _modalities(rng: random.Random) -> int:
+    """A projector's inputs: vision for 92%, audio for 12% (both for 4%)."""
+    names = ["vision"] if rng.random() < 0.92 else []
+    if not names or rng.random() < 0.04 / 0.92:
+        names.append("audio")
+    return modality_mask(names)
+
+
 def _weighted(rng: random.Random, pairs: list[tuple[Any, float]]) -> Any:
     return rng.choices([p[0] for p in pairs], weights=[p[1] for p in pairs])[0]
 
@@ -116,6 +125,7 @@ def synthesize(n_repos: int, n_artifacts: int, seed: int) -> Synthetic:
     vocab_rng = random.Random(seed + 2)  # its own too
     caps_rng = random.Random(seed + 3)  # and the template capabilities
     kind_rng = random.Random(seed + 4)  # and the kinds
+    modality_rng = random.Random(seed + 5)  # and what the projectors take in
     licenses = [
         ("apache-2.0", 30),
         ("mit", 15),
@@ -205,6 +215,7 @@ def synthesize(n_repos: int, n_artifacts: int, seed: int) -> Synthetic:
             vocab_size = 32_000 * (family + 1) + vocab_rng.choice(VOCAB_PADS)
         capabilities = _capabilities(caps_rng) if status == "indexed" else None
         kind = _weighted(kind_rng, KINDS) if status == "indexed" else None
+        modalities = _modalities(modality_rng) if kind == "mmproj" else None
         file_license = repo["card_license"] if rng.random() < 0.7 else None
         words = f"{repo['repo_id']} {path} {arch} {label} {' '.join(repo['tags'])} {repo['description']}"
         artifacts.append({
@@ -217,7 +228,7 @@ def synthesize(n_repos: int, n_artifacts: int, seed: int) -> Synthetic:
             "parameter_count": params if status == "indexed" else 0, "context_length": ctx, "expert_count": experts,
             "kv_bytes_per_token": kv[0], "kv_swa_bytes_per_token": kv[1], "kv_sliding_window": kv[2],
             "vocab_sha256": vocab_key, "vocab_size": vocab_size, "chat_template_capabilities": capabilities,
-            "kind": kind,
+            "kind": kind, "modalities": modalities,
             "verification_status": rng.choice(["passed", "failed", None, None, None, None]),
             "downloads": repo["downloads"], "likes": repo["likes"], "last_modified": repo["last_modified"],
             "sort_name": f"{repo['repo_id']}/{path}".lower(), "search_text": words.lower(),
@@ -373,6 +384,9 @@ async def queries(db: Database) -> list[tuple[str, Callable[[], Awaitable[Any]]]
         ("with projector + kind=model", searching(SearchQuery(with_projector=True, kind="model"))),
         ("with projector + jamba (rare)", searching(SearchQuery(with_projector=True, architecture="jamba"))),
         ("without projector, sort likes", searching(SearchQuery(with_projector=False, sort="likes"))),
+        ("modality=vision + kind=model", searching(SearchQuery(modality="vision", kind="model"))),
+        ("modality=audio + kind=model", searching(SearchQuery(modality="audio", kind="model"))),
+        ("modality=vision,audio + llama", searching(SearchQuery(modality="vision,audio", architecture="llama"))),
         ("verified=passed, sort modified", searching(SearchQuery(verification="passed", sort="last_modified"))),
         ("combined llama+Q4_K_M+apache+7-9B", searching(SearchQuery(
             architecture="llama", file_type="Q4_K_M", license="apache-2.0",

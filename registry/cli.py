@@ -409,6 +409,9 @@ def _add_search(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument("--with-projector", action="store_const", const=True, default=None,
                    help="only artifacts whose repo also holds a multimodal projector (mmproj: images or audio "
                    "in with llama.cpp's --mmproj); try with --kind model")  # fmt: skip
+    p.add_argument("--modality", metavar="M", action="append",
+                   help="only artifacts whose repo holds a projector that takes M: vision or audio; repeat or "
+                   "comma-separate for all of several (--kind model --modality vision: models that see images)")  # fmt: skip
     p.add_argument("--status", default="indexed", choices=["indexed", "error", "gone", "all"],
                    help="artifact status; all for every one (default: indexed)")  # fmt: skip
     p.add_argument("--sort", default="downloads", metavar="KEY",
@@ -434,7 +437,7 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
         verification=args.verification, descendant_of=args.descendant_of,
         template_severity=args.template_severity,
         capability=",".join(args.capability) if args.capability else None, kind=args.kind,
-        with_projector=args.with_projector,
+        with_projector=args.with_projector, modality=",".join(args.modality) if args.modality else None,
         max_memory=args.max_memory, memory_context=args.memory_context, draft_for=args.draft_for,
         status=args.status, sort=args.sort, limit=args.limit, cursor=args.cursor,
     )  # fmt: skip

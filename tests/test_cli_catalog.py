@@ -390,7 +390,7 @@ def test_tree_of_a_repo_only_its_children_name(url: str, capsys: pytest.CaptureF
 def test_search_help_states_the_catalogs_constants(capsys: pytest.CaptureFixture[str]) -> None:
     # The CLI writes these numbers out (importing the catalog would slow every command's start).
     from registry.catalog.search import MEMORY_CONTEXT
-    from registry.gguf.facts_model import KINDS
+    from registry.gguf.facts_model import KINDS, MODALITIES
     from registry.gguf.vocab import MAX_SIZE_DIFFERENCE
     from registry.safety.capabilities import CAPABILITIES
 
@@ -402,3 +402,4 @@ def test_search_help_states_the_catalogs_constants(capsys: pytest.CaptureFixture
     assert f"(default: {MEMORY_CONTEXT // 1024}K, or the model's own context length when shorter)" in text
     assert f"chat templates can do C: {', '.join(CAPABILITIES[:-1])} or {CAPABILITIES[-1]} " in text
     assert f"--kind {{{','.join(KINDS)}}}" in text
+    assert f"a projector that takes M: {' or '.join(MODALITIES)};" in text

@@ -18,6 +18,7 @@ from registry.catalog.lineage import EdgeView
 from registry.catalog.models import Crawl, Verification
 from registry.catalog.models import Facts as FactsRow
 from registry.catalog.search import MEMORY_CONTEXT, capability_names, memory_at, severity_name
+from registry.gguf.facts_model import modality_names
 from registry.gguf.kvcache import KVCache
 
 
@@ -112,7 +113,7 @@ def _summary(
     size_label: str | None, license: str | None, context_length: int | None, expert_count: int | None,
     shard_count: int | None, file_size: int | None, downloads: int, likes: int, last_modified: Any,
     verification_status: str | None, chat_template_severity: str | None, memory: dict[str, int] | None,
-    chat_template_capabilities: list[str] | None, kind: str | None,
+    chat_template_capabilities: list[str] | None, kind: str | None, modalities: list[str] | None,
 ) -> dict[str, Any]:
     """The search-hit shape. Positional and written out as one literal: a page of 100 hits
     built through keyword arguments merged into a dict cost as much as encoding the page."""
@@ -124,8 +125,8 @@ def _summary(
         "expert_count": expert_count, "shard_count": shard_count, "file_size": file_size,
         "downloads": downloads, "likes": likes, "last_modified": iso(last_modified),
         "verification_status": verification_status, "chat_template_severity": chat_template_severity,
-        "chat_template_capabilities": chat_template_capabilities, "kind": kind, "memory": memory,
-        "url": f"/v1/artifacts/{id_}",
+        "chat_template_capabilities": chat_template_capabilities, "kind": kind, "modalities": modalities,
+        "memory": memory, "url": f"/v1/artifacts/{id_}",
     }  # fmt: skip
 
 
@@ -136,7 +137,7 @@ def artifact_summary(row: Row[Any], repo_id: str) -> dict[str, Any]:
         row.architecture, row.parameter_count, row.file_type, row.size_label, row.license, row.context_length,
         row.expert_count, row.shard_count, row.file_size, row.downloads, row.likes, row.last_modified,
         row.verification_status, severity_name(row.chat_template_max_severity), memory(row, MEMORY_CONTEXT),
-        capability_names(row.chat_template_capabilities), row.kind,
+        capability_names(row.chat_template_capabilities), row.kind, modality_names(row.modalities),
     )  # fmt: skip
 
 
@@ -148,13 +149,13 @@ def memory(row: Row[Any], tokens: int) -> dict[str, int] | None:
 
 def search_hit(row: Sequence[Any], memory_context: int) -> dict[str, Any]:
     """The search-hit shape from a `SearchPage` row (SearchItem's fields, then the severity
-    rank, the KV cache columns, the capabilities' mask and the kind), its memory sized at
+    rank, the KV cache columns, the capabilities' mask, the kind and the modalities' mask), its memory sized at
     `memory_context` tokens."""
     r = row
     return _summary(
         r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13], r[14], r[15],
         r[16], r[17], r[18], r[19], severity_name(r[20]), memory_at(r[15], r[12], r[21], r[22], r[23], memory_context),
-        capability_names(r[24]), r[25],
+        capability_names(r[24]), r[25], modality_names(r[26]),
     )  # fmt: skip
 
 

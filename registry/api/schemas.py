@@ -21,7 +21,7 @@ from registry.catalog.models import (
     REPO_SOURCES,
     VERIFICATION_STATUSES,
 )
-from registry.gguf.facts_model import KINDS
+from registry.gguf.facts_model import KINDS, MODALITIES
 from registry.gguf.vocab import MAX_SIZE_DIFFERENCE
 from registry.safety.capabilities import CAPABILITIES
 from registry.safety.findings import SEVERITIES
@@ -110,12 +110,17 @@ _SUMMARY_PROPS: dict[str, Schema] = {
         "description": "What the chat templates can do, each seen in a probe render in the sandbox: `system` (a "
         "system message reaches the prompt), `tools` (a tool definition does), `tool_calls` (an assistant's tool "
         "call does), `thinking` (reasoning is carried, opened or switched). [] for none or no template; null when "
-        "not probed (`--full` re-indexes rows written before the probes).",
+        "not probed (rows an older release wrote, until the next crawl or index reads them again).",
     },
     "kind": {
         **nullable({"enum": list(KINDS)}),
         "description": "What the file is: a model, a multimodal projector (`mmproj`, llama.cpp's --mmproj), a LoRA "
         "adapter, an importance matrix or a vocabulary alone. Null for error rows.",
+    },
+    "modalities": {
+        **nullable({"type": "array", "items": {"enum": list(MODALITIES)}}),
+        "description": "What a projector (`kind` mmproj) takes in besides text, from its `clip.has_vision_encoder` "
+        "and `clip.has_audio_encoder` flags; [] when it declares neither. Null on every other kind.",
     },
     "memory": {
         **nullable(obj({"tokens": INT, "bytes": INT})),
@@ -153,8 +158,13 @@ FACTS = obj(
         "expert_used_count": OPT_INT, "tokenizer_model": OPT_STR, "tokenizer_pre": OPT_STR, "vocab_size": OPT_INT,
         "vocab_sha256": {**OPT_STR, "description": "The vocabulary key (registry/gguf/vocab.py): artifacts with the same "
                          f"key and at most {MAX_SIZE_DIFFERENCE} tokens more or fewer can draft for one another in speculative decoding "
-                         "(`draft_for`). Null: no token list, or indexed before the key existed (`--full` writes it)."},
-        "chat_template_sha256": OPT_STR, "kind": STR, "gguf_version": INT, "endianness": STR, "alignment": INT,
+                         "(`draft_for`). Null: no token list, or an older release wrote it (until the next crawl or index)."},
+        "chat_template_sha256": OPT_STR, "kind": STR,
+        "modalities": {"type": "object", "additionalProperties": OPT_STR,
+                       "description": "A projector's inputs (vision, audio), each with the projector type "
+                       "its file names (clip.{vision,audio}.projector_type, else clip.projector_type). "
+                       "Empty on every other kind."},
+        "gguf_version": INT, "endianness": STR, "alignment": INT,
         "tensor_count": INT, "kv_count": INT, "header_bytes": INT, "file_size": OPT_INT, "shard_count": INT,
         "kv_cache": KV_CACHE,
     },

@@ -179,6 +179,9 @@ class Artifact(Base):
     # What the file is (registry.gguf.facts_model.KINDS), copied from facts for the filter;
     # NULL for error rows.
     kind: Mapped[str | None] = mapped_column(String(16))
+    # A projector's inputs as a bit mask (facts_model.MODALITIES: bit i for MODALITIES[i]);
+    # NULL on every other kind. Read through the (repo_pk, path) index by the modality filter.
+    modalities: Mapped[int | None] = mapped_column(SmallInteger)
     # ... and of the repo, kept NOT NULL so keyset cursors never meet a NULL.
     downloads: Mapped[int] = mapped_column(BigInteger, default=0)
     likes: Mapped[int] = mapped_column(Integer, default=0)

@@ -66,7 +66,7 @@ from registry.catalog.models import (
     RepoMove,
     repo_key,
 )
-from registry.gguf.facts_model import KINDS
+from registry.gguf.facts_model import KINDS, MODALITIES, modality_mask, modality_names
 from registry.gguf.kvcache import KVCache
 from registry.gguf.vocab import MAX_SIZE_DIFFERENCE
 from registry.safety.capabilities import CAPABILITIES, from_mask
@@ -130,7 +130,7 @@ FACETS = ("architecture", "license", "file_type", "size_bucket")
 # SearchQuery filters on columns outside the covering facet index.
 _NON_FACET_FILTERS = ("text", "tensor_type", "min_params", "max_params", "min_size", "max_size", "size_label",
                       "min_context", "expert_count", "verification", "descendant_of", "template_severity",
-                      "max_memory", "draft_for", "capability", "kind", "with_projector")  # fmt: skip
+                      "max_memory", "draft_for", "capability", "kind", "with_projector", "modality")  # fmt: skip
 STATUSES = (*ARTIFACT_STATUSES, "all")
 # The context the memory filter sizes the KV cache for when the query names none: what local
 # runners commonly start with.
@@ -168,6 +168,9 @@ class SearchQuery:
     # artifact: llama.cpp's --mmproj, images or audio in); False: only those whose repo holds
     # none; None: either.
     with_projector: bool | None = None
+    # Comma-separated MODALITIES names (vision, audio): only artifacts whose repo holds an
+    # indexed projector that takes all of them (implies a projector; the projector matches too).
+    modality: str | None = None
     # Needs at most this many bytes to run: the file (all shards) plus its f16 KV cache at
     # `memory_context` tokens (MEMORY_CONTEXT when None), or at the model's own context_length
     # when that is shorter (`memory_needed`). Artifacts without a KV cache estimate never match.
@@ -222,6 +225,7 @@ class SearchItem:
     memory: dict[str, int] | None = None
     chat_template_capabilities: list[str] | None = None  # CAPABILITIES names; None: not probed
     kind: str | None = None  # a KINDS name; None for error rows
+    modalities: list[str] | None = None  # a projector's MODALITIES names; None on other kinds
 
     def to_dict(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in self.__slots__}
@@ -232,7 +236,8 @@ class SearchItem:
 @dataclass(frozen=True, slots=True)
 class SearchPage:
     # The hits as rows: SearchItem's fields in order, the last the stored severity rank, then
-    # the KV cache columns (`MEMORY_COLUMNS`), then the capabilities' mask and the kind. A page of 100
+    # the KV cache columns (`MEMORY_COLUMNS`), then the capabilities' mask, the kind and the
+    # modalities' mask. A page of 100
     # built SearchItems that the API turned into dicts at once (see `items`).
     rows: Sequence[Sequence[Any]]
     next_cursor: str | None
@@ -394,7 +399,7 @@ def _column_predicates(q: SearchQuery) -> list[_Predicate]:
     if q.capability is not None:
         # The masks that hold every asked-for bit: a short IN list the column's index answers.
         need = capability_bits(q.capability)
-        holding = tuple(v for v in range(1 << len(CAPABILITIES)) if v & need == need)
+        holding = _holding(need, len(CAPABILITIES))
         column = Artifact.chat_template_capabilities
         preds.append(_Predicate(column, ("capabilities", "all", need), lambda c: c.in_(holding)))
     if q.memory_context is not None and not 1 <= q.memory_context <= MAX_MEMORY_CONTEXT:
@@ -476,11 +481,25 @@ def template_severity_rank(name: str) -> int:
 
 def capability_bits(names: str) -> int:
     """The bit mask of comma-separated capability names; unknown or no names: InvalidQuery."""
+    return capability_mask(_names(names, CAPABILITIES, "capability"))
+
+
+def modality_bits(names: str) -> int:
+    """The bit mask of comma-separated modality names; unknown or no names: InvalidQuery."""
+    return modality_mask(_names(names, MODALITIES, "modality"))
+
+
+def _names(names: str, allowed: tuple[str, ...], parameter: str) -> list[str]:
     wanted = [n.strip() for n in names.split(",")]
-    unknown = [n for n in wanted if n not in CAPABILITIES]
+    unknown = [n for n in wanted if n not in allowed]
     if unknown:
-        raise InvalidQuery(f"unknown capability {unknown[0]!r}", parameter="capability", allowed=list(CAPABILITIES))
-    return capability_mask(wanted)
+        raise InvalidQuery(f"unknown {parameter} {unknown[0]!r}", parameter=parameter, allowed=list(allowed))
+    return wanted
+
+
+def _holding(need: int, width: int) -> tuple[int, ...]:
+    """The masks of `width` bits that hold every bit of `need`: a short IN list."""
+    return tuple(v for v in range(1 << width) if v & need == need)
 
 
 def capability_names(bits: int | None) -> list[str] | None:
@@ -715,12 +734,18 @@ _HAS_PROJECTOR = exists().where(
 )
 
 
+def _has_projector_for(modality: str) -> ColumnElement[bool]:
+    """The artifact's repo holds an indexed projector that takes all of these modalities."""
+    holding = _holding(modality_bits(modality), len(MODALITIES))
+    return _HAS_PROJECTOR.where(_PROJECTOR.modalities.in_(holding))
+
+
 def _only_columns(q: SearchQuery) -> bool:
     """Whether the query filters on indexed columns only: its clauses all come from `_clause`,
     shared per value, so its first pages can share their statement (`_first_page`)."""
     return (
         not q.text and not q.tensor_type and not q.descendant_of and q.max_memory is None and q.draft_for is None
-        and q.with_projector is None
+        and q.with_projector is None and q.modality is None
     )  # fmt: skip
 
 
@@ -769,7 +794,7 @@ async def _common_together(session: AsyncSession, q: SearchQuery, preds: list[_P
     the answer only steers the plan, so leaving it out of that count costs no correctness."""
     if (
         len(preds) <= 1 and q.tensor_type is None and q.descendant_of is None and q.max_memory is None
-        and q.draft_for is None and q.with_projector is None
+        and q.draft_for is None and q.with_projector is None and q.modality is None
     ):  # fmt: skip
         if any(len(t) < search_index.MIN_TRIGRAM for t in terms):
             return True  # counted by `_term_ids`, which found them common together
@@ -783,7 +808,7 @@ async def _common_together(session: AsyncSession, q: SearchQuery, preds: list[_P
     memory = (q.max_memory, q.memory_context)
     key = (
         "all", tuple(p.key for p in preds), tuple(terms), q.tensor_type, q.descendant_of, memory, q.draft,
-        q.with_projector,
+        q.with_projector, q.modality,
     )  # fmt: skip
     hints = _hints(session)
     threshold = min(COMMON_TOGETHER_ROWS, COMMON_ROWS)
@@ -815,6 +840,8 @@ async def _where(
         )
     if q.with_projector is not None:
         where.append(_HAS_PROJECTOR if q.with_projector else ~_HAS_PROJECTOR)
+    if q.modality is not None:
+        where.append(_has_projector_for(q.modality))
     if q.descendant_of:
         repo_pk = _unindexed(Artifact.repo_pk) if walk_family else Artifact.repo_pk
         where.append(_in_family(repo_pk, family if family is not None else await _family_pks(session, q.descendant_of)))
@@ -896,7 +923,7 @@ _HIT_COLUMNS = (
     _A.id, _R.repo_id, _A.path, _A.revision, _A.status, _A.error_code, _A.error_message, _A.architecture,
     _A.parameter_count, _A.file_type, _A.size_label, _A.license, _A.context_length, _A.expert_count,
     _A.shard_count, _A.file_size, _A.downloads, _A.likes, _A.last_modified, _A.verification_status,
-    _A.chat_template_max_severity, *MEMORY_COLUMNS, _A.chat_template_capabilities, _A.kind,
+    _A.chat_template_max_severity, *MEMORY_COLUMNS, _A.chat_template_capabilities, _A.kind, _A.modalities,
 )  # fmt: skip
 
 
@@ -995,9 +1022,11 @@ def _first_page(column: InstrumentedAttribute[Any], descending: bool, plan: _Pla
 
 def _item(row: Sequence[Any], memory_context: int) -> SearchItem:
     # SearchItem's fields are in _HIT_COLUMNS order, then the severity's name, the memory, the
-    # capabilities and the kind.
+    # capabilities, the kind and the modalities.
     memory = memory_at(row[15], row[12], row[21], row[22], row[23], memory_context)
-    fields: tuple[Any, ...] = (*row[:20], severity_name(row[20]), memory, capability_names(row[24]), row[25])
+    fields: tuple[Any, ...] = (
+        *row[:20], severity_name(row[20]), memory, capability_names(row[24]), row[25], modality_names(row[26]),
+    )  # fmt: skip
     return SearchItem(*fields)
 
 

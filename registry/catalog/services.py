@@ -41,6 +41,7 @@ from registry.catalog.models import Artifact, Facts, LineageEdge, QuantMix, Repo
 from registry.catalog.snapshot import DERIVATION, ArtifactRecord, LineageRecord, RepoSnapshot, UpsertResult
 from registry.catalog.types import EPOCH, utcnow
 from registry.gguf.facts_model import Facts as FactsData
+from registry.gguf.facts_model import modality_mask
 from registry.gguf.kvcache import KVCache
 from registry.safety.capabilities import mask as capability_mask
 from registry.safety.findings import findings_to_json, max_severity_rank
@@ -233,6 +234,7 @@ def _artifact_values(
         "vocab_sha256": f.vocab_sha256 if f else None,
         "vocab_size": f.vocab_size if f and f.vocab_sha256 else None,
         "kind": f.kind if f else None,
+        "modalities": modality_mask(f.modalities) if f and f.kind == "mmproj" else None,
         "downloads": repo.downloads,
         "likes": repo.likes,
         "last_modified": repo.last_modified or EPOCH,

@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from registry.gguf.errors import GGUFError, InconsistentShards, TruncatedFile
-from registry.gguf.facts_model import BaseModel, Facts, QuantMixEntry, SplitInfo
+from registry.gguf.facts_model import MODALITIES, BaseModel, Facts, QuantMixEntry, SplitInfo
 from registry.gguf.kvcache import kv_cache
 from registry.gguf.model import GGUFHeader, TensorInfo
 from registry.gguf.types import TENSOR_TYPES, ValueType, file_type_label
@@ -52,6 +52,13 @@ def _int(header: GGUFHeader, key: str) -> int | None:
     value = header.get(key)
     # bool is an int subclass; a BOOL-typed field is not a count.
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _bool(header: GGUFHeader, key: str) -> bool:
+    """A BOOL-typed flag; absent or of another type: False (a loader reading it as a bool
+    would refuse an int there)."""
+    value = header.get(key)
+    return value if isinstance(value, bool) else False
 
 
 def _is_array(header: GGUFHeader, key: str) -> bool:
@@ -277,6 +284,17 @@ def _kind(header: GGUFHeader, tensor_count: int) -> str:
     return "model"
 
 
+def _modalities(header: GGUFHeader) -> dict[str, str | None]:
+    """A projector's inputs with their projector types: `clip.has_{vision,audio}_encoder`,
+    and `clip.{vision,audio}.projector_type`, else the shared `clip.projector_type`."""
+    shared = _str(header, "clip.projector_type")
+    return {
+        m: _str(header, f"clip.{m}.projector_type") or shared
+        for m in MODALITIES
+        if _bool(header, f"clip.has_{m}_encoder")
+    }
+
+
 def _quant_mix(tensors: Sequence[TensorInfo]) -> dict[str, QuantMixEntry]:
     acc: dict[str, list[int]] = {}
     for t in tensors:
@@ -490,6 +508,7 @@ def derive_facts(headers: Sequence[GGUFHeader], *, file_sizes: Sequence[int | No
         datasets=_datasets(h0),
         description=_str(h0, "general.description"),
         kind=kind,
+        modalities=_modalities(h0) if kind == "mmproj" else {},
         gguf_version=h0.version,
         endianness=h0.endianness,
         alignment=h0.alignment,

@@ -6,6 +6,7 @@ Plain data, JSON-ready through `to_dict()`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -14,6 +15,19 @@ from registry.gguf.kvcache import KVCache
 # What a GGUF file is: a model, a multimodal projector (llama.cpp's --mmproj), a LoRA
 # adapter, an importance matrix, or a vocabulary alone (`facts._kind` tells them apart).
 KINDS = ("model", "mmproj", "lora", "imatrix", "vocab")
+# What a projector takes in besides text, as llama.cpp's multimodal loader reads it: the
+# `clip.has_vision_encoder` and `clip.has_audio_encoder` flags (`facts._modalities`).
+MODALITIES = ("vision", "audio")
+
+
+def modality_mask(names: Iterable[str]) -> int:
+    """The catalog's bit mask of these MODALITIES names (bit i for MODALITIES[i])."""
+    return sum(1 << MODALITIES.index(n) for n in set(names))
+
+
+def modality_names(bits: int | None) -> list[str] | None:
+    """A stored mask as names, in MODALITIES order (None stays None: not a projector)."""
+    return None if bits is None else [n for i, n in enumerate(MODALITIES) if bits >> i & 1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +101,10 @@ class Facts:
     datasets: tuple[str, ...] = ()
     description: str | None = None
     kind: str = "model"  # one of KINDS
+    # A projector's inputs (MODALITIES names, in that order), each with the projector type the
+    # file names for it (None: none named); {} for every other kind, and for a projector
+    # that declares no encoder, which llama.cpp refuses to load.
+    modalities: dict[str, str | None] = field(default_factory=dict)
     gguf_version: int = 3
     endianness: str = "little"
     alignment: int = 32

@@ -166,6 +166,9 @@ def _lines(
     add("name", f.name)
     add("architecture", f.architecture)
     add("kind", f.kind if f.kind != "model" else None)
+    if f.kind == "mmproj":
+        inputs = [f"{m} ({kind})" if kind else m for m, kind in f.modalities.items()]
+        add("takes in", ", ".join(inputs) or "nothing: it declares no vision or audio encoder")
     add("basename", f.basename)
     add("finetune", f.finetune)
     add("version", f.version)

@@ -44,7 +44,7 @@ from registry.catalog.search import (
 )
 from registry.catalog.services import upsert_repo_snapshot
 from registry.catalog.snapshot import ArtifactRecord, RepoSnapshot
-from registry.gguf.facts_model import KINDS, BaseModel, QuantMixEntry
+from registry.gguf.facts_model import KINDS, MODALITIES, BaseModel, QuantMixEntry
 from registry.gguf.kvcache import KVCache
 from registry.safety.capabilities import CAPABILITIES
 from registry.safety.findings import SEVERITIES, Finding
@@ -159,6 +159,7 @@ class ArtifactSpec:
     vocab: tuple[str, int] | None = None  # (vocabulary key, token count); None: no key
     capabilities: frozenset[str] | None = None  # of the chat templates; None: not probed
     kind: str = "model"
+    modalities: frozenset[str] = frozenset()  # a projector's inputs; ignored on other kinds
 
     def record(self) -> ArtifactRecord:
         if self.error:
@@ -176,6 +177,7 @@ class ArtifactSpec:
             ),
             vocab_sha256=None if self.vocab is None else self.vocab[0],
             vocab_size=None if self.vocab is None else self.vocab[1], kind=self.kind,
+            modalities={m: None for m in self.modalities} if self.kind == "mmproj" else {},
         )  # fmt: skip
         record = artifact(self.path, facts, size=self.size, shards=self.shards)
         findings = None
@@ -256,6 +258,7 @@ class Row:
     kv: tuple[int, int, int | None] | None = None
     vocab: tuple[str, int] | None = None
     capabilities: frozenset[str] | None = None
+    modalities: frozenset[str] | None = None  # of an indexed projector; None: not one
 
     def memory_item(self, context: int | None) -> dict[str, int] | None:
         """The hit's `memory`: the file plus its KV cache at `context` tokens (MEMORY_CONTEXT
@@ -318,6 +321,12 @@ class Oracle:
         projector_repos = {
             repo_key(r.repo_id) for r in self.rows if r.item["status"] == "indexed" and r.item["kind"] == "mmproj"
         }
+        inputs = {c.strip() for c in q.modality.split(",")} if q.modality is not None else None
+        taking = {  # the repos with an indexed projector that takes all of `inputs`
+            repo_key(r.repo_id) for r in self.rows
+            if r.item["status"] == "indexed" and r.modalities is not None and inputs is not None
+            and inputs <= r.modalities
+        }  # fmt: skip
         out = []
         for row in self.rows:
             i = row.item
@@ -341,6 +350,7 @@ class Oracle:
                 wanted is None or (row.capabilities is not None and wanted <= row.capabilities),
                 q.kind is None or i["kind"] == q.kind,
                 q.with_projector is None or (repo_key(row.repo_id) in projector_repos) == q.with_projector,
+                inputs is None or repo_key(row.repo_id) in taking,
                 family is None or repo_key(row.repo_id) in family,
                 q.max_memory is None or (memory is not None and memory <= q.max_memory),
                 q.draft_for is None or self.can_draft(row, q.draft_for),
@@ -411,6 +421,7 @@ def build_oracle(spec: CatalogSpec, ids: dict[tuple[str, str], int]) -> Oracle:
         for n, a in enumerate(repo.artifacts):
             gone = repo.later == "drop" and n == 0
             status = "gone" if gone else "error" if a.error else "indexed"
+            projector = not a.error and a.kind == "mmproj"
             path = a.path if a.error else a.stored_path
             haystack = [repo.repo_id, path, *repo.tags]
             if not a.error:
@@ -440,12 +451,14 @@ def build_oracle(spec: CatalogSpec, ids: dict[tuple[str, str], int]) -> Oracle:
                 "chat_template_capabilities": None if a.error or a.capabilities is None
                 else [c for c in CAPABILITIES if c in a.capabilities],
                 "kind": None if a.error else a.kind,
+                "modalities": [m for m in MODALITIES if m in a.modalities] if projector else None,
             }  # fmt: skip
             rows.append(Row(
                 item, repo.repo_id, f"{repo.repo_id}/{path}".lower(), " ".join(haystack).lower(),
                 frozenset(() if a.error else a.tensor_types), severity,
                 None if a.error else _bucket(a.parameter_count), None if a.error else a.kv,
                 None if a.error else a.vocab, None if a.error else a.capabilities,
+                a.modalities if projector else None,
             ))  # fmt: skip
     return Oracle(rows, edges)
 
@@ -507,6 +520,7 @@ def artifact_specs(draw: st.DrawFn, path: str) -> ArtifactSpec:
         vocab=draw(st.one_of(st.none(), *[st.tuples(st.sampled_from(VOCAB_KEYS), st.sampled_from(VOCAB_SIZES))] * 3)),
         capabilities=draw(st.one_of(st.none(), *[st.frozensets(st.sampled_from(CAPABILITIES))] * 3)),
         kind=draw(st.sampled_from(("model", "model", "model", "mmproj", "lora"))),
+        modalities=draw(st.frozensets(st.sampled_from(MODALITIES))),
     )  # fmt: skip
 
 
@@ -568,6 +582,7 @@ FILTER_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "template_severity": st.sampled_from(SEVERITIES),
     "kind": st.sampled_from(KINDS),
     "with_projector": st.booleans(),
+    "modality": st.lists(st.sampled_from(MODALITIES), min_size=1, max_size=3).map(",".join),
     # One name, or several (possibly repeated, spaced) that must all be there.
     "capability": st.lists(st.sampled_from(CAPABILITIES), min_size=1, max_size=3).map(
         lambda names: ", ".join(names) if len(names) == 3 else ",".join(names)

@@ -303,6 +303,53 @@ async def test_repos_from_before_the_derivation_number_are_read_again(empty_db_u
         await db.dispose()
 
 
+BEFORE_MODALITIES = "7d2e9b4f1a68"
+
+
+async def test_only_repos_with_a_projector_are_read_again_for_its_modalities(empty_db_url: str) -> None:
+    """3b8f5c1d7e92 moves the repos at derivation 1 that hold no projector to 2; a repo with
+    one stays at 1, and its next write (same revision) fills the projector's modalities. A
+    repo from before the number stays NULL. The downgrade puts 2 back to 1."""
+    from registry.catalog.models import Repo
+    from registry.catalog.snapshot import DERIVATION
+
+    projector = make_facts(architecture="clip", kind="mmproj", modalities={"vision": "gemma3"})
+    with_projector = make_snapshot("org/vision-GGUF", artifacts=(
+        artifact("model.gguf", make_facts()), artifact("mmproj.gguf", projector)))  # fmt: skip
+    db = Database.from_url(empty_db_url)
+    try:
+        await migrate.upgrade(db.engine)
+        async with db.sessions() as session, session.begin():
+            for snap in (with_projector, make_snapshot("org/text-GGUF"), make_snapshot("org/old-GGUF")):
+                await upsert_repo_snapshot(session, snap)
+
+        async def state() -> dict[str, int | None]:
+            async with db.sessions() as session:
+                return {r: d for r, d in (await session.execute(select(Repo.repo_id, Repo.derivation))).all()}
+
+        async def modalities() -> dict[str, int | None]:
+            async with db.sessions() as session:
+                return {p: m for p, m in (await session.execute(select(Artifact.path, Artifact.modalities))).all()}
+
+        assert DERIVATION == 2 and set((await state()).values()) == {2}
+        assert await modalities() == {"model.gguf": None, "mmproj.gguf": 1, "model-Q4_K_M.gguf": None}
+        await migrate.downgrade(db.engine, BEFORE_MODALITIES)
+        assert set((await state()).values()) == {1}  # as the release before left them
+        async with db.sessions() as session, session.begin():
+            await session.execute(update(Repo).where(Repo.repo_id == "org/old-GGUF").values(derivation=None))
+        await migrate.upgrade(db.engine)
+        await migrate.check(db.engine)
+        assert await state() == {"org/vision-GGUF": 1, "org/text-GGUF": 2, "org/old-GGUF": None}
+        assert (await modalities())["mmproj.gguf"] is None
+        async with db.sessions() as session, session.begin():
+            assert not (await upsert_repo_snapshot(session, with_projector)).unchanged
+            assert (await upsert_repo_snapshot(session, make_snapshot("org/text-GGUF"))).unchanged
+        assert (await modalities())["mmproj.gguf"] == 1 and (await state())["org/vision-GGUF"] == 2
+    finally:
+        await empty_tables(db)
+        await db.dispose()
+
+
 BEFORE_MOVED_IDS_IN_TEXT = "5c1e9b7d2a40"
 
 

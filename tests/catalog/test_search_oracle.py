@@ -191,6 +191,8 @@ ALWAYS = {
     "capability": "capability",
     # a correlated EXISTS over the artifact's repo; gone and error projectors do not count
     "with_projector": "projector",
+    # the same EXISTS, with an IN list of the projector's masks holding the asked-for bits
+    "modality": "modality",
 }
 
 

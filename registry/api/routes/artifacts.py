@@ -31,7 +31,7 @@ from registry.api.sessions import read_session
 from registry.catalog import search as catalog_search
 from registry.catalog.folding import folded
 from registry.catalog.models import VERIFICATION_STATUSES
-from registry.gguf.facts_model import KINDS
+from registry.gguf.facts_model import KINDS, MODALITIES
 from registry.gguf.vocab import MAX_SIZE_DIFFERENCE
 from registry.safety.capabilities import CAPABILITIES
 from registry.safety.findings import SEVERITIES
@@ -46,6 +46,8 @@ SORT_CHOICES = tuple(
 
 _ONE_CAPABILITY = f"({'|'.join(CAPABILITIES)})"
 MAX_CAPABILITY_LIST = 64
+_ONE_MODALITY = f"({'|'.join(MODALITIES)})"
+MAX_MODALITY_LIST = 32
 
 FILTER_PARAMS: tuple[Param, ...] = (
     text_param("q", "Free text: every word must occur in the repo id, path, name, tags or description."),
@@ -77,6 +79,11 @@ FILTER_PARAMS: tuple[Param, ...] = (
     Param("with_projector", boolean, {"type": "string", "enum": BOOLEAN_WORDS},
           "1: only artifacts whose repo also holds a multimodal projector (an `mmproj` file, llama.cpp's --mmproj: "
           "images or audio in); 0: only those whose repo holds none. Try with `kind=model`."),
+    Param("modality", text(MAX_MODALITY_LIST),
+          {"type": "string", "maxLength": MAX_MODALITY_LIST, "pattern": f"^{_ONE_MODALITY}(,{_ONE_MODALITY})*$"},
+          f"Only artifacts whose repo holds a multimodal projector that takes all of these, comma-separated: "
+          f"{', '.join(MODALITIES)} (the projector's `modalities`). `kind=model&modality=vision`: the models "
+          "llama.cpp can give images with --mmproj."),
     choice_param("status", "Artifact status; `all` for every one.", catalog_search.STATUSES, default="indexed"),
     choice_param("verification", "Status of the latest verification.", VERIFICATION_STATUSES),
     text_param("descendant_of", "Only repos below this repo id (org/name, any case of A-Z) in the lineage graph."),
