@@ -74,6 +74,11 @@ async def test_crawl_indexes_then_skips_unchanged(db: Database, hub: FakeHub) ->
         artifacts = await _artifacts(db)
         split = artifacts[("synth/split-moe-GGUF", "split-moe-Q8_0-00001-of-00003.gguf")]
         assert split.status != "error"
+        # The projector's vision flag, read from its header bytes like the rest.
+        assert artifacts[("other/vision-GGUF", "mmproj-vision-F16.gguf")].modalities == 1
+        assert {k for k, a in artifacts.items() if a.modalities is not None} == {
+            ("other/vision-GGUF", "mmproj-vision-F16.gguf")
+        }
         assert ("synth/tiny-llama-GGUF", "tiny-llama-Q8_0.gguf") in artifacts
         # The token reached the hub, never the CDN.
         assert not any(r.authorization for r in hub.requests_to("cdn"))
