@@ -141,6 +141,12 @@ def artifact_summary(row: Row[Any], repo_id: str) -> dict[str, Any]:
     )  # fmt: skip
 
 
+def projector(row: Row[Any]) -> dict[str, Any]:
+    """A projector beside an artifact, as its page lists it."""
+    return {"id": row.id, "path": row.path, "file_size": row.file_size,
+            "modalities": modality_names(row.modalities), "url": f"/v1/artifacts/{row.id}"}  # fmt: skip
+
+
 def memory(row: Row[Any], tokens: int) -> dict[str, int] | None:
     """An artifact row's `memory`: the file plus its KV cache at `tokens` tokens (`memory_at`)."""
     return memory_at(row.file_size, row.context_length, row.kv_bytes_per_token, row.kv_swa_bytes_per_token,

@@ -144,6 +144,25 @@ async def repo_artifacts(session: AsyncSession, repo_pk: int) -> list[ArtifactDe
     return [_detail(row) for row in rows]
 
 
+# The most projectors an artifact page lists: a repo holds a few (one per precision).
+MAX_PROJECTORS = 20
+# A repo's indexed projectors, through the (repo_pk, path) index.
+_PROJECTORS = (
+    select(_ARTIFACTS.c.id, _ARTIFACTS.c.path, _ARTIFACTS.c.file_size, _ARTIFACTS.c.modalities)
+    .where(_ARTIFACTS.c.repo_pk == bindparam("repo_pk"), _ARTIFACTS.c.kind == "mmproj",
+           _ARTIFACTS.c.status == "indexed", _ARTIFACTS.c.id != bindparam("artifact_id"))
+    .order_by(_ARTIFACTS.c.path)
+    .limit(MAX_PROJECTORS)
+)  # fmt: skip
+
+
+async def projectors_beside(session: AsyncSession, row: Row[Any]) -> list[Row[Any]]:
+    """The indexed multimodal projectors in the artifact's repo, itself left out, by path:
+    the files to give llama.cpp's --mmproj with it."""
+    conn = await session.connection()
+    return list(await conn.execute(_PROJECTORS, {"repo_pk": row.repo_pk, "artifact_id": row.id}))
+
+
 async def get_artifact(session: AsyncSession, artifact_id: int) -> ArtifactDetail | None:
     conn = await session.connection()
     row = (await conn.execute(_artifact_by_id(conn.dialect.name), {"artifact_id": artifact_id})).one_or_none()

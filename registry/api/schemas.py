@@ -12,6 +12,7 @@ from typing import Any
 from registry.api.bodies import MAX_CRAWL_LIMIT, MAX_CRAWL_REPOS, MAX_SEARCH, REPO_PART
 from registry.api.launchers import JOB_STATES
 from registry.api.params import BIGINT_MAX, NOT_BLANK
+from registry.api.reads import MAX_PROJECTORS
 from registry.catalog.models import (
     ARTIFACT_STATUSES,
     CRAWL_KINDS,
@@ -217,6 +218,13 @@ ARTIFACT = obj({
         **ANY_OBJECT,
         "description": "Scalar metadata of the first shard; long arrays and strings are summarised "
         "as {summary, length, head}.",
+    },
+    "projectors": {
+        "type": "array", "maxItems": MAX_PROJECTORS,
+        "items": obj({"id": INT, "path": STR, "file_size": INT,
+                      "modalities": nullable({"type": "array", "items": {"enum": list(MODALITIES)}}), "url": STR}),
+        "description": "The indexed multimodal projectors in the artifact's repo (itself left out), by path, at "
+        f"most {MAX_PROJECTORS}: the files to give llama.cpp's --mmproj with a model, and what each takes in.",
     },
 })  # fmt: skip
 

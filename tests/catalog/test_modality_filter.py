@@ -164,6 +164,14 @@ async def test_api_modality(api: ApiClient) -> None:
     detail = await api.get(projector.body["items"][0]["url"])
     assert detail.status == 200 and detail.body["modalities"] == ["vision", "audio"]
     assert detail.body["facts"]["modalities"] == {"vision": "qwen2.5o", "audio": "qwen2.5o-audio"}
+    assert detail.body["projectors"] == []  # itself left out
+    model = (await api.get("/v1/artifacts?modality=vision,audio&kind=model")).body["items"][0]
+    beside = (await api.get(model["url"])).body["projectors"]
+    assert beside == [{"id": projector.body["items"][0]["id"], "path": "mmproj-omni-f16.gguf",
+                       "file_size": projector.body["items"][0]["file_size"], "modalities": ["vision", "audio"],
+                       "url": projector.body["items"][0]["url"]}]  # fmt: skip
+    text = (await api.get("/v1/artifacts?q=text&kind=model")).body["items"][0]
+    assert text["path"] == "text-Q8_0.gguf" and (await api.get(text["url"])).body["projectors"] == []
     for bad in ("image", "vision;audio", "vision," * 10):
         reply = await api.get(f"/v1/artifacts?modality={bad}")
         assert reply.status == 400 and reply.body["error"]["details"]["parameter"] == "modality", bad

@@ -152,12 +152,14 @@ async def get_artifact(request: web.Request) -> web.Response:
         if found is None:
             raise NotFound(f"no artifact with id {artifact_id}", details={"artifact_id": artifact_id})
         latest = (await reads.latest_verifications(session, [found])).get(artifact_id)
+        projectors = await reads.projectors_beside(session, found.row)
     if args["tensors"]:
         raise NotStored(
             "the catalog does not store tensor tables yet; request the artifact without tensors",
             details={"parameter": "tensors"},
         )
     body = present.artifact_full(found, found.row.repo_name, latest, with_metadata=True)
+    body["projectors"] = [present.projector(p) for p in projectors]
     kv = (body["facts"] or {}).get("kv_cache")
     if args["context"] is not None:
         body["memory"] = present.memory(found.row, args["context"])
