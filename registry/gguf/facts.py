@@ -284,15 +284,20 @@ def _kind(header: GGUFHeader, tensor_count: int) -> str:
     return "model"
 
 
+# A projector type is a short name (`gemma3`, `qwen2.5o`); longer text is cut to this.
+PROJECTOR_TYPE_LENGTH = 64
+
+
 def _modalities(header: GGUFHeader) -> dict[str, str | None]:
     """A projector's inputs with their projector types: `clip.has_{vision,audio}_encoder`,
     and `clip.{vision,audio}.projector_type`, else the shared `clip.projector_type`."""
     shared = _str(header, "clip.projector_type")
-    return {
-        m: _str(header, f"clip.{m}.projector_type") or shared
-        for m in MODALITIES
-        if _bool(header, f"clip.has_{m}_encoder")
-    }
+    out: dict[str, str | None] = {}
+    for m in MODALITIES:
+        if _bool(header, f"clip.has_{m}_encoder"):
+            kind = _str(header, f"clip.{m}.projector_type") or shared
+            out[m] = kind[:PROJECTOR_TYPE_LENGTH] if kind else None
+    return out
 
 
 def _quant_mix(tensors: Sequence[TensorInfo]) -> dict[str, QuantMixEntry]:

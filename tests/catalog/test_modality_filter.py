@@ -69,6 +69,7 @@ def _modalities(path: Path) -> dict[str, str | None]:
         (OMNI, {"vision": "qwen2.5o", "audio": "qwen2.5o-audio"}),
         ({"clip.has_vision_encoder": True, "clip.vision.projector_type": "pixtral"}, {"vision": "pixtral"}),
         ({"clip.has_vision_encoder": True}, {"vision": None}),  # no type named
+        ({"clip.has_audio_encoder": True, "clip.projector_type": "x" * 100_000}, {"audio": "x" * 64}),  # cut
         ({}, {}),  # no encoder declared
         ({"clip.has_vision_encoder": 1, "clip.projector_type": "mlp"}, {}),  # a number, not a flag
         ({"clip.has_vision_encoder": False, "clip.has_audio_encoder": False}, {}),
