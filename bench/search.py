@@ -76,7 +76,7 @@ KINDS = [("model", 90), ("mmproj", 6), ("lora", 2), ("imatrix", 1.9), ("vocab", 
 def _capabilities(rng: random.Random) -> int | None:
     """A template capability mask: 15% not probed (indexed before the probes), 10% without a
     template; of the rest 95% take a system message, 40% tools (most of them tool calls
-    too) and 15% think."""
+    too, and 70% of those two at once) and 15% think."""
     if rng.random() < 0.15:
         return None
     if rng.random() < 0.1:
@@ -85,6 +85,8 @@ def _capabilities(rng: random.Random) -> int | None:
     names = [name for name, share in (("system", 0.95), ("thinking", 0.15)) if rng.random() < share]
     if tools:
         names += ["tools", "tool_calls"] if rng.random() < 0.85 else ["tools"]
+        if "tool_calls" in names and rng.random() < 0.7:
+            names.append("parallel_tool_calls")
     return capability_mask(names)
 
 
@@ -378,6 +380,8 @@ async def queries(db: Database) -> list[tuple[str, Callable[[], Awaitable[Any]]]
         ("tools+thinking + fits 8 GiB", searching(SearchQuery(capability="tools,thinking", max_memory=8 << 30))),
         ("tool_calls + llama + Q4_K_M", searching(SearchQuery(capability="tool_calls", architecture="llama",
                                                                file_type="Q4_K_M"))),
+        ("parallel_tool_calls + fits 8 GiB", searching(SearchQuery(capability="parallel_tool_calls",
+                                                                   max_memory=8 << 30))),
         ("kind=model", searching(SearchQuery(kind="model"))),
         ("kind=mmproj + qwen2", searching(SearchQuery(kind="mmproj", architecture="qwen2"))),
         ("kind=vocab (rare), sort name", searching(SearchQuery(kind="vocab", sort="name"))),

@@ -401,7 +401,8 @@ def _add_search(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
                    help="chat template has a safety finding at least this severe: info, low, medium, high "
                    "or critical")  # fmt: skip
     p.add_argument("--capability", metavar="C", action="append",
-                   help="chat templates can do C: system, tools, tool_calls or thinking (seen in probe renders); "
+                   help="chat templates can do C: system, tools, tool_calls, thinking or parallel_tool_calls (seen in "
+                   "probe renders); "
                    "repeat or comma-separate for all of several")  # fmt: skip
     p.add_argument("--kind", choices=["model", "mmproj", "lora", "imatrix", "vocab"],
                    help="what the file is: model leaves out projectors (mmproj), LoRA adapters, importance "

@@ -110,7 +110,8 @@ _SUMMARY_PROPS: dict[str, Schema] = {
         **nullable({"type": "array", "items": {"enum": list(CAPABILITIES)}}),
         "description": "What the chat templates can do, each seen in a probe render in the sandbox: `system` (a "
         "system message reaches the prompt), `tools` (a tool definition does), `tool_calls` (an assistant's tool "
-        "call does), `thinking` (reasoning is carried, opened or switched). [] for none or no template; null when "
+        "call does), `thinking` (reasoning is carried, opened or switched), `parallel_tool_calls` (two tool calls "
+        "of one turn both do). [] for none or no template; null when "
         "not probed (rows an older release wrote, until the next crawl or index reads them again).",
     },
     "kind": {

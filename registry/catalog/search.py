@@ -161,7 +161,8 @@ class SearchQuery:
     # not-scanned artifacts never match.
     template_severity: str | None = None
     # Chat templates that can do all of these: comma-separated CAPABILITIES names (system,
-    # tools, tool_calls, thinking). Artifacts whose templates were not probed never match.
+    # tools, tool_calls, thinking, parallel_tool_calls). Artifacts whose templates were not
+    # probed never match.
     capability: str | None = None
     kind: str | None = None  # what the file is: a KINDS name (model, mmproj, lora, imatrix, vocab)
     # True: only artifacts whose repo also holds an indexed multimodal projector (an `mmproj`

@@ -18,10 +18,12 @@ from registry.safety.findings import Finding
 # next crawl or index that names it, even at the revision indexed, and written in full;
 # a repo at this number and its revision is skipped as unchanged. One re-read per repo
 # and release, where `crawl --full` re-reads everything every time.
-# A migration may move the repos a bump leaves unchanged to the new number (3b8f5c1d7e92).
+# A migration may move the repos a bump leaves unchanged to the new number (3b8f5c1d7e92,
+# 9e4a2c6b8d15).
 #   1: KV cache and vocabulary columns, template findings and capabilities, artifact kind
 #   2: a projector's modalities (vision, audio) and projector types
-DERIVATION = 2
+#   3: the parallel_tool_calls template capability (9e4a2c6b8d15)
+DERIVATION = 3
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,8 @@ Three independent looks at each template: the parsed AST (`ast_scan`), a render 
 standard conversations in a separate limited process (`sandbox`), and the text the
 template adds around the messages (`hidden`). Templates are never rendered in this
 process: only `SandboxPool` children render. `scan_header_report` also says what the
-templates can do (`capabilities`: system, tools, tool_calls, thinking), from probe renders.
+templates can do (`capabilities`: system, tools, tool_calls, thinking, parallel_tool_calls),
+from probe renders.
 
 A template is clean when its findings list is empty. Finding codes:
 

@@ -14,6 +14,9 @@ a template that mentions tools only to reject them, or drops a system message, l
 |              | prompt, or the generation prompt opens a `<think>` block, or the       |
 |              | template reads a switch for it (`enable_thinking`, `thinking`,         |
 |              | `reasoning_effort`)                                                    |
+| `parallel_tool_calls` | an assistant message with two tool calls: both reach the      |
+|              | prompt, in order (a template that renders the first only, or raises on |
+|              | more than one, lacks it)                                               |
 
 Probes that cannot apply are not rendered: the tool probes only when the source mentions
 `tools` / `tool_calls`, the thinking probes only when it mentions `think` or `reasoning`.
@@ -33,12 +36,14 @@ from registry.safety.sandbox import RenderResult
 
 __all__ = ["CAPABILITIES", "Probe", "capabilities_found", "from_mask", "in_order", "mask", "probes"]
 
-CAPABILITIES = ("system", "tools", "tool_calls", "thinking")  # bit i of the stored mask
+# Bit i of the stored mask: a new name goes last, so that stored masks keep their meaning.
+CAPABILITIES = ("system", "tools", "tool_calls", "thinking", "parallel_tool_calls")
 # Variables whose reading means the template switches reasoning on or off.
 THINKING_SWITCHES = frozenset({"enable_thinking", "thinking", "reasoning_effort"})
 THINK_OPEN = "<think>"
 # Nine letters and digits: Mistral's templates reject any other tool call id.
 CALL_ID = "c4ll1d0k9"
+SECOND_CALL_ID = "c4ll2d0k9"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,16 +83,20 @@ def probes(source: str, *, bos: str = "", eos: str = "") -> list[Probe]:
         ctx = _context([{"role": "user", "content": _text()}], bos=bos, eos=eos, generation=True, tools=[tool])
         out.append(Probe("tools", ctx, name))
     if "tool_calls" in source:
-        for as_text in (False, True):
-            city = f"City {secrets.token_hex(6)}"
-            arguments: Any = json.dumps({"city": city}) if as_text else {"city": city}
-            call = {"id": CALL_ID, "type": "function", "function": {"name": name, "arguments": arguments}}
-            messages = [
-                {"role": "user", "content": _text()},
-                {"role": "assistant", "content": "", "tool_calls": [call]},
-                {"role": "tool", "tool_call_id": CALL_ID, "name": name, "content": _text()},
-            ]
-            out.append(Probe("tool_calls", _context(messages, bos=bos, eos=eos, generation=True, tools=[tool]), city))
+        for ids in ((CALL_ID,), (CALL_ID, SECOND_CALL_ID)):
+            for as_text in (False, True):
+                cities = [f"City {secrets.token_hex(6)}" for _ in ids]
+                calls = [_call(i, name, city, as_text) for i, city in zip(ids, cities, strict=True)]
+                messages = [
+                    {"role": "user", "content": _text()},
+                    {"role": "assistant", "content": "", "tool_calls": calls},
+                    *({"role": "tool", "tool_call_id": i, "name": name, "content": _text()} for i in ids),
+                ]
+                ctx = _context(messages, bos=bos, eos=eos, generation=True, tools=[tool])
+                if len(ids) == 1:
+                    out.append(Probe("tool_calls", ctx, cities[0]))
+                else:  # both calls, in order
+                    out.append(Probe("parallel_tool_calls", ctx, cities[0], follows=cities[1]))
     if "think" in source or "reasoning" in source:
         reasoning = _text()
         answer = {"role": "assistant", "content": _text(), "reasoning_content": reasoning, "thinking": reasoning}
@@ -99,6 +108,12 @@ def probes(source: str, *, bos: str = "", eos: str = "") -> list[Probe]:
         ctx = _context([{"role": "user", "content": user}], bos=bos, eos=eos, generation=True)
         out.append(Probe("thinking", ctx, user, follows=THINK_OPEN))  # the generation prompt opens a think block
     return out
+
+
+def _call(call_id: str, name: str, city: str, as_text: bool) -> dict[str, Any]:
+    """A tool call asking `name` for a city, the arguments an object or a JSON text."""
+    arguments: Any = json.dumps({"city": city}) if as_text else {"city": city}
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
 def _found(probe: Probe, result: RenderResult) -> bool:

@@ -307,9 +307,10 @@ BEFORE_MODALITIES = "7d2e9b4f1a68"
 
 
 async def test_only_repos_with_a_projector_are_read_again_for_its_modalities(empty_db_url: str) -> None:
-    """3b8f5c1d7e92 moves the repos at derivation 1 that hold no projector to 2; a repo with
-    one stays at 1, and its next write (same revision) fills the projector's modalities. A
-    repo from before the number stays NULL. The downgrade puts 2 back to 1."""
+    """3b8f5c1d7e92 moves the repos at derivation 1 that hold no projector to 2 (and the
+    next revision, none of whose templates make tool calls, on to 3); a repo with one stays
+    at 1, and its next write (same revision) fills the projector's modalities. A repo from
+    before the number stays NULL. The downgrades put the numbers back to 1."""
     from registry.catalog.models import Repo
     from registry.catalog.snapshot import DERIVATION
 
@@ -331,7 +332,7 @@ async def test_only_repos_with_a_projector_are_read_again_for_its_modalities(emp
             async with db.sessions() as session:
                 return {p: m for p, m in (await session.execute(select(Artifact.path, Artifact.modalities))).all()}
 
-        assert DERIVATION == 2 and set((await state()).values()) == {2}
+        assert set((await state()).values()) == {DERIVATION}
         assert await modalities() == {"model.gguf": None, "mmproj.gguf": 1, "model-Q4_K_M.gguf": None}
         await migrate.downgrade(db.engine, BEFORE_MODALITIES)
         assert set((await state()).values()) == {1}  # as the release before left them
@@ -339,12 +340,67 @@ async def test_only_repos_with_a_projector_are_read_again_for_its_modalities(emp
             await session.execute(update(Repo).where(Repo.repo_id == "org/old-GGUF").values(derivation=None))
         await migrate.upgrade(db.engine)
         await migrate.check(db.engine)
-        assert await state() == {"org/vision-GGUF": 1, "org/text-GGUF": 2, "org/old-GGUF": None}
+        assert await state() == {"org/vision-GGUF": 1, "org/text-GGUF": DERIVATION, "org/old-GGUF": None}
         assert (await modalities())["mmproj.gguf"] is None
         async with db.sessions() as session, session.begin():
             assert not (await upsert_repo_snapshot(session, with_projector)).unchanged
             assert (await upsert_repo_snapshot(session, make_snapshot("org/text-GGUF"))).unchanged
-        assert (await modalities())["mmproj.gguf"] == 1 and (await state())["org/vision-GGUF"] == 2
+        assert (await modalities())["mmproj.gguf"] == 1 and (await state())["org/vision-GGUF"] == DERIVATION
+    finally:
+        await empty_tables(db)
+        await db.dispose()
+
+
+BEFORE_PARALLEL_TOOL_CALLS = "3b8f5c1d7e92"
+
+
+async def test_only_repos_whose_templates_make_tool_calls_are_read_again_for_parallel_ones(
+    empty_db_url: str,
+) -> None:
+    """9e4a2c6b8d15 moves the repos at derivation 2 without a `tool_calls` template to 3;
+    a repo with one stays at 2, and its next write of the same revision stores the new bit.
+    The downgrade puts 3 back to 2."""
+    from dataclasses import replace
+
+    from registry.catalog.models import Repo
+    from registry.catalog.snapshot import DERIVATION
+    from registry.safety.capabilities import mask
+
+    def model(path: str, capabilities: set[str] | None) -> Any:
+        record = artifact(path, make_facts())
+        return replace(record, chat_template_capabilities=None if capabilities is None else frozenset(capabilities))
+
+    calls = {"system", "tools", "tool_calls", "parallel_tool_calls"}
+    tools = make_snapshot("org/tools-GGUF", artifacts=(model("a.gguf", {"system"}), model("b.gguf", calls)))
+    chat = make_snapshot("org/chat-GGUF", artifacts=(model("c.gguf", {"system"}), model("d.gguf", None)))
+    db = Database.from_url(empty_db_url)
+    try:
+        await migrate.upgrade(db.engine)
+        async with db.sessions() as session, session.begin():
+            for snap in (tools, chat):
+                await upsert_repo_snapshot(session, snap)
+
+        async def state() -> dict[str, int | None]:
+            async with db.sessions() as session:
+                return {r: d for r, d in (await session.execute(select(Repo.repo_id, Repo.derivation))).all()}
+
+        async def stored(path: str) -> int | None:
+            async with db.sessions() as session:
+                return await session.scalar(select(Artifact.chat_template_capabilities).where(Artifact.path == path))
+
+        assert DERIVATION == 3 and await state() == {"org/tools-GGUF": 3, "org/chat-GGUF": 3}
+        await migrate.downgrade(db.engine, BEFORE_PARALLEL_TOOL_CALLS)
+        assert await state() == {"org/tools-GGUF": 2, "org/chat-GGUF": 2}
+        async with db.sessions() as session, session.begin():  # as the release before stored it
+            await session.execute(update(Artifact).where(Artifact.path == "b.gguf").values(
+                chat_template_capabilities=mask(calls - {"parallel_tool_calls"})))  # fmt: skip
+        await migrate.upgrade(db.engine)
+        await migrate.check(db.engine)
+        assert await state() == {"org/tools-GGUF": 2, "org/chat-GGUF": 3}
+        async with db.sessions() as session, session.begin():
+            assert not (await upsert_repo_snapshot(session, tools)).unchanged
+            assert (await upsert_repo_snapshot(session, chat)).unchanged
+        assert await stored("b.gguf") == mask(calls) and (await state())["org/tools-GGUF"] == 3
     finally:
         await empty_tables(db)
         await db.dispose()

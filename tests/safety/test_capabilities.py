@@ -49,6 +49,11 @@ MISTRAL_IDS = (
     "{{ raise_exception('bad id') }}{% endif %}[TOOL_RESULTS]{{ m.content }}[/TOOL_RESULTS]{% else %}"
     "[INST]{{ m.content }}[/INST]{% endif %}{% endfor %}"
 )
+# Renders an assistant's first tool call only: one call at a time reaches the prompt, not two.
+FIRST_CALL_ONLY = (
+    "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% if m.tool_calls %}"
+    "<call>{{ m.tool_calls[0].function.arguments|tojson }}</call>{% endif %}{% endfor %}"
+)
 # Reasoning shown back as `thinking` (not `reasoning_content`), and a switch for it.
 THINKING_FIELD = (
     "{% for m in messages %}<|{{ m.role }}|>{% if m.thinking %}<|channel|>analysis {{ m.thinking }}"
@@ -72,18 +77,20 @@ def caps(source: str, pool: SandboxPool) -> set[str]:
         (T.LLAMA3, {"system"}),
         (T.GEMMA3, {"system"}),  # folds the system message into the first user turn: it still arrives
         (T.QWEN25_TOOLS, {"system", "tools"}),  # this abridged copy renders no tool calls
-        (T.LLAMA32, {"system", "tools", "tool_calls"}),
-        (T.QWEN3, {"system", "tools", "tool_calls", "thinking"}),
+        (T.LLAMA32, {"system", "tools", "tool_calls"}),  # raises on more than one call at once
+        (T.QWEN3, {"system", "tools", "tool_calls", "thinking", "parallel_tool_calls"}),
         (DEEPSEEK_R1_LIKE, {"thinking"}),  # no system role; the generation prompt opens <think>
         (NO_SYSTEM_ROLE, set()),
         (DROPS_SYSTEM, set()),
         (REJECTS_TOOLS, {"system"}),
-        (STRING_ARGUMENTS, {"system", "tool_calls"}),
+        (STRING_ARGUMENTS, {"system", "tool_calls", "parallel_tool_calls"}),
         (THINKING_FIELD, {"system", "thinking"}),
-        (MISTRAL_IDS, {"system", "tool_calls"}),
+        (MISTRAL_IDS, {"system", "tool_calls", "parallel_tool_calls"}),
+        (FIRST_CALL_ONLY, {"system", "tool_calls"}),
     ],
     ids=["chatml", "llama3", "gemma3", "qwen2.5-abridged", "llama3.2", "qwen3", "r1-like", "no-system-role",
-         "drops-system", "rejects-tools", "string-arguments", "thinking-field", "mistral-ids"],
+         "drops-system", "rejects-tools", "string-arguments", "thinking-field", "mistral-ids",
+         "first-call-only"],
 )
 def test_capabilities_of_templates(source: str, expected: set[str], pool: SandboxPool) -> None:
     assert caps(source, pool) == expected
@@ -100,8 +107,10 @@ def test_a_switch_alone_is_thinking(pool: SandboxPool) -> None:
 def test_probes_only_what_the_source_can_do() -> None:
     assert [p.capability for p in probes(T.CHATML)] == ["system"]
     assert [p.capability for p in probes(T.QWEN25_TOOLS)] == ["system", "tools"]
-    # Two tool-call probes (object and JSON text arguments) and two thinking probes.
+    # Two tool-call probes (object and JSON text arguments), the same two with two calls, and
+    # two thinking probes.
     assert [p.capability for p in probes(T.QWEN3)] == ["system", "tools", "tool_calls", "tool_calls",
+                                                        "parallel_tool_calls", "parallel_tool_calls",
                                                         "thinking", "thinking"]
     markers = [p.marker for p in probes(T.QWEN3)]
     assert len(set(markers)) == len(markers)  # every probe looks for its own text

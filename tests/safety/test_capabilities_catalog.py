@@ -51,7 +51,7 @@ async def test_index_stores_capabilities_and_filters(db: Database, models: Path)
     async with db.sessions() as session:
         stored = {a.path: a.chat_template_capabilities for a in (await session.scalars(select(Artifact))).all()}
     assert stored == {
-        "qwen3.gguf": mask(["system", "tools", "tool_calls", "thinking"]),
+        "qwen3.gguf": mask(["system", "tools", "tool_calls", "thinking", "parallel_tool_calls"]),
         "r1.gguf": mask(["thinking"]),
         "chatml.gguf": mask(["system"]),
         "plain.gguf": 0,  # probed: no template, nothing it can do
@@ -61,6 +61,7 @@ async def test_index_stores_capabilities_and_filters(db: Database, models: Path)
     cases = {
         "tools": {"qwen3.gguf"},
         "tool_calls,tools": {"qwen3.gguf"},
+        "parallel_tool_calls": {"qwen3.gguf"},
         "thinking": {"qwen3.gguf", "r1.gguf"},
         "system": {"qwen3.gguf", "chatml.gguf"},
         " system , thinking ": {"qwen3.gguf"},
@@ -79,7 +80,7 @@ async def test_index_stores_capabilities_and_filters(db: Database, models: Path)
             "broken.gguf": None,
             "chatml.gguf": ["system"],
             "plain.gguf": [],
-            "qwen3.gguf": ["system", "tools", "tool_calls", "thinking"],  # CAPABILITIES order
+            "qwen3.gguf": ["system", "tools", "tool_calls", "thinking", "parallel_tool_calls"],  # CAPABILITIES order
             "r1.gguf": ["thinking"],
         }
         counts = await facets(session, SearchQuery(capability="thinking"))
@@ -88,7 +89,7 @@ async def test_index_stores_capabilities_and_filters(db: Database, models: Path)
             with pytest.raises(InvalidQuery) as info:
                 await search(session, SearchQuery(capability=bad))
             assert info.value.details["parameter"] == "capability"
-            assert info.value.details["allowed"] == ["system", "tools", "tool_calls", "thinking"]
+            assert info.value.details["allowed"] == ["system", "tools", "tool_calls", "thinking", "parallel_tool_calls"]
 
 
 @pytest.fixture
@@ -104,7 +105,7 @@ async def test_api_filter_hits_and_detail(api: ApiClient) -> None:
     assert hits.status == 200
     items = hits.body["items"]
     assert [(i["path"], i["chat_template_capabilities"]) for i in items] == [
-        ("qwen3.gguf", ["system", "tools", "tool_calls", "thinking"]),
+        ("qwen3.gguf", ["system", "tools", "tool_calls", "thinking", "parallel_tool_calls"]),
         ("r1.gguf", ["thinking"]),
     ]
     detail = await api.get(items[1]["url"])
@@ -143,7 +144,7 @@ def test_cli_search_and_inspect(
     assert code == 0, err
     assert json.loads(out)["chat_template_capabilities"] == ["thinking"]
     code, out, _ = run(capsys, "inspect", str(models / "qwen3.gguf"))
-    assert re.search(r"^  template can do +system, tools, tool_calls, thinking$", out, re.M)
+    assert re.search(r"^  template can do +system, tools, tool_calls, thinking, parallel_tool_calls$", out, re.M)
     code, out, _ = run(capsys, "inspect", str(models / "plain.gguf"))
     assert "template can do" not in out  # no template, no line
     code, out, _ = run(capsys, "inspect", "--json", str(models / "plain.gguf"))
