@@ -310,8 +310,10 @@ def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
         for unread in report.unreadable:  # its folder was indexed as a partial snapshot: nothing gone
             print(_shown(f"registry: index: {unread['path']}: {unread['error']}"), file=sys.stderr)
         repos = len({a.repo for a in report.artifacts})
+        rederived = sum(r.rederived for r in report.results)
+        again = f"; {rederived} repo(s) an older release wrote, written again" if rederived else ""
         print(
-            f"{len(report.artifacts)} artifact(s) in {repos} repo(s), {report.errors} with errors",
+            f"{len(report.artifacts)} artifact(s) in {repos} repo(s), {report.errors} with errors{again}",
             file=sys.stderr,
         )
         return EXIT_ERROR if report.skipped or report.failed or report.unreadable else EXIT_OK
@@ -845,7 +847,10 @@ def _crawl_summary(doc: dict[str, Any]) -> str:
     c = doc["counters"]
     lines = [
         f"crawl {doc['crawl_id']} {doc['status']} ({doc['endpoint']})",
-        f"  repos:     {c['listed']} seen, {c['indexed']} indexed, {c['unchanged']} unchanged, "
+        f"  repos:     {c['listed']} seen, {c['indexed']} indexed, "
+        + (f"{c['rederived']} of them at the same revision (an older release wrote them), "
+           if c.get("rederived") else "")
+        + f"{c['unchanged']} unchanged, "
         + (f"{c['deleted']} deleted (the hub no longer has them), " if c.get("deleted") else "")
         + (f"{c['moved']} moved (the hub has them under another id), " if c.get("moved") else "")
         + (f"{c['not_gguf']} without a GGUF file (not catalogued), " if c.get("not_gguf") else "")

@@ -55,6 +55,28 @@ def test_db_commands(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(capsys, "db", "downgrade")[0] == 2
 
 
+def test_index_says_when_it_wrote_again_what_an_older_release_wrote(
+    url: str, models: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import asyncio
+
+    from sqlalchemy import update
+
+    from registry.catalog.db import Database
+    from registry.catalog.models import Repo
+
+    async def as_an_older_release_left_it() -> None:  # before the derivation number
+        async with Database.from_url(url) as db, db.sessions() as session, session.begin():
+            await session.execute(update(Repo).values(derivation=None))
+
+    assert run(capsys, "index", str(models))[0] == 0
+    asyncio.run(as_an_older_release_left_it())
+    code, _, err = run(capsys, "index", str(models))
+    assert code == 0 and "1 repo(s) an older release wrote, written again" in err
+    code, _, err = run(capsys, "index", str(models))
+    assert code == 0 and "older release" not in err
+
+
 def test_index_then_search(url: str, models: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "index", str(models))  # migrates the empty database itself
     assert code == 0, err

@@ -85,6 +85,7 @@ class CrawlReport:
     listed: int = 0  # repos seen, each once
     unchanged: int = 0  # repos skipped: same revision as indexed
     indexed: int = 0  # repos written
+    rederived: int = 0  # of those, repos at the revision indexed that an older release wrote (DERIVATION)
     failed: int = 0  # repos not written because of a transient or hub error
     deleted: int = 0  # repos the hub no longer has: their artifacts marked gone
     moved: int = 0  # repos asked for by an id the hub answers under another (renamed, transferred, respelled)
@@ -308,6 +309,7 @@ def count_outcome(report: CrawlReport, result: IndexResult) -> None:
         report.unchanged += 1
     else:
         report.indexed += 1
+        report.rederived += result.rederived
 
 
 async def known_revisions(db: Database, repo_ids: Sequence[str]) -> dict[str, str | None]:

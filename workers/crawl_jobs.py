@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 Enqueue = Callable[[str, str | None], Awaitable[int | None]]  # the job id, None if an equal one waits
 
 # Counters an index-repo job adds to its crawl's row (CrawlReport fields).
-REPO_COUNTERS = ("unchanged", "indexed", "deleted", "moved", "not_gguf", "failed", "cancelled", "artifacts",
+REPO_COUNTERS = ("unchanged", "indexed", "rederived", "deleted", "moved", "not_gguf", "failed", "cancelled", "artifacts",
                  "artifact_errors", "files", "bytes_fetched", "requests")  # fmt: skip
 # Counters the listing assigns when it ends; their presence says that it has ended.
 LISTING_DONE = "listed"

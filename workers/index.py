@@ -449,5 +449,6 @@ async def _finish(
             crawl.finished_at = utcnow()
         crawl.counters = {"repos": repos, "artifacts": len(report.artifacts), "errors": report.errors,
                           "failed": len(report.failed), "unreadable": len(report.unreadable),
-                          "cancelled": report.cancelled}  # fmt: skip
+                          "cancelled": report.cancelled,
+                          "rederived": sum(r.rederived for r in report.results)}  # fmt: skip
         crawl.errors = storable(errors[:100])

@@ -422,7 +422,8 @@ async def upsert_repo_snapshot(session: AsyncSession, snap: RepoSnapshot, *, hub
     meta_changed = bool(changed)
     same = snap.complete and repo.revision == snap.revision and repo.indexed_at is not None
     # Written by an older release (DERIVATION): its artifacts lack what this one derives.
-    rewrite = snap.force or derived_before(repo)
+    older = derived_before(repo)
+    rewrite = snap.force or older
     # Tags and description feed every artifact's search text: those changes rewrite them.
     if same and not rewrite and not changed & _SEARCHED_REPO_FIELDS:
         if meta_changed:
@@ -466,7 +467,7 @@ async def upsert_repo_snapshot(session: AsyncSession, snap: RepoSnapshot, *, hub
         repo.derivation = DERIVATION
     repo.indexed_at = utcnow()
     await session.flush()
-    return UpsertResult(repo.id, created, False, written, gone, edges)
+    return UpsertResult(repo.id, created, False, written, gone, edges, rederived=same and older)
 
 
 async def _moved_keys(session: AsyncSession, keys: set[str]) -> dict[str, str]:

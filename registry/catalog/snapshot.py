@@ -104,3 +104,5 @@ class UpsertResult:
     gone: int  # artifacts marked gone
     edges: int  # lineage edges of the repo after the write
     deleted: bool = False  # the hub no longer has the repo: every artifact marked gone
+    # Written again at the revision indexed because an older release wrote it (DERIVATION)
+    rederived: bool = False

@@ -435,12 +435,15 @@ async def test_an_unchanged_folder_an_older_release_wrote_is_written_again_once(
         await session.execute(update(Repo).values(derivation=None))
     assert await with_system() == 0
     report = await index_paths(db, [tmp_path / "shelf"])
-    assert [r.unchanged for r in report.results] == [False]
+    assert [(r.unchanged, r.rederived) for r in report.results] == [(False, True)]
     assert await state() == (written, name, DERIVATION) and await with_system() == 1
+    async with db.sessions() as session:
+        crawl = (await session.scalars(select(Crawl).order_by(Crawl.id.desc()).limit(1))).one()
+    assert crawl.counters["rederived"] == 1
     async with db.sessions() as session, session.begin():
         await session.execute(update(Facts).values(name="kept"))
     report = await index_paths(db, [tmp_path / "shelf"])
-    assert [r.unchanged for r in report.results] == [True]
+    assert [(r.unchanged, r.rederived) for r in report.results] == [(True, False)]
     assert (await state())[1] == "kept"  # at this release's number: not written again
 
 

@@ -822,13 +822,12 @@ async def test_a_plain_crawl_reads_again_once_the_repos_an_older_release_wrote(
 
     async with Database.from_url(f"sqlite+aiosqlite:///{tmp_path / 'older.db'}") as db:
 
-        async def crawl() -> None:
+        async def crawl() -> dict[str, int]:
             if mode == "jobs":
-                await _queued_crawl(db, hub, CrawlParams())
-                return
+                return dict((await _queued_crawl(db, hub, CrawlParams()))[0].counters)
             client, http = _clients(hub)
             async with http:
-                await crawl_hub(db, client, http, CrawlParams())
+                return (await crawl_hub(db, client, http, CrawlParams())).counters()
 
         await crawl()
         fresh = await _architectures_of(db)
@@ -840,14 +839,17 @@ async def test_a_plain_crawl_reads_again_once_the_repos_an_older_release_wrote(
         await _derived_by_an_older_release(db, {"synth/tiny-llama-GGUF"}, None)
         await _derived_by_an_older_release(db, {"synth/big-vocab-GGUF"}, DERIVATION - 1)
         hub.requests.clear()
-        await crawl()
+        counters = await crawl()
         read = {r.repo for r in hub.requests if r.route != "api" or r.repo}
         assert read == older  # the listing, then the two older repos alone
+        assert (counters["indexed"], counters["rederived"]) == (2, 2)
+        assert counters["unchanged"] == len(hub.corpus) - 2
         again = await _architectures_of(db)
         assert {r: again[r] for r in older} == {r: fresh[r] for r in older}
         assert all(again[r] == {"stale"} for r in set(fresh) - older)  # at their revision: not read
         async with db.sessions() as session:
             assert set((await session.scalars(select(Repo.derivation))).all()) == {DERIVATION}
         hub.requests.clear()
-        await crawl()
+        counters = await crawl()
         assert {r.repo for r in hub.requests if r.route != "api" or r.repo} == set()  # once
+        assert (counters["indexed"], counters["rederived"]) == (0, 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -67,6 +68,15 @@ async def test_crawl_command_prints_a_summary_and_skips_unchanged(tmp_path: Path
         code, out, err = await _registry(tmp_path, hub, "crawl", "--author", "synth")
         assert code == 0, err
         assert "3 seen, 0 indexed, 3 unchanged, 0 failed" in out
+
+        # A repo as a release before the derivation number left it: read and written again.
+        with sqlite3.connect(tmp_path / "registry.db") as conn:
+            conn.execute("UPDATE repos SET derivation = NULL WHERE repo_id = 'synth/tiny-llama-GGUF'")
+        conn.close()
+        code, out, err = await _registry(tmp_path, hub, "crawl", "--author", "synth")
+        assert code == 0, err
+        assert ("3 seen, 1 indexed, 1 of them at the same revision (an older release wrote them), "
+                "2 unchanged, 0 failed") in out  # fmt: skip
 
 
 async def test_crawl_command_marks_repos_the_hub_deleted_but_not_on_another_hub(tmp_path: Path) -> None:
