@@ -303,6 +303,14 @@ async def test_repos_from_before_the_derivation_number_are_read_again(empty_db_u
         await db.dispose()
 
 
+async def _derivations(db: Database) -> dict[str, int | None]:
+    """Each repo's derivation number."""
+    from registry.catalog.models import Repo
+
+    async with db.sessions() as session:
+        return {r: d for r, d in (await session.execute(select(Repo.repo_id, Repo.derivation))).all()}
+
+
 BEFORE_MODALITIES = "7d2e9b4f1a68"
 
 
@@ -324,28 +332,24 @@ async def test_only_repos_with_a_projector_are_read_again_for_its_modalities(emp
             for snap in (with_projector, make_snapshot("org/text-GGUF"), make_snapshot("org/old-GGUF")):
                 await upsert_repo_snapshot(session, snap)
 
-        async def state() -> dict[str, int | None]:
-            async with db.sessions() as session:
-                return {r: d for r, d in (await session.execute(select(Repo.repo_id, Repo.derivation))).all()}
-
         async def modalities() -> dict[str, int | None]:
             async with db.sessions() as session:
                 return {p: m for p, m in (await session.execute(select(Artifact.path, Artifact.modalities))).all()}
 
-        assert set((await state()).values()) == {DERIVATION}
+        assert set((await _derivations(db)).values()) == {DERIVATION}
         assert await modalities() == {"model.gguf": None, "mmproj.gguf": 1, "model-Q4_K_M.gguf": None}
         await migrate.downgrade(db.engine, BEFORE_MODALITIES)
-        assert set((await state()).values()) == {1}  # as the release before left them
+        assert set((await _derivations(db)).values()) == {1}  # as the release before left them
         async with db.sessions() as session, session.begin():
             await session.execute(update(Repo).where(Repo.repo_id == "org/old-GGUF").values(derivation=None))
         await migrate.upgrade(db.engine)
         await migrate.check(db.engine)
-        assert await state() == {"org/vision-GGUF": 1, "org/text-GGUF": DERIVATION, "org/old-GGUF": None}
+        assert await _derivations(db) == {"org/vision-GGUF": 1, "org/text-GGUF": DERIVATION, "org/old-GGUF": None}
         assert (await modalities())["mmproj.gguf"] is None
         async with db.sessions() as session, session.begin():
             assert not (await upsert_repo_snapshot(session, with_projector)).unchanged
             assert (await upsert_repo_snapshot(session, make_snapshot("org/text-GGUF"))).unchanged
-        assert (await modalities())["mmproj.gguf"] == 1 and (await state())["org/vision-GGUF"] == DERIVATION
+        assert (await modalities())["mmproj.gguf"] == 1 and (await _derivations(db))["org/vision-GGUF"] == DERIVATION
     finally:
         await empty_tables(db)
         await db.dispose()
@@ -362,7 +366,6 @@ async def test_only_repos_whose_templates_make_tool_calls_are_read_again_for_par
     The downgrade puts 3 back to 2."""
     from dataclasses import replace
 
-    from registry.catalog.models import Repo
     from registry.catalog.snapshot import DERIVATION
     from registry.safety.capabilities import mask
 
@@ -380,27 +383,23 @@ async def test_only_repos_whose_templates_make_tool_calls_are_read_again_for_par
             for snap in (tools, chat):
                 await upsert_repo_snapshot(session, snap)
 
-        async def state() -> dict[str, int | None]:
-            async with db.sessions() as session:
-                return {r: d for r, d in (await session.execute(select(Repo.repo_id, Repo.derivation))).all()}
-
         async def stored(path: str) -> int | None:
             async with db.sessions() as session:
                 return await session.scalar(select(Artifact.chat_template_capabilities).where(Artifact.path == path))
 
-        assert DERIVATION == 3 and await state() == {"org/tools-GGUF": 3, "org/chat-GGUF": 3}
+        assert DERIVATION == 3 and await _derivations(db) == {"org/tools-GGUF": 3, "org/chat-GGUF": 3}
         await migrate.downgrade(db.engine, BEFORE_PARALLEL_TOOL_CALLS)
-        assert await state() == {"org/tools-GGUF": 2, "org/chat-GGUF": 2}
+        assert await _derivations(db) == {"org/tools-GGUF": 2, "org/chat-GGUF": 2}
         async with db.sessions() as session, session.begin():  # as the release before stored it
             await session.execute(update(Artifact).where(Artifact.path == "b.gguf").values(
                 chat_template_capabilities=mask(calls - {"parallel_tool_calls"})))  # fmt: skip
         await migrate.upgrade(db.engine)
         await migrate.check(db.engine)
-        assert await state() == {"org/tools-GGUF": 2, "org/chat-GGUF": 3}
+        assert await _derivations(db) == {"org/tools-GGUF": 2, "org/chat-GGUF": 3}
         async with db.sessions() as session, session.begin():
             assert not (await upsert_repo_snapshot(session, tools)).unchanged
             assert (await upsert_repo_snapshot(session, chat)).unchanged
-        assert await stored("b.gguf") == mask(calls) and (await state())["org/tools-GGUF"] == 3
+        assert await stored("b.gguf") == mask(calls) and (await _derivations(db))["org/tools-GGUF"] == 3
     finally:
         await empty_tables(db)
         await db.dispose()

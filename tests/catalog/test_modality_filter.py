@@ -21,31 +21,19 @@ from registry.gguf.facts import derive_facts
 from registry.gguf.facts_model import MODALITIES, modality_mask, modality_names
 from tests.api.conftest import ApiClient, MakeApi, make_api
 from tests.catalog.conftest import db, db_url, empty_db_url, postgresql_url, sqlite_url, temp_databases
-from tests.gguf.gguf_py import parse_file
+from tests.gguf.gguf_py import parse_file, write_gguf
 from workers.index import index_paths
 
 __all__ = [  # fixtures used here
     "db", "db_url", "empty_db_url", "make_api", "postgresql_url", "sqlite_url", "temp_databases",
 ]  # fmt: skip
 
-gguf = pytest.importorskip("gguf")
+pytest.importorskip("gguf")
 
 
 def _write(path: Path, arch: str, keys: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    writer = gguf.GGUFWriter(str(path), arch)
-    for key, value in keys.items():
-        if isinstance(value, bool):
-            writer.add_bool(key, value)
-        elif isinstance(value, int):
-            writer.add_uint32(key, value)
-        else:
-            writer.add_string(key, value)
-    writer.add_tensor("blk.0.w", np.ones((4, 8), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_gguf(path, arch=arch, kv=keys, tensors=[("blk.0.w", np.ones((4, 8), dtype=np.float32))])
     return path
 
 
