@@ -31,3 +31,13 @@ def gemma3_path() -> Path:
 @pytest.fixture(scope="session", params=["smollm2", "gemma3"])
 def sample_model_path(request: pytest.FixtureRequest) -> Path:
     return _sample(SMOLLM2 if request.param == "smollm2" else GEMMA3)
+
+
+@pytest.fixture
+def cli_db_url(empty_db_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    """An empty database of each dialect as the CLI's catalog (`empty_db_url` comes from
+    tests.catalog.conftest, imported where it is used), run from a folder without a
+    config/registry.toml."""
+    monkeypatch.setenv("REGISTRY_DATABASE_URL", empty_db_url)
+    monkeypatch.chdir(tmp_path)  # no config/registry.toml from the checkout
+    return empty_db_url

@@ -22,10 +22,8 @@ __all__ = ["empty_db_url", "postgresql_url", "sqlite_url", "temp_databases"]  # 
 
 
 @pytest.fixture
-def url(empty_db_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
-    monkeypatch.setenv("REGISTRY_DATABASE_URL", empty_db_url)
-    monkeypatch.chdir(tmp_path)  # no config/registry.toml from the checkout
-    return empty_db_url
+def url(cli_db_url: str) -> str:
+    return cli_db_url
 
 
 @pytest.fixture

@@ -389,6 +389,10 @@ def derived_before(repo: Repo) -> bool:
     return repo.revision is not None and (repo.derivation is None or repo.derivation < DERIVATION)
 
 
+# derived_before as a condition on repos (the count of `GET /metrics`).
+DERIVED_BEFORE = Repo.revision.is_not(None) & (Repo.derivation.is_(None) | (Repo.derivation < DERIVATION))
+
+
 def _older_commit(repo: Repo, snap: RepoSnapshot) -> bool:
     """A hub snapshot of a commit older than the one indexed: its job read the repo before a
     push and finished after the job that read the push. Writing it would put the catalog

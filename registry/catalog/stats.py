@@ -27,10 +27,7 @@ from registry.catalog.models import (
     Repo,
 )
 from registry.catalog.search import memo_generation
-from registry.catalog.snapshot import DERIVATION
-
-# services.derived_before as a condition.
-DERIVED_BEFORE = Repo.revision.is_not(None) & (Repo.derivation.is_(None) | (Repo.derivation < DERIVATION))
+from registry.catalog.services import DERIVED_BEFORE
 
 # Crawl statuses that end a crawl: each has the time the latest such crawl ended.
 ENDED = tuple(s for s in CRAWL_STATUSES if s != "running")

@@ -105,12 +105,7 @@ async def test_api_kind(api: ApiClient) -> None:
     assert bad.status == 400 and bad.body["error"]["details"]["parameter"] == "kind"
 
 
-def test_cli_kind(
-    empty_db_url: str, models: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
-    monkeypatch.setenv("REGISTRY_DATABASE_URL", empty_db_url)
-    monkeypatch.chdir(tmp_path)  # no config/registry.toml from the checkout
+def test_cli_kind(cli_db_url: str, models: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["index", str(models)]) == 0
     capsys.readouterr()
     assert main(["search", "--kind", "model", "--json"]) == 0

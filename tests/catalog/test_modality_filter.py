@@ -166,12 +166,7 @@ async def test_api_modality(api: ApiClient) -> None:
         assert reply.status == 400 and reply.body["error"]["details"]["parameter"] == "modality", bad
 
 
-def test_cli_modality_and_inspect(
-    empty_db_url: str, shelf: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
-    monkeypatch.setenv("REGISTRY_DATABASE_URL", empty_db_url)
-    monkeypatch.chdir(tmp_path)  # no config/registry.toml from the checkout
+def test_cli_modality_and_inspect(cli_db_url: str, shelf: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["index", *map(str, sorted(shelf.iterdir()))]) == 0
     capsys.readouterr()
     assert main(["search", "--kind", "model", "--modality", "vision", "--modality", "audio", "--json"]) == 0

@@ -123,12 +123,7 @@ async def test_api_filter_hits_and_detail(api: ApiClient) -> None:
     assert "tool_calls" in params["capability"]["description"]
 
 
-def test_cli_search_and_inspect(
-    empty_db_url: str, models: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
-    monkeypatch.setenv("REGISTRY_DATABASE_URL", empty_db_url)
-    monkeypatch.chdir(tmp_path)  # no config/registry.toml from the checkout
+def test_cli_search_and_inspect(cli_db_url: str, models: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "index", str(models))
     assert code == 0, err
 
