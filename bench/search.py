@@ -64,6 +64,8 @@ SLIDING = {"gemma2": (2, 4096), "gemma3": (6, 1024)}
 # count; sizes of one family add 0-200 pad tokens (more than 128: not a draft).
 VOCABS_PER_ARCH = 3
 VOCAB_PADS = (0, 0, 0, 64, 128, 200)  # one full layer in each N, and the window
+# Beside them, a long tail of users who each publish a repo or two.
+TAIL_OWNERS, TAIL_OWNERS_SHARE = 1000, 0.03
 ORGS = ["meta-llama", "Qwen", "google", "mistralai", "microsoft", "deepseek-ai", "bartowski", "TheBloke",
         "unsloth", "lmstudio-community", "mradermacher", "QuantFactory", "NousResearch", "allenai"]  # fmt: skip
 
@@ -128,6 +130,7 @@ def synthesize(n_repos: int, n_artifacts: int, seed: int) -> Synthetic:
     caps_rng = random.Random(seed + 3)  # and the template capabilities
     kind_rng = random.Random(seed + 4)  # and the kinds
     modality_rng = random.Random(seed + 5)  # and what the projectors take in
+    owner_rng = random.Random(seed + 6)  # and the long tail of owners
     licenses = [
         ("apache-2.0", 30),
         ("mit", 15),
@@ -145,6 +148,8 @@ def synthesize(n_repos: int, n_artifacts: int, seed: int) -> Synthetic:
     edges: list[dict[str, Any]] = []
     for i in range(n_repos):
         org = rng.choice(ORGS) if i else "meta-llama"
+        if i and owner_rng.random() < TAIL_OWNERS_SHARE:
+            org = f"user-{owner_rng.randrange(TAIL_OWNERS)}"
         name = (
             POPULAR.split("/")[1] if i == 0 else f"{rng.choice(WORDS).title()}-{i}-{rng.choice(WORDS)}-GGUF"
         )
@@ -341,6 +346,11 @@ async def queries(db: Database) -> list[tuple[str, Callable[[], Awaitable[Any]]]
             )).scalar_one()  # fmt: skip
 
     big_llama, big_jamba = await biggest_with_key("llama"), await biggest_with_key("jamba")
+    async with db.sessions() as session:  # a user of the long tail
+        tail_repo = (await session.execute(
+            select(Repo.repo_id).where(Repo.repo_id.like("user-%")).order_by(Repo.id).limit(1)
+        )).scalar_one()  # fmt: skip
+    tail_author = tail_repo.split("/")[0]
     deep_downloads = SearchQuery(sort="downloads")
     deep_name = SearchQuery(sort="name", architecture="llama")
     cursor_50 = await _cursor_at_page(db, deep_downloads, 50)
@@ -391,6 +401,13 @@ async def queries(db: Database) -> list[tuple[str, Callable[[], Awaitable[Any]]]
         ("modality=vision + kind=model", searching(SearchQuery(modality="vision", kind="model"))),
         ("modality=audio + kind=model", searching(SearchQuery(modality="audio", kind="model"))),
         ("modality=vision,audio + llama", searching(SearchQuery(modality="vision,audio", architecture="llama"))),
+        ("author=bartowski", searching(SearchQuery(author="bartowski"))),
+        ("author=bartowski, sort name", searching(SearchQuery(author="bartowski", sort="name"))),
+        ("author=bartowski + Q4_K_M + fits 8 GiB", searching(SearchQuery(author="bartowski", file_type="Q4_K_M",
+                                                                         max_memory=8 << 30))),
+        ("author=Unsloth + qwen2, sort likes", searching(SearchQuery(author="Unsloth", architecture="qwen2",
+                                                                     sort="likes"))),
+        (f"author={tail_author} (tail)", searching(SearchQuery(author=tail_author))),
         ("verified=passed, sort modified", searching(SearchQuery(verification="passed", sort="last_modified"))),
         ("combined llama+Q4_K_M+apache+7-9B", searching(SearchQuery(
             architecture="llama", file_type="Q4_K_M", license="apache-2.0",
@@ -408,6 +425,7 @@ async def queries(db: Database) -> list[tuple[str, Callable[[], Awaitable[Any]]]
         ("facets: no filter", faceting(SearchQuery())),
         ("facets: capability=tools", faceting(SearchQuery(capability="tools"))),
         ("facets: with projector", faceting(SearchQuery(with_projector=True))),
+        ("facets: author=bartowski", faceting(SearchQuery(author="bartowski"))),
         ("facets: architecture=llama", faceting(SearchQuery(architecture="llama"))),
         ("facets: file_type=Q4_K_M", faceting(SearchQuery(file_type="Q4_K_M"))),
         ("facets: text 'instruct'", faceting(SearchQuery(text="instruct"))),

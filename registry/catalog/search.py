@@ -16,6 +16,7 @@ import binascii
 import dataclasses
 import functools
 import json
+import re
 import sqlite3
 import time
 import weakref
@@ -55,7 +56,7 @@ from sqlalchemy.orm import InstrumentedAttribute, aliased
 from registry.catalog import search_index
 from registry.catalog.db import longer_inline_reads
 from registry.catalog.errors import ArtifactNotFound, InvalidCursor, InvalidQuery
-from registry.catalog.folding import FOLDS, fold
+from registry.catalog.folding import FOLDS, ascii_lower, fold
 from registry.catalog.lineage import MAX_DEPTH
 from registry.catalog.models import (
     ARTIFACT_STATUSES,
@@ -127,9 +128,13 @@ SORTS: dict[str, tuple[InstrumentedAttribute[Any], bool]] = {
 }
 SORT_ALIASES = {"modified": "last_modified", "params": "parameter_count", "size": "file_size"}
 FACETS = ("architecture", "license", "file_type", "size_bucket")
+# An author: the owner of repo ids, a user or organisation name as the hub spells them
+# (ASCII letters, digits, `-`, `_`, `.`); `local` for the catalog's local folders.
+AUTHOR_PATTERN = r"[A-Za-z0-9._-]{1,96}"
+_AUTHOR = re.compile(AUTHOR_PATTERN)
 # SearchQuery filters on columns outside the covering facet index.
-_NON_FACET_FILTERS = ("text", "tensor_type", "min_params", "max_params", "min_size", "max_size", "size_label",
-                      "min_context", "expert_count", "verification", "descendant_of", "template_severity",
+_NON_FACET_FILTERS = ("author", "text", "tensor_type", "min_params", "max_params", "min_size", "max_size",
+                      "size_label", "min_context", "expert_count", "verification", "descendant_of", "template_severity",
                       "max_memory", "draft_for", "capability", "kind", "with_projector", "modality")  # fmt: skip
 STATUSES = (*ARTIFACT_STATUSES, "all")
 # The context the memory filter sizes the KV cache for when the query names none: what local
@@ -143,6 +148,9 @@ HINT_ENTRIES = 4096
 @dataclass(frozen=True, slots=True)
 class SearchQuery:
     text: str | None = None
+    # Only artifacts of repos this user or organisation owns (the part of the repo id before
+    # the `/`, in any ASCII case): an AUTHOR_PATTERN name, else InvalidQuery.
+    author: str | None = None
     # Architecture, license, file type and size label match in any ASCII case (`folding`).
     architecture: str | None = None
     license: str | None = None
@@ -350,6 +358,24 @@ def _equal_to(value: Any) -> Callable[[Any], ColumnElement[bool]]:
     return lambda column: column == value
 
 
+def _author_predicate(author: str) -> _Predicate:
+    """The artifacts of the author's repos: a range of the name sort's column.
+
+    `sort_name` is the lower-cased `repo id/path`, so an owner's artifacts are the names from
+    `owner/` up to, not including, `owner0` (`0` follows `/`): one seek into the name sort's
+    index (code point order on PostgreSQL too, whatever the database's collation), and
+    `owner-x/...` or `owners/...` fall outside. The owner is an AUTHOR_PATTERN name, ASCII
+    only, so its lower case is the one the column holds."""
+    if _AUTHOR.fullmatch(author) is None:
+        raise InvalidQuery(
+            f"author must be a user or organisation name ({AUTHOR_PATTERN}), got {author!r}",
+            parameter="author", pattern=AUTHOR_PATTERN,
+        )  # fmt: skip
+    owner = author.lower()
+    low, high = owner + "/", owner + "0"
+    return _Predicate(Artifact.sort_name, ("sort_name", "owner", owner), lambda c: and_(c >= low, c < high))
+
+
 def _normalised(q: SearchQuery) -> SearchQuery:
     """The query as the catalog compares it: without NUL (no stored text holds it, writes
     strip it, and PostgreSQL rejects it in a parameter), and the architecture, license,
@@ -363,6 +389,9 @@ def _normalised(q: SearchQuery) -> SearchQuery:
         value = changes.get(name, getattr(q, name))
         if value is not None and (folded := fold(name, value)) != value:
             changes[name] = folded
+    author = changes.get("author", q.author)
+    if author is not None and (lower := ascii_lower(author)) != author:
+        changes["author"] = lower
     return dataclasses.replace(q, **changes) if changes else q
 
 
@@ -380,6 +409,8 @@ def _column_predicates(q: SearchQuery) -> list[_Predicate]:
         Artifact.verification_status: q.verification,
     }
     preds += [_Predicate(c, (c.key, "=", v), _equal_to(v)) for c, v in equals.items() if v is not None]
+    if q.author is not None:
+        preds.append(_author_predicate(q.author))
     if (low := q.min_params) is not None:
         preds.append(_Predicate(Artifact.parameter_count, ("parameter_count", ">=", low), lambda c: c >= low))
     if (high := q.max_params) is not None:

@@ -173,8 +173,19 @@ async def _lock_repo(session: AsyncSession, snap: RepoSnapshot) -> tuple[Repo, b
 
 
 async def _rename_repo(session: AsyncSession, repo: Repo, repo_id: str) -> None:
-    """The repo row and the edges it has as a child take the id `repo_id`."""
+    """The repo row and the edges it has as a child take the id `repo_id`, and its artifacts'
+    sort names begin with it at once: the name sort and the author filter read them. (Their
+    search text waits for the repo to be written again.)"""
+    old, new = f"{repo.repo_id}/".lower(), f"{repo_id}/".lower()
     repo.repo_id, repo.repo_key = repo_id, repo_key(repo_id)
+    if new != old:
+        column = Artifact.sort_name
+        await session.execute(
+            update(Artifact)
+            .where(Artifact.repo_pk == repo.id, func.substr(column, 1, len(old)) == old)
+            .values(sort_name=literal(new, String) + func.substr(column, len(old) + 1))
+            .execution_options(synchronize_session=False)
+        )
     await session.execute(
         update(LineageEdge)
         .where(LineageEdge.child_pk == repo.id)

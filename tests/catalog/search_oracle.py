@@ -333,6 +333,7 @@ class Oracle:
             memory = row.memory(q.memory_context) if q.max_memory is not None else None
             checks = (
                 q.status == "all" or i["status"] == q.status,
+                q.author is None or repo_key(row.repo_id).split("/")[0] == _ascii_lower(q.author),
                 q.architecture is None or _same(i["architecture"], q.architecture),
                 q.license is None or _same(i["license"], q.license),
                 q.file_type is None or _same(i["file_type"], q.file_type),
@@ -565,6 +566,8 @@ def _any_case(draw: st.DrawFn, values: Sequence[str]) -> str:
 
 
 FILTER_VALUES: dict[str, st.SearchStrategy[Any]] = {
+    # owners of REPO_IDS, names that begin one ("or") and names that one begins ("orgs")
+    "author": _any_case(("meta", "org", "bart", "z", "ghost", "or", "o", "ba", "me", "orgs", "org-x", "z.x")),
     "architecture": _any_case((*[a for a in ARCHITECTURES if a], "mamba")),
     "license": _any_case((*[x for x in LICENSES if x], "gpl")),
     "file_type": _any_case([f for f in FILE_TYPES if f]),

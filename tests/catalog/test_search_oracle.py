@@ -182,6 +182,8 @@ async def test_search_matches_the_oracle(
 
 # Filters drawn into every query of a test of their own, and what each asks of the plan:
 ALWAYS = {
+    # a range of the name sort's column: a seek into its index, or a check along another
+    "author": "author",
     # a sum over four columns and the context, checked row by row behind whatever way in
     "max_memory": "memory",
     # an equality on the key, a parameter range below the target's and a token-count range

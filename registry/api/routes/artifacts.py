@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 from aiohttp import web
 
 from registry.api import present, reads
-from registry.api.errors import ApiError, NotFound
+from registry.api.errors import ApiError, InvalidParameter, NotFound
 from registry.api.keys import SETTINGS_KEY
 from registry.api.paging import page_response, paging_params
 from registry.api.params import (
@@ -29,7 +30,7 @@ from registry.api.params import (
 from registry.api.responses import json_response
 from registry.api.sessions import read_session
 from registry.catalog import search as catalog_search
-from registry.catalog.folding import folded
+from registry.catalog.folding import ascii_lower, folded
 from registry.catalog.models import VERIFICATION_STATUSES
 from registry.gguf.facts_model import KINDS, MODALITIES
 from registry.gguf.vocab import MAX_SIZE_DIFFERENCE
@@ -49,8 +50,21 @@ MAX_CAPABILITY_LIST = 64
 _ONE_MODALITY = f"({'|'.join(MODALITIES)})"
 MAX_MODALITY_LIST = 32
 
+
+def _author(name: str, raw: str) -> str:
+    if re.fullmatch(catalog_search.AUTHOR_PATTERN, raw) is None:
+        raise InvalidParameter(
+            name, f"{name} must be a user or organisation name ({catalog_search.AUTHOR_PATTERN})",
+            pattern=catalog_search.AUTHOR_PATTERN,
+        )  # fmt: skip
+    return raw
+
+
 FILTER_PARAMS: tuple[Param, ...] = (
     text_param("q", "Free text: every word must occur in the repo id, path, name, tags or description."),
+    Param("author", _author, {"type": "string", "pattern": f"^{catalog_search.AUTHOR_PATTERN}$"},
+          "Only repos this user or organisation owns (the repo id's part before the `/`, e.g. `bartowski`), in "
+          "any ASCII case; `local` for the server's local folders."),
     text_param("architecture", "general.architecture, e.g. llama; matches in any ASCII case."),
     text_param("license", "The file's license, else the repo card's, e.g. apache-2.0; matches in any ASCII case."),
     text_param("file_type", "File type label, e.g. Q4_K_M; matches in any ASCII case."),
@@ -140,6 +154,8 @@ async def facets(request: web.Request) -> web.Response:
         counts = await catalog_search.facets(session, _query(args))
     # As applied: the folded filters are the facet keys they select (`Mit` -> `mit`).
     filters = folded({name: value for name, value in args.items() if value is not None})
+    if "author" in filters:
+        filters["author"] = ascii_lower(filters["author"])
     return json_response({"facets": counts, "filters": filters})
 
 

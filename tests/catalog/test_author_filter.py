@@ -1,0 +1,188 @@
+"""The `author` filter: the artifacts of the repos a user or organisation owns, in any ASCII
+case, on both databases, through the catalog (with every plan the probes can choose), the
+API and the CLI; and a repo the hub moved to another owner is found under the new one at
+once."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from registry.catalog.db import Database
+from registry.catalog.errors import InvalidQuery
+from registry.catalog.models import Artifact
+from registry.catalog.search import SearchQuery, facets, search
+from registry.catalog.services import repo_moved, upsert_repo_snapshot
+from registry.catalog.snapshot import RepoSnapshot
+from registry.cli import main
+from tests.api.conftest import ApiClient, MakeApi, make_api
+from tests.catalog.conftest import (
+    db,
+    db_url,
+    empty_db_url,
+    empty_tables,
+    postgresql_url,
+    sqlite_url,
+    temp_databases,
+)
+from tests.catalog.factories import artifact, make_facts, make_snapshot
+from tests.catalog.search_oracle import ALL_COMMON, thresholds
+from workers.index import index_paths
+
+__all__ = [  # fixtures used here
+    "db", "db_url", "empty_db_url", "make_api", "postgresql_url", "sqlite_url", "temp_databases",
+]  # fmt: skip
+
+# repo id -> (downloads, architectures of its files). Owners that begin or extend one
+# another, in several cases, and one that is not ASCII.
+REPOS = {
+    "bartowski/Alpha-GGUF": (500, ("llama", "qwen2")),
+    "BARTOWSKI/Beta-GGUF": (300, ("llama",)),
+    "bartowski2/Gamma-GGUF": (900, ("llama",)),
+    "bart/Delta-GGUF": (100, ("gemma3",)),
+    "bartowski-x/Epsilon-GGUF": (800, ("llama",)),
+    "bartowski.x/Zeta-GGUF": (700, ("llama",)),
+    "Bartowsk/Eta-GGUF": (600, ("llama",)),
+    "ünï/Theta-GGUF": (400, ("llama",)),
+}
+
+
+def _snapshot(repo_id: str) -> RepoSnapshot:
+    downloads, archs = REPOS[repo_id]
+    files = tuple(
+        artifact(f"{repo_id.split('/')[1]}-{arch}-Q4_K_M.gguf", make_facts(architecture=arch)) for arch in archs
+    )
+    return make_snapshot(repo_id, artifacts=files, downloads=downloads)
+
+
+async def _catalog(db: Database) -> None:
+    await empty_tables(db)
+    async with db.sessions() as session, session.begin():
+        for repo_id in REPOS:
+            await upsert_repo_snapshot(session, _snapshot(repo_id), hub_answered=True)
+
+
+async def _walked(db: Database, q: SearchQuery) -> list[str]:
+    """Every hit's repo/path, page after page."""
+    out: list[str] = []
+    cursor = None
+    async with db.sessions() as session:
+        while True:
+            page = await search(session, dataclasses.replace(q, cursor=cursor))
+            out += [f"{i.repo}/{i.path}" for i in page.items]
+            if (cursor := page.next_cursor) is None:
+                return out
+
+
+def _expected(owner: str, sort: str) -> list[str]:
+    rows = [
+        (downloads, f"{repo_id}/{repo_id.split('/')[1]}-{arch}-Q4_K_M.gguf")
+        for repo_id, (downloads, archs) in REPOS.items()
+        if repo_id.split("/")[0].lower() == owner
+        for arch in archs
+    ]
+    if sort == "name":
+        return [name for _, name in sorted(rows, key=lambda r: r[1].lower())]
+    # downloads, most first; ties by id, also descending (the later written first)
+    order = {name: i for i, (_, name) in enumerate(rows)}
+    return [name for _, name in sorted(rows, key=lambda r: (-r[0], -order[r[1]]))]
+
+
+@pytest.mark.parametrize("plan", ["default", "all common"])
+async def test_an_author_matches_its_repos_only(db: Database, plan: str) -> None:
+    await _catalog(db)
+    with thresholds(db, ALL_COMMON if plan == "all common" else None):
+        for author in ("bartowski", "BartOwski", "bart", "bartowski2", "Bartowsk", "bartowski-x", "bartowski.x"):
+            owner = author.lower()
+            for sort in ("downloads", "name"):
+                for limit in (1, 2, 20):
+                    got = await _walked(db, SearchQuery(author=author, sort=sort, limit=limit))
+                    assert got == _expected(owner, sort), (author, sort, limit)
+        # Names that begin an owner, or that an owner begins, are other authors.
+        for author in ("b", "barto", "bartowski1", "bartowskix", "nobody"):
+            assert await _walked(db, SearchQuery(author=author)) == [], author
+        # With other filters, and in the facets.
+        got = await _walked(db, SearchQuery(author="bartowski", architecture="qwen2"))
+        assert got == ["bartowski/Alpha-GGUF/Alpha-GGUF-qwen2-Q4_K_M.gguf"]
+        async with db.sessions() as session:
+            counts = await facets(session, SearchQuery(author="BARTOWSKI"))
+        assert counts["architecture"] == {"llama": 2, "qwen2": 1}
+
+
+async def test_an_author_that_is_not_a_name_is_refused(db: Database) -> None:
+    async with db.sessions() as session:
+        for author in ("ünï", "bart/owski", "", "bart owski", "x" * 97):
+            with pytest.raises(InvalidQuery) as info:
+                await search(session, SearchQuery(author=author))
+            assert info.value.details["parameter"] == "author", author
+
+
+async def _sort_names(db: Database) -> set[str]:
+    async with db.sessions() as session:
+        return set((await session.scalars(select(Artifact.sort_name))).all())
+
+
+async def test_a_repo_moved_to_another_owner_is_found_under_it_at_once(db: Database) -> None:
+    await _catalog(db)
+    async with db.sessions() as session, session.begin():
+        assert await repo_moved(session, "bartowski/Alpha-GGUF", "Unsloth/Alpha-Moved-GGUF") == "renamed"
+    names = await _sort_names(db)
+    assert "unsloth/alpha-moved-gguf/alpha-gguf-llama-q4_k_m.gguf" in names
+    assert not any(n.startswith("bartowski/alpha-gguf/") for n in names)
+    assert await _walked(db, SearchQuery(author="unsloth", sort="name")) == [
+        "Unsloth/Alpha-Moved-GGUF/Alpha-GGUF-llama-Q4_K_M.gguf",
+        "Unsloth/Alpha-Moved-GGUF/Alpha-GGUF-qwen2-Q4_K_M.gguf",
+    ]
+    assert await _walked(db, SearchQuery(author="bartowski")) == ["BARTOWSKI/Beta-GGUF/Beta-GGUF-llama-Q4_K_M.gguf"]
+    # Respelled in another case only: the sort names (lower case) stay as they are.
+    before = await _sort_names(db)
+    async with db.sessions() as session, session.begin():
+        assert await repo_moved(session, "BARTOWSKI/Beta-GGUF", "bartowski/beta-gguf") == "renamed"
+    assert await _sort_names(db) == before
+
+
+@pytest.fixture
+def models(tmp_path: Path, smollm2_path: Path) -> Path:
+    folder = tmp_path / "models"
+    folder.mkdir()
+    os.symlink(smollm2_path, folder / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    return folder
+
+
+@pytest.fixture
+async def api(make_api: MakeApi, db: Database, models: Path) -> AsyncIterator[ApiClient]:
+    await _catalog(db)
+    await index_paths(db, [models])
+    yield await make_api()
+
+
+async def test_api_author(api: ApiClient) -> None:
+    hits = await api.get("/v1/artifacts?author=Bartowski&sort=name")
+    assert hits.status == 200
+    assert [i["repo"] for i in hits.body["items"]] == ["bartowski/Alpha-GGUF"] * 2 + ["BARTOWSKI/Beta-GGUF"]
+    local = await api.get("/v1/artifacts?author=LOCAL")
+    assert [(i["repo"], i["path"]) for i in local.body["items"]] == [("local/models", "SmolLM2-135M-Instruct.Q4_1.gguf")]
+    facet = await api.get("/v1/facets?author=BART")
+    assert facet.status == 200 and facet.body["facets"]["architecture"] == {"gemma3": 1}
+    assert facet.body["filters"]["author"] == "bart"
+    for bad in ("b%C3%BC", "a/b", "%20bart", ""):
+        answer = await api.get(f"/v1/artifacts?author={bad}")
+        assert answer.status == 400, bad
+        assert answer.body["error"]["details"]["parameter"] == "author", bad
+
+
+def test_cli_author(cli_db_url: str, models: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["index", str(models)]) == 0
+    capsys.readouterr()
+    assert main(["search", "--author", "Local", "--json"]) == 0
+    assert [i["repo"] for i in json.loads(capsys.readouterr().out)["items"]] == ["local/models"]
+    assert main(["search", "--author", "bartowski", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["items"] == []
+    assert main(["search", "--author", "a/b"]) == 2
+    assert "author" in capsys.readouterr().err
