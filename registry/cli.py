@@ -161,15 +161,14 @@ _HUB_PATH = re.compile(r"^[\w.-]+/[\w.-]+/.+\.gguf$", re.IGNORECASE)
 def _remote_url(path: str, revision: str, settings: Settings) -> str | None:
     """The URL to read for PATH: itself for http(s), a /resolve/ URL for a hub path that is
     not a local file, None for a local file."""
-    from urllib.parse import quote
+    from registry.hub.http import resolve_url
 
     if path.startswith(("http://", "https://")):
         return path
     if os.path.exists(path) or not _HUB_PATH.match(path):
         return None
     org, name, file = path.split("/", 2)
-    endpoint = settings.hub.endpoint.rstrip("/")
-    return f"{endpoint}/{org}/{name}/resolve/{quote(revision, safe='')}/{quote(file)}"
+    return resolve_url(settings.hub.endpoint, f"{org}/{name}", revision, file)
 
 
 def _read_remote(url: str, settings: Settings) -> list[RemoteHeader]:

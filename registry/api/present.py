@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +21,7 @@ from registry.catalog.models import Facts as FactsRow
 from registry.catalog.search import MEMORY_CONTEXT, capability_names, memory_at, severity_name
 from registry.gguf.facts_model import modality_names
 from registry.gguf.kvcache import KVCache
+from registry.hub.http import resolve_url
 
 
 def iso(value: datetime | None) -> str | None:
@@ -184,9 +186,29 @@ def quant_mix(rows: list[QuantMixRow]) -> list[dict[str, Any]]:
             for q in ordered]  # fmt: skip
 
 
-def shard(row: ShardRow) -> dict[str, Any]:
+def shard(row: ShardRow, files: Files | None) -> dict[str, Any]:
     return {"path": row.path, "split_no": row.split_no, "size": row.size, "sha256": row.sha256,
-            "header_bytes": row.header_bytes}  # fmt: skip
+            "header_bytes": row.header_bytes, "url": files.url(row.path) if files is not None else None}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Files:
+    """Where a hub repo's files are downloaded from: the hub the catalog crawls (`hub.endpoint`)
+    at the commit the artifact was indexed at, so the bytes are those the catalog read."""
+
+    endpoint: str
+    repo_id: str
+    revision: str
+
+    @classmethod
+    def of(cls, endpoint: str, source: str, repo_id: str, revision: str | None) -> Files | None:
+        """None for a local folder's files (the server's own disk) and before any revision."""
+        if source != "hub" or revision is None:
+            return None
+        return cls(endpoint, repo_id, revision)
+
+    def url(self, path: str) -> str:
+        return resolve_url(self.endpoint, self.repo_id, self.revision, path)
 
 
 def kv_cache_at(kv: Mapping[str, Any], tokens: int) -> dict[str, Any] | None:
@@ -200,9 +222,11 @@ def kv_cache_at(kv: Mapping[str, Any], tokens: int) -> dict[str, Any] | None:
 
 
 def artifact_full(
-    detail: ArtifactDetail, repo_id: str, latest: Verification | Row[Any] | None, *, with_metadata: bool
-) -> dict[str, Any]:
-    """An artifact with facts, quant mix, shards and latest verification.
+    detail: ArtifactDetail, repo_id: str, latest: Verification | Row[Any] | None, *, with_metadata: bool,
+    endpoint: str, source: str,
+) -> dict[str, Any]:  # fmt: skip
+    """An artifact with facts, quant mix, shards (with their download URLs from `endpoint`
+    for a hub repo: `source`) and latest verification.
 
     `with_metadata` adds the scalar metadata and the chat template text (the single
     artifact page); the repo page leaves them out to stay small."""
@@ -210,7 +234,8 @@ def artifact_full(
     body = artifact_summary(row, repo_id)
     body["facts"] = facts(detail.facts)
     body["quant_mix"] = quant_mix(detail.quant_mix)
-    body["shards"] = [shard(s) for s in detail.shards]
+    files = Files.of(endpoint, source, repo_id, row.revision)
+    body["shards"] = [shard(s, files) for s in detail.shards]
     body["latest_verification"] = verification(latest) if latest is not None else None
     # A column of the artifact row, so the repo page gets it at no extra query.
     body["chat_template_findings"] = row.chat_template_findings

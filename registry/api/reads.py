@@ -57,7 +57,8 @@ class ShardRow(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class ArtifactDetail:
-    """An artifact row (its columns, `repo_name`, `latest_verification_id`) and what hangs off it."""
+    """An artifact row (its columns, `latest_verification_id`; by id also `repo_name` and
+    `repo_source`) and what hangs off it."""
 
     row: Row[Any]
     facts: dict[str, Any] | None  # the facts row by column name
@@ -111,7 +112,8 @@ def _repo_artifacts(dialect: str) -> Select[Any]:
 @functools.cache
 def _artifact_by_id(dialect: str) -> Select[Any]:
     return (
-        _artifact_rows(dialect).add_columns(_REPOS.c.repo_id.label("repo_name"))
+        _artifact_rows(dialect)
+        .add_columns(_REPOS.c.repo_id.label("repo_name"), _REPOS.c.source.label("repo_source"))
         .join(_REPOS, _REPOS.c.id == _ARTIFACTS.c.repo_pk)
         .where(_ARTIFACTS.c.id == bindparam("artifact_id"))
     )

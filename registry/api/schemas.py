@@ -187,7 +187,11 @@ TEMPLATE_FINDING = obj(
 )
 
 QUANT_MIX_ENTRY = obj({"tensor_type": STR, "tensors": INT, "elements": INT, "bytes": INT})
-SHARD = obj({"path": STR, "split_no": INT, "size": OPT_INT, "sha256": OPT_STR, "header_bytes": OPT_INT})
+SHARD = obj({
+    "path": STR, "split_no": INT, "size": OPT_INT, "sha256": OPT_STR, "header_bytes": OPT_INT,
+    "url": {**OPT_STR, "description": "Where to download the file: the hub's /resolve/ URL at the commit the catalog "
+            "read (`hub.endpoint`); null for a local folder's files."},
+})  # fmt: skip
 
 VERIFICATION = obj({
     "id": INT, "artifact_id": INT, "status": {"enum": list(VERIFICATION_STATUSES)}, "reason": OPT_STR,

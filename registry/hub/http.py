@@ -32,7 +32,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
-from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urljoin, urlsplit, urlunsplit
 
 import aiohttp
 
@@ -631,6 +631,11 @@ def first_window_for(
     if size is not None and size > 0:
         window = min(window, size)
     return window
+
+
+def resolve_url(endpoint: str, repo_id: str, revision: str, path: str) -> str:
+    """The download URL of a file of a hub repo at `revision` (a commit sha pins it)."""
+    return f"{endpoint.rstrip('/')}/{quote(repo_id)}/resolve/{quote(revision, safe='')}/{quote(path)}"
 
 
 def normalize_url(url: str) -> str:

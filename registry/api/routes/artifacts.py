@@ -174,7 +174,10 @@ async def get_artifact(request: web.Request) -> web.Response:
             "the catalog does not store tensor tables yet; request the artifact without tensors",
             details={"parameter": "tensors"},
         )
-    body = present.artifact_full(found, found.row.repo_name, latest, with_metadata=True)
+    endpoint = request.app[SETTINGS_KEY].hub.endpoint
+    body = present.artifact_full(
+        found, found.row.repo_name, latest, with_metadata=True, endpoint=endpoint, source=found.row.repo_source
+    )
     body["projectors"] = [present.projector(p) for p in projectors]
     kv = (body["facts"] or {}).get("kv_cache")
     if args["context"] is not None:

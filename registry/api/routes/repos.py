@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry.api import present, reads
 from registry.api.errors import InvalidParameter, Moved, NotFound
+from registry.api.keys import SETTINGS_KEY
 from registry.api.params import Param, choice_param, int_param, parse_query
 from registry.api.responses import json_response
 from registry.api.sessions import read_session
@@ -68,9 +69,15 @@ async def get_repo(request: web.Request) -> web.Response:
         latest = await reads.latest_verifications(session, artifacts)
         parents, children = await lineage.neighbours(session, repo_id)
         moved_from = await lineage.moved_from(session, repo.id) if repo.has_moves else []
+    endpoint = request.app[SETTINGS_KEY].hub.endpoint
     body = {
         "repo": present.repo(repo),
-        "artifacts": [present.artifact_full(a, repo_id, latest.get(a.row.id), with_metadata=False) for a in artifacts],
+        "artifacts": [
+            present.artifact_full(
+                a, repo_id, latest.get(a.row.id), with_metadata=False, endpoint=endpoint, source=repo.source
+            )
+            for a in artifacts
+        ],
         "lineage": {"parents": [present.edge(e) for e in parents], "children": [present.edge(e) for e in children]},
         "moved_from": moved_from,
     }
