@@ -351,6 +351,11 @@ async def queries(db: Database) -> list[tuple[str, Callable[[], Awaitable[Any]]]
             select(Repo.repo_id).where(Repo.repo_id.like("user-%")).order_by(Repo.id).limit(1)
         )).scalar_one()  # fmt: skip
     tail_author = tail_repo.split("/")[0]
+    async with db.sessions() as session:  # the repo with the most files
+        biggest_repo = (await session.execute(
+            select(Repo.repo_id).join(Artifact, Artifact.repo_pk == Repo.id)
+            .group_by(Repo.id, Repo.repo_id).order_by(func.count().desc(), Repo.id).limit(1)
+        )).scalar_one()  # fmt: skip
     deep_downloads = SearchQuery(sort="downloads")
     deep_name = SearchQuery(sort="name", architecture="llama")
     cursor_50 = await _cursor_at_page(db, deep_downloads, 50)
@@ -408,6 +413,8 @@ async def queries(db: Database) -> list[tuple[str, Callable[[], Awaitable[Any]]]
         ("author=Unsloth + qwen2, sort likes", searching(SearchQuery(author="Unsloth", architecture="qwen2",
                                                                      sort="likes"))),
         (f"author={tail_author} (tail)", searching(SearchQuery(author=tail_author))),
+        ("repo=the biggest repo", searching(SearchQuery(repo=biggest_repo))),
+        ("repo=it (any case), sort size", searching(SearchQuery(repo=biggest_repo.upper(), sort="file_size"))),
         ("verified=passed, sort modified", searching(SearchQuery(verification="passed", sort="last_modified"))),
         ("combined llama+Q4_K_M+apache+7-9B", searching(SearchQuery(
             architecture="llama", file_type="Q4_K_M", license="apache-2.0",

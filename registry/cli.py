@@ -400,6 +400,7 @@ def _add_search(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument("--author", metavar="NAME",
                    help="only repos this user or organisation owns (the repo id before the /), in any case; local "
                    "for the catalog's local folders")  # fmt: skip
+    p.add_argument("--repo", metavar="ORG/NAME", help="only this repo's files (any case of its id)")
     p.add_argument("--descendant-of", metavar="REPO", help="only repos below REPO (any case) in the lineage graph")
     p.add_argument("--template-severity", metavar="S",
                    help="chat template has a safety finding at least this severe: info, low, medium, high "
@@ -435,7 +436,7 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     from registry.catalog.search import SearchQuery, search
 
     query = SearchQuery(
-        text=args.text, author=args.author, architecture=args.architecture, license=args.license, file_type=args.file_type,
+        text=args.text, author=args.author, repo=args.repo, architecture=args.architecture, license=args.license, file_type=args.file_type,
         tensor_type=args.tensor_type, min_params=args.min_params, max_params=args.max_params,
         min_size=args.min_size, max_size=args.max_size, size_label=args.size_label,
         min_context=args.min_context, expert_count=args.expert_count,

@@ -139,11 +139,28 @@ async def get_repo(session: AsyncSession, repo_id: str) -> Row[Any] | None:
     return (await conn.execute(_REPO_BY_NAME, {"key": repo_key(repo_id), "repo_id": repo_id})).first()
 
 
-async def repo_artifacts(session: AsyncSession, repo_pk: int) -> list[ArtifactDetail]:
-    # "gone" artifacts are files the repo no longer has; the page shows what it holds now.
+# The most artifacts a repo page lists, by path. A hub repo may list a hundred thousand
+# files (its file list is capped at 32 MB, not by count); the page stays a few MB, and
+# `GET /v1/artifacts?repo=` pages through all of them.
+MAX_REPO_ARTIFACTS = 500
+_REPO_ARTIFACT_COUNT = select(func.count()).where(
+    _ARTIFACTS.c.repo_pk == bindparam("repo_pk"), _ARTIFACTS.c.status != "gone"
+)
+
+
+async def repo_artifacts(
+    session: AsyncSession, repo_pk: int, limit: int | None = None
+) -> tuple[list[ArtifactDetail], int]:
+    """The repo's first `limit` (MAX_REPO_ARTIFACTS) artifacts by path, and how many it has.
+    "gone" artifacts are files the repo no longer has; the page shows what it holds now."""
+    limit = MAX_REPO_ARTIFACTS if limit is None else limit
     conn = await session.connection()
-    rows = await conn.execute(_repo_artifacts(conn.dialect.name), {"repo_pk": repo_pk})
-    return [_detail(row) for row in rows]
+    stmt = _repo_artifacts(conn.dialect.name).limit(bindparam("limit"))
+    rows = (await conn.execute(stmt, {"repo_pk": repo_pk, "limit": limit + 1})).all()
+    count = len(rows)
+    if count > limit:
+        count = (await conn.execute(_REPO_ARTIFACT_COUNT, {"repo_pk": repo_pk})).scalar_one()
+    return [_detail(row) for row in rows[:limit]], count
 
 
 # The most projectors an artifact page lists: a repo holds a few (one per precision).

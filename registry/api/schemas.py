@@ -12,7 +12,7 @@ from typing import Any
 from registry.api.bodies import MAX_CRAWL_LIMIT, MAX_CRAWL_REPOS, MAX_SEARCH, REPO_PART
 from registry.api.launchers import JOB_STATES
 from registry.api.params import BIGINT_MAX, NOT_BLANK
-from registry.api.reads import MAX_PROJECTORS
+from registry.api.reads import MAX_PROJECTORS, MAX_REPO_ARTIFACTS
 from registry.catalog.models import (
     ARTIFACT_STATUSES,
     CRAWL_KINDS,
@@ -252,7 +252,12 @@ EDGES: Schema = {"type": "array", "items": ref("LineageEdge")}
 
 REPO_DETAIL = obj({
     "repo": ref("Repo"),
-    "artifacts": {"type": "array", "items": ref("ArtifactInRepo")},
+    "artifacts": {"type": "array", "items": ref("ArtifactInRepo"),
+                  "description": f"Its files, by path, at most {MAX_REPO_ARTIFACTS} (`artifact_count` says how many "
+                  "there are; `artifacts_url` pages through them all); error rows too, gone files not."},
+    "artifact_count": {**INT, "description": "How many artifacts the repo has, gone files not counted."},
+    "artifacts_url": {**STR, "description": "The search for the repo's indexed artifacts, by name "
+                      "(`/v1/artifacts?repo=...`): add `status=error` for its error rows, or any other filter."},
     "lineage": obj({"parents": EDGES, "children": EDGES}),
     "moved_from": {"type": "array", "items": STR,
                    "description": "Ids the hub has answered for as this repo (renamed, transferred), as the "

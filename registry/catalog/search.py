@@ -60,6 +60,7 @@ from registry.catalog.folding import FOLDS, ascii_lower, fold
 from registry.catalog.lineage import MAX_DEPTH
 from registry.catalog.models import (
     ARTIFACT_STATUSES,
+    REPO_ID_LENGTH,
     Artifact,
     LineageEdge,
     QuantMix,
@@ -133,7 +134,7 @@ FACETS = ("architecture", "license", "file_type", "size_bucket")
 AUTHOR_PATTERN = r"[A-Za-z0-9._-]{1,96}"
 _AUTHOR = re.compile(AUTHOR_PATTERN)
 # SearchQuery filters on columns outside the covering facet index.
-_NON_FACET_FILTERS = ("author", "text", "tensor_type", "min_params", "max_params", "min_size", "max_size",
+_NON_FACET_FILTERS = ("author", "repo", "text", "tensor_type", "min_params", "max_params", "min_size", "max_size",
                       "size_label", "min_context", "expert_count", "verification", "descendant_of", "template_severity",
                       "max_memory", "draft_for", "capability", "kind", "with_projector", "modality")  # fmt: skip
 STATUSES = (*ARTIFACT_STATUSES, "all")
@@ -151,6 +152,9 @@ class SearchQuery:
     # Only artifacts of repos this user or organisation owns (the part of the repo id before
     # the `/`, in any ASCII case): an AUTHOR_PATTERN name, else InvalidQuery.
     author: str | None = None
+    # Only the artifacts of this repo (`org/name`, any ASCII case of the id, as repo pages
+    # find it): one id with one `/`, else InvalidQuery.
+    repo: str | None = None
     # Architecture, license, file type and size label match in any ASCII case (`folding`).
     architecture: str | None = None
     license: str | None = None
@@ -376,6 +380,18 @@ def _author_predicate(author: str) -> _Predicate:
     return _Predicate(Artifact.sort_name, ("sort_name", "owner", owner), lambda c: and_(c >= low, c < high))
 
 
+def _repo_predicate(repo_id: str) -> _Predicate:
+    """The artifacts of the repo this id names in any ASCII case (`repo_key`; a hub rename
+    that left two spellings: both): the repo's primary keys looked up by its key, then the
+    artifacts through `(repo_pk, path)`, or a check in the download sort's index."""
+    owner, slash, name = repo_id.partition("/")
+    if not owner or not slash or not name or "/" in name or len(repo_id) > REPO_ID_LENGTH:
+        raise InvalidQuery(f"repo must be one repo id, org/name, got {repo_id!r}", parameter="repo")
+    key = repo_key(repo_id)
+    pks = select(Repo.id).where(Repo.repo_key == key)
+    return _Predicate(Artifact.repo_pk, ("repo_pk", "repo", key), lambda c: c.in_(pks))
+
+
 def _normalised(q: SearchQuery) -> SearchQuery:
     """The query as the catalog compares it: without NUL (no stored text holds it, writes
     strip it, and PostgreSQL rejects it in a parameter), and the architecture, license,
@@ -411,6 +427,8 @@ def _column_predicates(q: SearchQuery) -> list[_Predicate]:
     preds += [_Predicate(c, (c.key, "=", v), _equal_to(v)) for c, v in equals.items() if v is not None]
     if q.author is not None:
         preds.append(_author_predicate(q.author))
+    if q.repo is not None:
+        preds.append(_repo_predicate(q.repo))
     if (low := q.min_params) is not None:
         preds.append(_Predicate(Artifact.parameter_count, ("parameter_count", ">=", low), lambda c: c >= low))
     if (high := q.max_params) is not None:

@@ -334,6 +334,7 @@ class Oracle:
             checks = (
                 q.status == "all" or i["status"] == q.status,
                 q.author is None or repo_key(row.repo_id).split("/")[0] == _ascii_lower(q.author),
+                q.repo is None or repo_key(row.repo_id) == repo_key(q.repo),
                 q.architecture is None or _same(i["architecture"], q.architecture),
                 q.license is None or _same(i["license"], q.license),
                 q.file_type is None or _same(i["file_type"], q.file_type),
@@ -568,6 +569,9 @@ def _any_case(draw: st.DrawFn, values: Sequence[str]) -> str:
 FILTER_VALUES: dict[str, st.SearchStrategy[Any]] = {
     # owners of REPO_IDS, names that begin one ("or") and names that one begins ("orgs")
     "author": _any_case(("meta", "org", "bart", "z", "ghost", "or", "o", "ba", "me", "orgs", "org-x", "z.x")),
+    # ids in any ASCII case (the same repo), non-ASCII letters changed (another one), and
+    # ids that begin one ("org/mi") or that one begins ("org/mix-2")
+    "repo": st.sampled_from((*REPO_SPELLINGS, "org/MIX", "org/mix-2", "org/mi", "Org/Tune", "meta/ba", "bart/q")),
     "architecture": _any_case((*[a for a in ARCHITECTURES if a], "mamba")),
     "license": _any_case((*[x for x in LICENSES if x], "gpl")),
     "file_type": _any_case([f for f in FILE_TYPES if f]),

@@ -184,6 +184,8 @@ async def test_search_matches_the_oracle(
 ALWAYS = {
     # a range of the name sort's column: a seek into its index, or a check along another
     "author": "author",
+    # the repo's primary keys by its key, an IN list on repo_pk: its index, or the walk index's column
+    "repo": "repo",
     # a sum over four columns and the context, checked row by row behind whatever way in
     "max_memory": "memory",
     # an equality on the key, a parameter range below the target's and a token-count range

@@ -31,7 +31,7 @@ from registry.api.responses import json_response
 from registry.api.sessions import read_session
 from registry.catalog import search as catalog_search
 from registry.catalog.folding import ascii_lower, folded
-from registry.catalog.models import VERIFICATION_STATUSES
+from registry.catalog.models import REPO_ID_LENGTH, VERIFICATION_STATUSES
 from registry.gguf.facts_model import KINDS, MODALITIES
 from registry.gguf.vocab import MAX_SIZE_DIFFERENCE
 from registry.safety.capabilities import CAPABILITIES
@@ -60,11 +60,23 @@ def _author(name: str, raw: str) -> str:
     return raw
 
 
+_REPO_ID = r"^[^/\x00]+/[^/\x00]+$"
+
+
+def _repo(name: str, raw: str) -> str:
+    if len(raw) > REPO_ID_LENGTH or re.fullmatch(_REPO_ID, raw) is None:
+        raise InvalidParameter(name, f"{name} must be one repo id, org/name", pattern=_REPO_ID)
+    return raw
+
+
 FILTER_PARAMS: tuple[Param, ...] = (
     text_param("q", "Free text: every word must occur in the repo id, path, name, tags or description."),
     Param("author", _author, {"type": "string", "pattern": f"^{catalog_search.AUTHOR_PATTERN}$"},
           "Only repos this user or organisation owns (the repo id's part before the `/`, e.g. `bartowski`), in "
           "any ASCII case; `local` for the server's local folders."),
+    Param("repo", _repo, {"type": "string", "maxLength": REPO_ID_LENGTH, "pattern": _REPO_ID},
+          "Only this repo's artifacts: its id, org/name, in any ASCII case (as the repo page finds it). A repo page "
+          f"lists at most {reads.MAX_REPO_ARTIFACTS}; this pages through all of them, with any other filter."),
     text_param("architecture", "general.architecture, e.g. llama; matches in any ASCII case."),
     text_param("license", "The file's license, else the repo card's, e.g. apache-2.0; matches in any ASCII case."),
     text_param("file_type", "File type label, e.g. Q4_K_M; matches in any ASCII case."),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from aiohttp import web
 from sqlalchemy import Row
@@ -65,7 +66,7 @@ async def get_repo(request: web.Request) -> web.Response:
         if repo is None:
             raise NotFound(f"no repo {repo_id} in the catalog", details={"repo": repo_id})
         repo_id = repo.repo_id  # any case finds it (as on the hub); the catalog's spelling from here
-        artifacts = await reads.repo_artifacts(session, repo.id)
+        artifacts, artifact_count = await reads.repo_artifacts(session, repo.id)
         latest = await reads.latest_verifications(session, artifacts)
         parents, children = await lineage.neighbours(session, repo_id)
         moved_from = await lineage.moved_from(session, repo.id) if repo.has_moves else []
@@ -78,6 +79,8 @@ async def get_repo(request: web.Request) -> web.Response:
             )
             for a in artifacts
         ],
+        "artifact_count": artifact_count,
+        "artifacts_url": f"/v1/artifacts?{urlencode({'repo': repo_id, 'sort': 'name'})}",
         "lineage": {"parents": [present.edge(e) for e in parents], "children": [present.edge(e) for e in children]},
         "moved_from": moved_from,
     }

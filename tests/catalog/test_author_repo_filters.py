@@ -1,7 +1,8 @@
-"""The `author` filter: the artifacts of the repos a user or organisation owns, in any ASCII
-case, on both databases, through the catalog (with every plan the probes can choose), the
-API and the CLI; and a repo the hub moved to another owner is found under the new one at
-once."""
+"""The `author` and `repo` filters: the artifacts of the repos a user or organisation owns,
+or of one repo, by ids in any ASCII case, on both databases, through the catalog (with
+every plan the probes can choose), the API and the CLI; a repo the hub moved to another
+owner is found under the new one at once; and a repo page lists a bounded number of
+artifacts, the search for the repo all of them."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from registry.api import reads
 from registry.catalog.db import Database
 from registry.catalog.errors import InvalidQuery
-from registry.catalog.models import Artifact
+from registry.catalog.models import Artifact, repo_key
 from registry.catalog.search import SearchQuery, facets, search
 from registry.catalog.services import repo_moved, upsert_repo_snapshot
 from registry.catalog.snapshot import RepoSnapshot
@@ -123,6 +125,36 @@ async def test_an_author_that_is_not_a_name_is_refused(db: Database) -> None:
             assert info.value.details["parameter"] == "author", author
 
 
+@pytest.mark.parametrize("plan", ["default", "all common"])
+async def test_a_repo_matches_its_own_artifacts(db: Database, plan: str) -> None:
+    await _catalog(db)
+    with thresholds(db, ALL_COMMON if plan == "all common" else None):
+        for repo_id in REPOS:
+            for spelling in (repo_id, repo_id.upper(), repo_id.swapcase()):
+                # only A-Z fold: an id whose other letters changed names another repo
+                expected = _expected_repo(repo_id) if repo_key(spelling) == repo_key(repo_id) else []
+                for sort in ("downloads", "name"):
+                    got = await _walked(db, SearchQuery(repo=spelling, sort=sort, limit=1))
+                    assert sorted(got) == sorted(expected), (spelling, sort)
+        for other in ("bartowski/Alpha", "bartowski/Alpha-GGUF-2", "bartowski2/Alpha-GGUF", "nobody/x"):
+            assert await _walked(db, SearchQuery(repo=other)) == [], other
+        got = await _walked(db, SearchQuery(repo="Bartowski/alpha-gguf", architecture="QWEN2", author="BARTOWSKI"))
+        assert got == ["bartowski/Alpha-GGUF/Alpha-GGUF-qwen2-Q4_K_M.gguf"]
+        async with db.sessions() as session:
+            counts = await facets(session, SearchQuery(repo="bartowski/alpha-gguf"))
+        assert counts["architecture"] == {"llama": 1, "qwen2": 1}
+    async with db.sessions() as session:
+        for bad in ("bartowski", "a/b/c", "/x", "x/", "x" * 200 + "/" + "y" * 101):
+            with pytest.raises(InvalidQuery) as info:
+                await search(session, SearchQuery(repo=bad))
+            assert info.value.details["parameter"] == "repo", bad
+
+
+def _expected_repo(repo_id: str) -> list[str]:
+    _, archs = REPOS[repo_id]
+    return [f"{repo_id}/{repo_id.split('/')[1]}-{arch}-Q4_K_M.gguf" for arch in archs]
+
+
 async def _sort_names(db: Database) -> set[str]:
     async with db.sessions() as session:
         return set((await session.scalars(select(Artifact.sort_name))).all())
@@ -186,3 +218,40 @@ def test_cli_author(cli_db_url: str, models: Path, capsys: pytest.CaptureFixture
     assert json.loads(capsys.readouterr().out)["items"] == []
     assert main(["search", "--author", "a/b"]) == 2
     assert "author" in capsys.readouterr().err
+
+
+async def test_api_repo(api: ApiClient) -> None:
+    hits = await api.get("/v1/artifacts?repo=BARTOWSKI/alpha-gguf&sort=name")
+    assert hits.status == 200
+    assert [i["path"] for i in hits.body["items"]] == ["Alpha-GGUF-llama-Q4_K_M.gguf", "Alpha-GGUF-qwen2-Q4_K_M.gguf"]
+    local = await api.get("/v1/artifacts?repo=local/MODELS")
+    assert [i["repo"] for i in local.body["items"]] == ["local/models"]
+    for bad in ("bartowski", "a/b/c", "a%00b/c", "x" * 301):
+        answer = await api.get(f"/v1/artifacts?repo={bad}")
+        assert answer.status == 400, bad
+        assert answer.body["error"]["details"]["parameter"] == "repo", bad
+
+
+async def test_a_repo_page_lists_a_bounded_number_and_links_to_all(db: Database, make_api: MakeApi) -> None:
+    await empty_tables(db)
+    many = reads.MAX_REPO_ARTIFACTS + 3
+    files = tuple(artifact(f"part-{i:04d}-Q4_K_M.gguf") for i in range(many))
+    async with db.sessions() as session, session.begin():
+        await upsert_repo_snapshot(session, make_snapshot("big/Many-GGUF", artifacts=files), hub_answered=True)
+        await upsert_repo_snapshot(session, _snapshot("bart/Delta-GGUF"), hub_answered=True)
+    api = await make_api()
+    page = await api.get("/v1/repos/big/many-gguf")
+    assert page.status == 200
+    assert page.body["artifact_count"] == many
+    listed = [a["path"] for a in page.body["artifacts"]]
+    assert listed == [f"part-{i:04d}-Q4_K_M.gguf" for i in range(reads.MAX_REPO_ARTIFACTS)]
+    url: str | None = page.body["artifacts_url"] + "&limit=100"
+    paths: list[str] = []
+    while url is not None:
+        hits = await api.get(url)
+        assert hits.status == 200
+        paths += [i["path"] for i in hits.body["items"]]
+        url = hits.body["next"] and f"{page.body['artifacts_url']}&limit=100&cursor={hits.body['next']}"
+    assert paths == [f"part-{i:04d}-Q4_K_M.gguf" for i in range(many)]
+    small = await api.get("/v1/repos/bart/Delta-GGUF")
+    assert small.body["artifact_count"] == len(small.body["artifacts"]) == 1
