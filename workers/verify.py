@@ -322,6 +322,16 @@ def hub_shards(
     ]
 
 
+async def hub_artifact(repo_id: str, path: str | None, settings: Settings, revision: str | None) -> list[ShardSource]:
+    """The shards of `repo_id[:path]` (the repo's only artifact without a path) on the
+    configured hub, pinned to the commit the revision names now."""
+    client = HubClient.from_settings(settings.hub)
+    info = await client.repo_info(repo_id, revision)
+    by_path = {f.path: f for f in info.files}
+    chosen = [by_path[p] for p in pick_artifact(info, path)]
+    return hub_shards(client, repo_id, info.sha or revision, chosen)
+
+
 async def verify_hub(
     repo_id: str,
     path: str | None,
@@ -331,18 +341,16 @@ async def verify_hub(
     downloader: Downloader | None = None,
 ) -> VerifyResult:
     """Verify `repo_id[:path]` on the configured hub, pinned to the revision it lists now."""
-    client = HubClient.from_settings(settings.hub)
-    info = await client.repo_info(repo_id, revision)
-    by_path = {f.path: f for f in info.files}
-    chosen = [by_path[p] for p in pick_artifact(info, path)]
-    shards = hub_shards(client, repo_id, info.sha or revision, chosen)
+    shards = await hub_artifact(repo_id, path, settings, revision)
     return await verify_shards(shards, settings, downloader=downloader)
 
 
 # -- the job: one catalog row -----------------------------------------------------------
 
 
-async def _artifact_shards(db: Database, artifact_id: int, settings: Settings) -> list[ShardSource]:
+async def artifact_shards(db: Database, artifact_id: int, settings: Settings) -> list[ShardSource]:
+    """The files of the catalog's artifact `artifact_id`: on disk, or on the hub at the
+    commit it was indexed at."""
     async with db.sessions() as session:
         art = await session.scalar(
             select(Artifact)
@@ -399,7 +407,7 @@ async def run_verification(
         artifact_id = row.artifact_id
         await session.commit()
     try:
-        shards = await _artifact_shards(db, artifact_id, settings)
+        shards = await artifact_shards(db, artifact_id, settings)
         result = await verify_shards(shards, settings, downloader=downloader)
     except (TargetError, HubError, OSError) as exc:
         result = VerifyResult.failed(Reason.DOWNLOAD_FAILED, str(exc))

@@ -1,0 +1,128 @@
+"""`registry download` against the fake hub over loopback, as a user runs it: every shard of
+a split model written by gguf-py, checked by sha256, continued after an interruption, never
+overwriting a file; by REPO[:PATH] and by catalog id."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from registry.config import HubSettings, Settings
+from tests.fakehub import FakeHub
+from tests.fakehub.corpus import BytesBlob, Corpus, RepoFile
+from tests.fakehub.corpus import Repo as HubRepo
+from tests.fakehub.testing import TOKEN
+from tests.gguf.gguf_py import write_gguf
+from tests.workers.test_cli_crawl import _registry
+from workers.download import DownloadError, destination, download_shards
+from workers.verify import hub_artifact
+
+SPLIT = "org/tiny-split-GGUF"
+
+
+def _repo(tmp_path: Path, repo_id: str = SPLIT) -> tuple[HubRepo, dict[str, bytes]]:
+    """A repo holding one model in three shards and one single-file model, real bytes."""
+    src = tmp_path / "src"
+    src.mkdir(exist_ok=True)
+    tensors = [(f"blk.{i}.w", np.full((64, 64), i, dtype=np.float32)) for i in range(3)]
+    paths = write_gguf(src / "tiny.gguf", kv={"general.name": "tiny"}, tensors=tensors, split_max_tensors=1)
+    paths += write_gguf(src / "other-Q8_0.gguf", tensors=tensors[:1])
+    data = {p.name: p.read_bytes() for p in paths}
+    return HubRepo(repo_id, [RepoFile(name, BytesBlob(b, lfs=True)) for name, b in data.items()]), data
+
+
+SHARDS = [f"tiny-{i:05d}-of-00003.gguf" for i in range(1, 4)]
+
+
+async def test_download_writes_every_shard_and_skips_them_the_next_time(tmp_path: Path) -> None:
+    repo, data = _repo(tmp_path)
+    out = tmp_path / "out"
+    async with FakeHub(Corpus([repo]), tokens={TOKEN}) as hub:
+        code, stdout, err = await _registry(
+            tmp_path, hub, "download", f"{SPLIT}:{SHARDS[1]}", "--to", str(out), "--json"
+        )
+        assert code == 0, err
+        files = json.loads(stdout)
+        assert [Path(f["path"]).name for f in files] == SHARDS  # any shard names the whole model
+        assert all(f["fetched"] == f["size"] == len(data[Path(f["path"]).name]) for f in files)
+        for name in SHARDS:
+            assert (out / name).read_bytes() == data[name]
+        assert sorted(p.name for p in out.iterdir()) == SHARDS  # no partial file left
+        fetched = len(hub.requests_to("cdn"))
+
+        code, stdout, err = await _registry(tmp_path, hub, "download", f"{SPLIT}:{SHARDS[0]}", "--to", str(out))
+        assert code == 0, err
+        assert stdout.count("in place already") == 3
+        assert len(hub.requests_to("cdn")) == fetched  # nothing fetched again
+
+        # A repo of two artifacts: naming none is an error that lists them.
+        code, stdout, err = await _registry(tmp_path, hub, "download", SPLIT, "--to", str(out))
+        assert code == 1 and "2 GGUF artifacts" in err and "name one as REPO:PATH" in err
+
+
+async def test_an_interrupted_download_continues_where_it_stopped(tmp_path: Path) -> None:
+    repo, data = _repo(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    first = data[SHARDS[0]]
+    (out / f"{SHARDS[0]}.partial").write_bytes(first[: len(first) // 2])
+    async with FakeHub(Corpus([repo]), tokens={TOKEN}) as hub:
+        settings = Settings(hub=HubSettings(endpoint=hub.endpoint, token=TOKEN))
+        shards = await hub_artifact(SPLIT, SHARDS[0], settings, None)
+        files = await download_shards(shards, out, settings)
+        ranges = [r.headers.get("Range") for r in hub.requests_to("cdn") if r.file == SHARDS[0]]
+    assert ranges == [f"bytes={len(first) // 2}-"]
+    assert files[0].fetched == len(first) - len(first) // 2
+    assert (out / SHARDS[0]).read_bytes() == first
+
+
+async def test_bytes_that_do_not_match_the_hash_are_deleted(tmp_path: Path) -> None:
+    repo, _ = _repo(tmp_path)
+    blob = next(f.blob for f in repo.files if f.path == "other-Q8_0.gguf")
+    blob.data = blob.data[:-1] + bytes([blob.data[-1] ^ 1])  # the hub serves other bytes than it hashed
+    out = tmp_path / "out"
+    async with FakeHub(Corpus([repo]), tokens={TOKEN}) as hub:
+        code, _, err = await _registry(tmp_path, hub, "download", f"{SPLIT}:other-Q8_0.gguf", "--to", str(out))
+    assert code == 1 and "sha256" in err and "deleted" in err
+    assert list(out.iterdir()) == []
+
+
+async def test_a_file_in_place_with_other_bytes_is_left_alone(tmp_path: Path) -> None:
+    repo, _ = _repo(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    mine = out / "other-Q8_0.gguf"
+    mine.write_bytes(b"my own file")
+    async with FakeHub(Corpus([repo]), tokens={TOKEN}) as hub:
+        code, _, err = await _registry(tmp_path, hub, "download", f"{SPLIT}:other-Q8_0.gguf", "--to", str(out))
+        assert not hub.requests_to("cdn")
+    assert code == 1 and "move it away" in err
+    assert mine.read_bytes() == b"my own file"
+
+
+@pytest.mark.parametrize("name", ["../x.gguf", "/etc/x.gguf", "a//b.gguf", "a/./b.gguf", "a\\b.gguf", ""])
+def test_a_path_that_is_not_plainly_relative_is_refused(tmp_path: Path, name: str) -> None:
+    with pytest.raises(DownloadError):
+        destination(tmp_path, name)
+    assert destination(tmp_path, "sub/dir/m.gguf") == tmp_path / "sub" / "dir" / "m.gguf"
+
+
+async def test_download_by_catalog_id(tmp_path: Path) -> None:
+    repo, data = _repo(tmp_path)
+    out = tmp_path / "out"
+    async with FakeHub(Corpus([repo]), tokens={TOKEN}) as hub:
+        code, _, err = await _registry(tmp_path, hub, "crawl", SPLIT)
+        assert code == 0, err
+        code, stdout, err = await _registry(tmp_path, hub, "search", "--repo", SPLIT, "--json", "--sort", "name")
+        assert code == 0, err
+        items = {i["path"]: i["id"] for i in json.loads(stdout)["items"]}
+        code, stdout, err = await _registry(tmp_path, hub, "download", str(items[SHARDS[0]]), "--to", str(out))
+        assert code == 0, err
+        pinned = [r.path for r in hub.requests_to("resolve")]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == {name: data[name] for name in SHARDS}
+    assert all(f"/{repo.sha}/" in p for p in pinned)  # at the commit the catalog read
+    code, _, err = await _registry(tmp_path, hub, "download", "999999", "--to", str(out))
+    assert code == 1 and "no artifact with id 999999" in err

@@ -1,0 +1,107 @@
+"""`registry download`: an artifact's files, every shard, from the hub into a folder, whole
+and checked.
+
+Each file is written as `<folder>/<path>.partial`, continued by a Range request when an
+earlier run was cut short (`Downloader`), and renamed to `<folder>/<path>` only once it has
+every byte and its sha256 equals the hub's LFS oid; a file whose hash differs is deleted.
+A file already in place with the listed size and hash is not fetched again, and one in
+place with other bytes is left alone and refused: a download never overwrites a file.
+Hub paths are untrusted: one that is not a plain relative path (`..`, an absolute path,
+empty parts) is refused before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from registry.config import Settings
+from registry.hub.errors import HubError
+from registry.hub.http import HttpOptions
+from workers.cache import Downloader, SizeMismatch, sha256_file
+from workers.verify import ShardSource
+
+
+class DownloadError(Exception):
+    """A file that cannot be downloaded whole and checked; nothing of it is left in place."""
+
+
+@dataclass(frozen=True)
+class DownloadedFile:
+    path: Path
+    size: int
+    sha256: str
+    fetched: int  # bytes received by this run; 0 when the file was in place already
+
+    def to_dict(self) -> dict[str, object]:
+        return {"path": str(self.path), "size": self.size, "sha256": self.sha256, "fetched": self.fetched}
+
+
+def destination(folder: Path, name: str) -> Path:
+    """Where the hub file `name` goes under `folder`; DownloadError for a path that would
+    leave it or is not a plain relative one."""
+    parts = name.split("/")
+    if not name or "\\" in name or "\x00" in name or any(p in ("", ".", "..") for p in parts):
+        raise DownloadError(f"refusing to write {name!r}: not a plain relative path")
+    return folder.joinpath(*parts)
+
+
+async def download_shards(
+    shards: Sequence[ShardSource],
+    folder: Path,
+    settings: Settings,
+    *,
+    downloader: Downloader | None = None,
+    done: Callable[[DownloadedFile], None] | None = None,
+) -> list[DownloadedFile]:
+    """Every shard under `folder`, whole and checked against its LFS oid; `done` is called
+    as each file is in place."""
+    targets = [(s, destination(folder, s.name)) for s in shards]  # all refused before any is written
+    local = [s.name for s in shards if s.local_path is not None or s.url is None]
+    if local:
+        raise DownloadError(f"{local[0]} is a local folder's file, on disk already: {shards[0].local_path}")
+    dl = downloader or Downloader(HttpOptions.from_settings(settings.hub))
+    out: list[DownloadedFile] = []
+    try:
+        for s, dest in targets:
+            assert s.url is not None
+            got = await _in_place(s, dest) if dest.exists() else await _fetch(dl, s, dest)
+            out.append(got)
+            if done is not None:
+                done(got)
+    finally:
+        if downloader is None:
+            await dl.close()
+    return out
+
+
+async def _in_place(s: ShardSource, dest: Path) -> DownloadedFile:
+    size = dest.stat().st_size
+    digest = await sha256_file(dest) if s.size is None or size == s.size else None
+    if digest is None or (s.sha256 and digest != s.sha256.lower()):
+        said = f"sha256 {digest}" if digest is not None else f"{size} bytes"
+        raise DownloadError(
+            f"{dest} is there already with other bytes ({said}; the hub lists {s.size} bytes, sha256 "
+            f"{s.sha256}): move it away to download it"
+        )
+    return DownloadedFile(dest, size, digest, 0)
+
+
+async def _fetch(dl: Downloader, s: ShardSource, dest: Path) -> DownloadedFile:
+    assert s.url is not None
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".partial")
+    try:
+        received = await dl.download(s.url, part, s.size)
+    except SizeMismatch as exc:
+        part.unlink(missing_ok=True)  # the wrong file: a retry starts over
+        raise DownloadError(f"{s.name}: {exc}") from None
+    except HubError as exc:  # the partial file stays: the next run continues it
+        raise DownloadError(f"{s.name}: {exc}") from None
+    digest = await sha256_file(part)
+    if s.sha256 and digest != s.sha256.lower():
+        part.unlink()
+        raise DownloadError(f"{s.name}: sha256 {digest}, the hub's LFS oid is {s.sha256}; deleted")
+    part.replace(dest)
+    return DownloadedFile(dest, dest.stat().st_size, digest, received)
