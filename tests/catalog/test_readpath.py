@@ -103,9 +103,11 @@ async def test_detail_and_lineage_reads_agree(catalog: Database) -> None:
     expected, got = await both(catalog, lambda s: reads.get_repo(s, repo_id))
     assert tuple(got) == tuple(expected) and got.repo_id == repo_id
     pk = expected.id
-    expected, got = await both(catalog, lambda s: reads.repo_artifacts(s, pk))
-    assert plain(got) == plain(expected) and len(got) == 3
+    (expected, expected_count), (got, count) = await both(catalog, lambda s: reads.repo_artifacts(s, pk))
+    assert plain(got) == plain(expected) and len(got) == count == expected_count == 3
     assert [d.facts for d in got] == [d.facts for d in expected] and got[0].facts
+    (expected, _), (got, count) = await both(catalog, lambda s: reads.repo_artifacts(s, pk, limit=2))
+    assert plain(got) == plain(expected) and len(got) == 2 and count == 3  # counted past the limit
     artifact_id = expected[0].row.id
     expected, got = await both(catalog, lambda s: reads.get_artifact(s, artifact_id))
     assert plain(got) == plain(expected) and got.row.repo_name == repo_id
