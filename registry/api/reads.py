@@ -106,7 +106,7 @@ def _artifact_rows(dialect: str) -> Select[Any]:
 def _repo_artifacts(dialect: str) -> Select[Any]:
     return _artifact_rows(dialect).where(
         _ARTIFACTS.c.repo_pk == bindparam("repo_pk"), _ARTIFACTS.c.status != "gone"
-    ).order_by(_ARTIFACTS.c.path)
+    ).order_by(_ARTIFACTS.c.path).limit(bindparam("limit"))
 
 
 @functools.cache
@@ -155,7 +155,7 @@ async def repo_artifacts(
     "gone" artifacts are files the repo no longer has; the page shows what it holds now."""
     limit = MAX_REPO_ARTIFACTS if limit is None else limit
     conn = await session.connection()
-    stmt = _repo_artifacts(conn.dialect.name).limit(bindparam("limit"))
+    stmt = _repo_artifacts(conn.dialect.name)
     rows = (await conn.execute(stmt, {"repo_pk": repo_pk, "limit": limit + 1})).all()
     count = len(rows)
     if count > limit:
