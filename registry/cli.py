@@ -500,10 +500,11 @@ def _memory(memory: dict[str, int] | None) -> str:
 def _search_table(items: Sequence[SearchItem]) -> str:
     if not items:
         return "no matches\n"
-    head = ("REPO", "PATH", "ARCH", "PARAMS", "LABEL", "TYPE", "FILESIZE", "MEMORY", "LICENSE", "SHARDS",
+    # ID first: what `registry download ID` and the API's /v1/artifacts/ID take.
+    head = ("ID", "REPO", "PATH", "ARCH", "PARAMS", "LABEL", "TYPE", "FILESIZE", "MEMORY", "LICENSE", "SHARDS",
             "TEMPLATE", "STATUS")  # fmt: skip
     rows = [head] + [
-        (i.repo, i.path, i.architecture or "-", f"{i.parameter_count:,}" if i.parameter_count else "-",
+        (str(i.id), i.repo, i.path, i.architecture or "-", f"{i.parameter_count:,}" if i.parameter_count else "-",
          i.size_label or "-", i.file_type or "-", _file_size(i.file_size), _memory(i.memory), i.license or "-",
          str(i.shards), i.chat_template_severity or "-",
          i.status if not i.error else f"{i.status}: {i.error_code}: {i.error}"[:120])

@@ -106,8 +106,11 @@ def test_index_then_search(url: str, models: Path, capsys: pytest.CaptureFixture
     assert code == 0 and "REPO" in out.splitlines()[0] and "SmolLM2" in out and "gemma" not in out
     head, row = out.splitlines()
     # the file size in the decimal units of --max-size (98,362,432 bytes), beside the size label
-    assert head.split()[3:7] == ["PARAMS", "LABEL", "TYPE", "FILESIZE"]
-    assert row.split()[3:8] == ["134,515,008", "135M", "Q4_1", "98.4", "MB"]
+    assert head.split()[4:8] == ["PARAMS", "LABEL", "TYPE", "FILESIZE"]
+    assert row.split()[4:9] == ["134,515,008", "135M", "Q4_1", "98.4", "MB"]
+    # led by the id that `registry download` and /v1/artifacts/ID take
+    [smollm2] = [i for i in page["items"] if i["architecture"] == "llama"]
+    assert head.split()[0] == "ID" and row.split()[0] == str(smollm2["id"])
 
     # SmolLM2 is 98 MB (93.8 MiB), gemma 3 253 MB.
     for argv, paths in [
@@ -138,9 +141,9 @@ def test_index_then_search(url: str, models: Path, capsys: pytest.CaptureFixture
         assert [i["path"] for i in json.loads(out)["items"]] == paths, argv
     code, out, _ = run(capsys, "search", "--sort", "name", "--memory-context", "8K")
     head, *rows = out.splitlines()
-    assert head.split()[6:9] == ["FILESIZE", "MEMORY", "LICENSE"]
+    assert head.split()[7:10] == ["FILESIZE", "MEMORY", "LICENSE"]
     # gemma 3 253.1 MB + 24 + 7.5 MiB at 8K; SmolLM2 98.4 MB + 180 MiB at its 8K
-    assert [r.split()[8] for r in rows] == ["286MB@8K", "287MB@8K"]
+    assert [r.split()[9] for r in rows] == ["286MB@8K", "287MB@8K"]
     code, out, _ = run(capsys, "search", "--sort", "name", "--memory-context", "1000", "--json")
     assert [i["memory"]["tokens"] for i in json.loads(out)["items"]] == [1000, 1000]
 
