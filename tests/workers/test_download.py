@@ -126,3 +126,17 @@ async def test_download_by_catalog_id(tmp_path: Path) -> None:
     assert all(f"/{repo.sha}/" in p for p in pinned)  # at the commit the catalog read
     code, _, err = await _registry(tmp_path, hub, "download", "999999", "--to", str(out))
     assert code == 1 and "no artifact with id 999999" in err
+
+
+async def test_a_local_folders_artifact_is_on_disk_already(tmp_path: Path, smollm2_path: Path) -> None:
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "m.gguf").symlink_to(smollm2_path)
+    async with FakeHub(Corpus([]), tokens={TOKEN}) as hub:
+        code, _, err = await _registry(tmp_path, hub, "index", str(folder))
+        assert code == 0, err
+        code, stdout, err = await _registry(tmp_path, hub, "search", "--author", "local", "--json")
+        [item] = json.loads(stdout)["items"]
+        code, _, err = await _registry(tmp_path, hub, "download", str(item["id"]), "--to", str(tmp_path / "out"))
+    assert code == 1 and "local folder's file, on disk already" in err and str(folder / "m.gguf") in err
+    assert not (tmp_path / "out").exists()
