@@ -18,11 +18,11 @@ from aiohttp import web
 from registry.api.errors import InvalidBody
 from registry.api.launchers import CrawlSpec
 from registry.api.params import BIGINT_MAX
+from registry.catalog.models import REPO_PART
 
 # Hub ids: "org/name", each part starting with an alphanumeric (the hub's own rule, which
 # also rules out "..", absolute paths and URLs). Matched with fullmatch: `$` alone also
 # matches before a final newline.
-REPO_PART = r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}"
 REPO_ID = re.compile(rf"^{REPO_PART}/{REPO_PART}$")
 AUTHOR = re.compile(rf"^{REPO_PART}$")
 MAX_CRAWL_REPOS = 100

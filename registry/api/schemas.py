@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from registry.api.bodies import MAX_CRAWL_LIMIT, MAX_CRAWL_REPOS, MAX_SEARCH, REPO_PART
+from registry.api.bodies import MAX_CRAWL_LIMIT, MAX_CRAWL_REPOS, MAX_SEARCH
 from registry.api.launchers import JOB_STATES
 from registry.api.params import BIGINT_MAX, NOT_BLANK
 from registry.api.reads import MAX_PROJECTORS, MAX_REPO_ARTIFACTS
@@ -19,6 +19,7 @@ from registry.catalog.models import (
     CRAWL_STATUSES,
     LINEAGE_RELATIONS,
     LINEAGE_SOURCES,
+    REPO_PART,
     REPO_SOURCES,
     VERIFICATION_STATUSES,
 )

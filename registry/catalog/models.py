@@ -53,6 +53,9 @@ JOB_STATUSES = ("queued", "running", "failed", "done")
 CRAWL_REPO_STATES = ("reserved", "queued", "reported", "skipped", "lost")
 
 REPO_ID_LENGTH = 300
+# One part of a hub repo id, the owner or the name, as the hub allows them: ASCII letters,
+# digits, `-`, `_`, `.`, led by a letter or digit, at most 96 characters.
+REPO_PART = r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}"
 PATH_LENGTH = 1000
 SORT_NAME_LENGTH = REPO_ID_LENGTH + PATH_LENGTH + 1  # "repo/path"
 

@@ -61,6 +61,7 @@ from registry.catalog.lineage import MAX_DEPTH
 from registry.catalog.models import (
     ARTIFACT_STATUSES,
     REPO_ID_LENGTH,
+    REPO_PART,
     Artifact,
     LineageEdge,
     QuantMix,
@@ -129,9 +130,9 @@ SORTS: dict[str, tuple[InstrumentedAttribute[Any], bool]] = {
 }
 SORT_ALIASES = {"modified": "last_modified", "params": "parameter_count", "size": "file_size"}
 FACETS = ("architecture", "license", "file_type", "size_bucket")
-# An author: the owner of repo ids, a user or organisation name as the hub spells them
-# (ASCII letters, digits, `-`, `_`, `.`); `local` for the catalog's local folders.
-AUTHOR_PATTERN = r"[A-Za-z0-9._-]{1,96}"
+# An author: the owner part of repo ids, a user or organisation name as the hub allows it
+# (the one crawl requests take too); `local` for the catalog's local folders.
+AUTHOR_PATTERN = REPO_PART
 _AUTHOR = re.compile(AUTHOR_PATTERN)
 # SearchQuery filters on columns outside the covering facet index.
 _NON_FACET_FILTERS = ("author", "repo", "text", "tensor_type", "min_params", "max_params", "min_size", "max_size",
