@@ -600,11 +600,12 @@ def _add_verify(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p = sub.add_parser(
         "verify",
         help="prove a GGUF model works: download, sha256, dequantize every tensor, smoke inference",
-        description="Verify one model from the hub (REPO or REPO:PATH; shards are found by name) "
+        description="Verify one model from the hub (REPO, REPO:PATH or REPO:TAG, a quantization tag such as "
+        "Q4_K_M as file names carry it; shards are found by name) "
         "or a local file (hashed, not compared). Exit status: 0 passed, 1 failed or error, "
         "3 skipped (an architecture, tokenizer or type this registry cannot run).",
     )
-    p.add_argument("target", metavar="REPO[:PATH] | LOCAL_PATH", help="org/name[:file.gguf] or a .gguf path")
+    p.add_argument("target", metavar="REPO[:PATH|:TAG] | LOCAL_PATH", help="org/name[:file.gguf or :Q4_K_M] or a .gguf path")
     p.add_argument("--revision", help="hub revision (default: main, pinned to its commit)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--tensors", action="store_true", help="with --json, include per-tensor statistics")
@@ -664,13 +665,14 @@ def _add_download(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
         "download",
         help="download a model's files from the hub, every shard, sha256-checked",
         description="Download one artifact: an id from `registry search` (the files at the commit the catalog "
-        "read) or REPO[:PATH] from the hub (shards are found by name). Each file is checked against the hub's "
+        "read) or REPO[:PATH|:TAG] from the hub (TAG: a quantization tag such as Q4_K_M as file names carry it; "
+        "shards are found by name). Each file is checked against the hub's "
         "sha256 before it takes its name; an interrupted run continues where it stopped. Exit status: 0 in "
         "place, 1 error.",
     )
-    p.add_argument("target", metavar="ID | REPO[:PATH]", help="a catalog artifact id, or org/name[:file.gguf]")
+    p.add_argument("target", metavar="ID | REPO[:PATH|:TAG]", help="a catalog artifact id, or org/name[:file.gguf or :Q4_K_M]")
     p.add_argument("--to", default=".", metavar="DIR", help="folder to write into (default: the current one)")
-    p.add_argument("--revision", help="hub revision for REPO[:PATH] (default: main, pinned to its commit)")
+    p.add_argument("--revision", help="hub revision for REPO[:...] (default: main, pinned to its commit)")
     p.add_argument("--json", action="store_true", help="print the files as one JSON array")
     return "download", _cmd_download
 

@@ -38,7 +38,7 @@ from registry.api.launchers import TaskVerifier
 from registry.catalog.db import Database
 from registry.catalog.models import Artifact, Verification, utcnow
 from registry.config import Settings
-from registry.gguf.filename import parse_shard
+from registry.gguf.filename import normalise_quant_label, parse_shard, quant_label_from_filename
 from registry.hub.client import HubClient, RepoInfo
 from registry.hub.errors import HubError
 from registry.hub.http import HttpOptions
@@ -280,30 +280,79 @@ class TargetError(Exception):
     """A `REPO[:PATH]` that does not name one GGUF artifact."""
 
 
-def pick_artifact(info: RepoInfo, path: str | None) -> list[str]:
-    """Paths of every shard of the artifact `path` names (or the repo's only one)."""
+def pick_artifact(info: RepoInfo, name: str | None) -> list[str]:
+    """Paths of every shard of the artifact `name` picks: a GGUF path (any shard of it), a
+    quantization tag as file names carry it (`Q4_K_M`, any case: the one model file with
+    that label, as `REPO:TAG` works in llama.cpp's `-hf`), or, for None, the repo's only
+    artifact."""
     files = {f.path: f for f in info.gguf_files}
-    if path is None:
-        firsts = [p for p in files if (s := parse_shard(p.rsplit("/", 1)[-1])) is None or s[1] == 1]
+    firsts = sorted(p for p in files if (s := parse_shard(p.rsplit("/", 1)[-1])) is None or s[1] == 1)
+    if name is None:
         if len(firsts) != 1:
-            shown = ", ".join(sorted(firsts)[:5]) or "none"
+            shown = ", ".join(firsts[:5]) or "none"
+            tags = _tags(firsts)
             raise TargetError(
                 f"{info.repo_id} has {len(firsts)} GGUF artifacts ({shown}); name one as REPO:PATH"
+                + (f" or REPO:TAG ({', '.join(tags[:MAX_TAGS_SHOWN])})" if tags else "")
             )
         path = firsts[0]
-    if path not in files:
-        raise TargetError(f"{info.repo_id} has no GGUF file {path!r}")
-    head, _, name = path.rpartition("/")
-    parsed = parse_shard(name)
+    elif name in files:
+        path = name
+    elif name.lower().endswith(".gguf"):
+        raise TargetError(f"{info.repo_id} has no GGUF file {name!r}")
+    else:
+        path = _tagged(info.repo_id, firsts, name)
+    head, _, base = path.rpartition("/")
+    parsed = parse_shard(base)
     if parsed is None:
         return [path]
     stem, _, count = parsed
     prefix = f"{head}/" if head else ""
-    wanted = [f"{prefix}{stem}-{i:05d}-of-{count:05d}{name[-5:]}" for i in range(1, count + 1)]
+    wanted = [f"{prefix}{stem}-{i:05d}-of-{count:05d}{base[-5:]}" for i in range(1, count + 1)]
     missing = [w for w in wanted if w not in files]
     if missing:
         raise TargetError(f"{info.repo_id}: {len(missing)} of {count} shards missing, first {missing[0]!r}")
     return wanted
+
+
+# How many of a repo's quantization tags an error lists.
+MAX_TAGS_SHOWN = 20
+
+
+def _is_projector_name(path: str) -> bool:
+    """A multimodal projector by its file name (`mmproj-F16.gguf`, `model-mmproj-f16.gguf`):
+    a tag picks the model, not the projector beside it that carries the same label."""
+    return "mmproj" in path.rsplit("/", 1)[-1].lower()
+
+
+def _tags(firsts: Sequence[str]) -> list[str]:
+    """The quantization labels of a repo's model files (first shards), sorted, each once."""
+    found = {quant_label_from_filename(p) for p in firsts if not _is_projector_name(p)}
+    return sorted(t for t in found if t is not None)
+
+
+def _tagged(repo_id: str, firsts: Sequence[str], tag: str) -> str:
+    """The first shard of the one model file whose name carries the label `tag`."""
+    want = normalise_quant_label(tag)
+    labelled = [(p, quant_label_from_filename(p)) for p in firsts if not _is_projector_name(p)]
+    # The label exactly; else a dynamic quant's without its prefix (`Q4_K_XL` for `UD-Q4_K_XL`).
+    hits = [p for p, label in labelled if label == want] or [
+        p for p, label in labelled if label is not None and label.removeprefix("UD-") == want
+    ]
+    if len(hits) == 1:
+        return hits[0]
+    if hits:
+        raise TargetError(
+            f"{repo_id} has {len(hits)} GGUF models tagged {want} ({', '.join(hits[:5])}); name one as REPO:PATH"
+        )
+    tags = _tags(firsts)
+    listed = ", ".join(tags[:MAX_TAGS_SHOWN]) + (
+        f" and {len(tags) - MAX_TAGS_SHOWN} more" if len(tags) > MAX_TAGS_SHOWN else ""
+    )
+    raise TargetError(
+        f"{repo_id} has no GGUF file {tag!r} and no model tagged {want}"
+        + (f"; its tags: {listed}" if tags else "; its file names carry no quantization tags")
+    )
 
 
 def hub_shards(
@@ -322,7 +371,9 @@ def hub_shards(
     ]
 
 
-async def hub_artifact(repo_id: str, path: str | None, settings: Settings, revision: str | None) -> list[ShardSource]:
+async def hub_artifact(
+    repo_id: str, path: str | None, settings: Settings, revision: str | None
+) -> list[ShardSource]:
     """The shards of `repo_id[:path]` (the repo's only artifact without a path) on the
     configured hub, pinned to the commit the revision names now."""
     client = HubClient.from_settings(settings.hub)

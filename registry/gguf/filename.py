@@ -169,6 +169,13 @@ _QUANT_TOKEN_RE = re.compile(
 _FLOAT_ALIASES = {"FP16": "F16", "FP32": "F32"}
 
 
+def normalise_quant_label(text: str) -> str:
+    """A quantization label as `quant_label_from_filename` gives it: upper case, `FP16`
+    written `F16`."""
+    upper = text.upper()
+    return _FLOAT_ALIASES.get(upper, upper)
+
+
 def quant_label_from_filename(name: str) -> str | None:
     """The quantization label in a file name as found on hubs, upper-cased; None if none.
 
@@ -192,7 +199,7 @@ def quant_label_from_filename(name: str) -> str | None:
         token = tokens[i]
         if not _QUANT_TOKEN_RE.fullmatch(token):
             continue
-        label = _FLOAT_ALIASES.get(token.upper(), token.upper())
+        label = normalise_quant_label(token)
         if i > 0 and tokens[i - 1].upper() == "UD":
             label = "UD-" + label
         return label

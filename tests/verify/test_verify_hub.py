@@ -193,6 +193,42 @@ def test_pick_artifact_finds_every_shard() -> None:
         pick_artifact(broken, None)
 
 
+def _info(*paths: str) -> RepoInfo:
+    return RepoInfo("org/m", "abc", files=tuple(RepoFileInfo(p, 10, None) for p in paths))
+
+
+def test_pick_artifact_by_quantization_tag() -> None:
+    info = _info(
+        "m-Q4_K_M.gguf",
+        "m-UD-Q4_K_XL.gguf",
+        "Q8_0/m-Q8_0-00002-of-00002.gguf",
+        "Q8_0/m-Q8_0-00001-of-00002.gguf",
+        "mmproj-m-Q8_0.gguf",  # a projector carries the model's label: a tag picks the model
+        "m.F16.gguf",
+    )
+    assert pick_artifact(info, "Q4_K_M") == ["m-Q4_K_M.gguf"]
+    assert pick_artifact(info, "q4_k_m") == ["m-Q4_K_M.gguf"]  # any case
+    assert pick_artifact(info, "q8_0") == ["Q8_0/m-Q8_0-00001-of-00002.gguf", "Q8_0/m-Q8_0-00002-of-00002.gguf"]
+    assert pick_artifact(info, "F16") == pick_artifact(info, "fp16") == ["m.F16.gguf"]
+    assert pick_artifact(info, "UD-Q4_K_XL") == pick_artifact(info, "Q4_K_XL") == ["m-UD-Q4_K_XL.gguf"]
+    assert pick_artifact(info, "mmproj-m-Q8_0.gguf") == ["mmproj-m-Q8_0.gguf"]  # a path still names it
+    with pytest.raises(TargetError, match=r"no model tagged Q2_K; its tags: F16, Q4_K_M, Q8_0, UD-Q4_K_XL$"):
+        pick_artifact(info, "Q2_K")
+    with pytest.raises(TargetError, match=r"5 GGUF artifacts .*REPO:TAG \(F16, Q4_K_M, Q8_0, UD-Q4_K_XL\)"):
+        pick_artifact(info, None)
+    with pytest.raises(TargetError, match="no GGUF file 'm-Q2_K.gguf'"):  # a .gguf name is a path, not a tag
+        pick_artifact(info, "m-Q2_K.gguf")
+
+
+def test_a_tag_that_two_models_carry_is_ambiguous() -> None:
+    info = _info("a/m-Q4_0.gguf", "b/m-Q4_0.gguf", "c/m-Q4_K_XL.gguf", "d/m-UD-Q4_K_XL.gguf")
+    with pytest.raises(TargetError, match=r"2 GGUF models tagged Q4_0 \(a/m-Q4_0.gguf, b/m-Q4_0.gguf\)"):
+        pick_artifact(info, "q4_0")
+    assert pick_artifact(info, "Q4_K_XL") == ["c/m-Q4_K_XL.gguf"]  # the exact label before a prefixed one
+    with pytest.raises(TargetError, match="its file names carry no quantization tags"):
+        pick_artifact(_info("model.gguf"), "Q4_0")
+
+
 async def test_two_verifications_of_one_file_at_once_share_one_download(hub: FakeHub, tmp_path: Path) -> None:
     # Each verification opens a cache of its own over the same folder (as two jobs, or two
     # worker processes on one machine, do): the download must still happen once, whole.

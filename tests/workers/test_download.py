@@ -60,7 +60,23 @@ async def test_download_writes_every_shard_and_skips_them_the_next_time(tmp_path
 
         # A repo of two artifacts: naming none is an error that lists them.
         code, stdout, err = await _registry(tmp_path, hub, "download", SPLIT, "--to", str(out))
-        assert code == 1 and "2 GGUF artifacts" in err and "name one as REPO:PATH" in err
+        assert code == 1 and "2 GGUF artifacts" in err and "name one as REPO:PATH or REPO:TAG (Q8_0)" in err
+
+
+async def test_download_by_quantization_tag(tmp_path: Path) -> None:
+    repo, data = _repo(tmp_path)
+    out = tmp_path / "out"
+    async with FakeHub(Corpus([repo]), tokens={TOKEN}) as hub:
+        code, stdout, err = await _registry(tmp_path, hub, "download", f"{SPLIT}:q8_0", "--to", str(out), "--json")
+        assert code == 0, err
+        assert [Path(f["path"]).name for f in json.loads(stdout)] == ["other-Q8_0.gguf"]
+        assert (out / "other-Q8_0.gguf").read_bytes() == data["other-Q8_0.gguf"]
+        fetched = len(hub.requests_to("cdn"))
+
+        code, _, err = await _registry(tmp_path, hub, "download", f"{SPLIT}:Q4_K_M", "--to", str(out))
+        assert code == 1 and "no model tagged Q4_K_M; its tags: Q8_0" in err
+        assert len(hub.requests_to("cdn")) == fetched  # an unknown tag fetches nothing
+    assert sorted(p.name for p in out.iterdir()) == ["other-Q8_0.gguf"]
 
 
 async def test_an_interrupted_download_continues_where_it_stopped(tmp_path: Path) -> None:
