@@ -674,7 +674,52 @@ def _add_download(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument("--to", default=".", metavar="DIR", help="folder to write into (default: the current one)")
     p.add_argument("--revision", help="hub revision for REPO[:...] (default: main, pinned to its commit)")
     p.add_argument("--json", action="store_true", help="print the files as one JSON array")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="show each file's bytes, share and rate on stderr as they arrive (default: when "
+                   "stderr is a terminal)")  # fmt: skip
     return "download", _cmd_download
+
+
+class ProgressLine:
+    """A download's progress on stderr: the file, the bytes held of the whole, the share and
+    the rate since this run started on it. On a terminal one line, rewritten at most every
+    `every_s`; elsewhere (a log) a line of its own at most every `every_s * 10`. A file's last
+    update is always shown."""
+
+    def __init__(self, stream: Any, *, tty: bool, every_s: float = 0.2, clock: Callable[[], float] | None = None):
+        import time
+
+        self._stream, self._tty = stream, tty
+        self._every = every_s if tty else every_s * 10
+        self._clock = clock or time.monotonic
+        self._name: str | None = None
+        self._start = (0.0, 0)  # (when, held) as this run began the file
+        self._last = float("-inf")
+        self._shown = False
+
+    def __call__(self, shard: Any, held: int, total: int | None) -> None:
+        now = self._clock()
+        if shard.name != self._name:
+            self._name, self._start, self._last = shard.name, (now, held), float("-inf")
+        if now - self._last < self._every and held != total:
+            return
+        self._last = now
+        text = f"{shard.name}  {_file_size(held)}"
+        if total:
+            text += f" of {_file_size(total)} ({held * 100 // total}%)"
+        began, first = self._start
+        if now > began and held > first:
+            text += f"  {_file_size(int((held - first) / (now - began)))}/s"
+        self._stream.write(f"\r\x1b[K{text}" if self._tty else f"{text}\n")
+        self._stream.flush()
+        self._shown = self._tty
+
+    def clear(self) -> None:
+        """Wipe the terminal line before other output takes its place."""
+        if self._shown:
+            self._stream.write("\r\x1b[K")
+            self._stream.flush()
+            self._shown = False
 
 
 def _cmd_download(args: argparse.Namespace, settings: Settings) -> int:
@@ -689,7 +734,12 @@ def _cmd_download(args: argparse.Namespace, settings: Settings) -> int:
 
     target: str = args.target
 
+    show = sys.stderr.isatty() if args.progress is None else args.progress
+    progress = ProgressLine(sys.stderr, tty=sys.stderr.isatty()) if show else None
+
     def done(f: DownloadedFile) -> None:
+        if progress is not None:
+            progress.clear()
         if not args.json:
             how = f"{f.fetched} bytes fetched" if f.fetched else "in place already"
             print(f"{f.path}  {_file_size(f.size)}  sha256 {f.sha256}  ({how})")
@@ -704,7 +754,11 @@ def _cmd_download(args: argparse.Namespace, settings: Settings) -> int:
         else:
             repo, _, path = target.partition(":")
             shards = await hub_artifact(repo, path or None, settings, args.revision)
-        files = await download_shards(shards, Path(args.to), settings, done=done)
+        try:
+            files = await download_shards(shards, Path(args.to), settings, done=done, progress=progress)
+        finally:
+            if progress is not None:
+                progress.clear()
         if args.json:
             print(json.dumps([f.to_dict() for f in files], indent=2))
         return EXIT_OK

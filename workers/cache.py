@@ -58,6 +58,8 @@ _KEY = re.compile(r"^[0-9a-f]{64}$")
 _LOCK_POLL_S = 0.05  # a lock held by another job or process is tried again this often
 
 Sleep = Callable[[float], Awaitable[Any]]
+# (bytes the file holds, the whole file's size or None): see `Downloader.download`.
+OnBytes = Callable[[int, int | None], None]
 
 
 class SizeMismatch(HubError):
@@ -104,14 +106,18 @@ class Downloader(SessionOwner):
         self._sleep = sleep
         self._hub = origin(options.endpoint)
 
-    async def download(self, url: str, dest: Path, expected_size: int | None) -> int:
+    async def download(
+        self, url: str, dest: Path, expected_size: int | None, *, on_bytes: OnBytes | None = None
+    ) -> int:
         """Complete `dest` (possibly partial) from `url`; returns the body bytes received.
 
         Retryable failures resume where the file stops; attempts are counted only while no
         progress is made, so a CDN that cuts every connection still gets the file through.
+        `on_bytes(held, total)` is called as bytes are written: how many the file holds now
+        and how many the server says it has (None when it does not say).
         """
         policy = self.options.retry
-        progress = _Progress()
+        progress = _Progress(on_bytes=on_bytes)
         attempt, waited = 0, 0.0
         etag: str | None = None
         while True:
@@ -175,7 +181,8 @@ class Downloader(SessionOwner):
                 )
             self._check_size(url, expected, total)
             progress.etag = resp.headers.get("ETag") or etag
-            await self._write(resp, dest, mode, progress)
+            progress.total = total
+            await self._write(resp, dest, mode, have if mode == "ab" else 0, progress)
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise (HubTimeout if isinstance(exc, TimeoutError) else HubConnectionError)(
                 f"{type(exc).__name__}: {exc}", url=url
@@ -197,12 +204,17 @@ class Downloader(SessionOwner):
                 url=url,
             )
 
-    async def _write(self, resp: aiohttp.ClientResponse, dest: Path, mode: str, progress: _Progress) -> None:
+    async def _write(
+        self, resp: aiohttp.ClientResponse, dest: Path, mode: str, held: int, progress: _Progress
+    ) -> None:
         async with aiofiles.open(dest, mode) as f:
             try:
                 while chunk := await resp.content.read(_CHUNK):
                     await f.write(chunk)
                     progress.bytes += len(chunk)
+                    held += len(chunk)
+                    if progress.on_bytes is not None:
+                        progress.on_bytes(held, progress.total)
             except (TimeoutError, aiohttp.ClientError):
                 # aiohttp raises as soon as the connection is lost, before the body bytes it
                 # has received are read: write them too, or a link that drops every connection
@@ -256,6 +268,8 @@ def _unread(stream: aiohttp.StreamReader) -> bytes:
 class _Progress:
     bytes: int = 0  # body bytes written, over all attempts
     etag: str | None = None
+    total: int | None = None  # the whole file's size as the last response gave it
+    on_bytes: OnBytes | None = None
 
 
 class _ShortBody(HubError):

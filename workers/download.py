@@ -12,6 +12,7 @@ empty parts) is refused before anything is written.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,9 +55,11 @@ async def download_shards(
     *,
     downloader: Downloader | None = None,
     done: Callable[[DownloadedFile], None] | None = None,
+    progress: Callable[[ShardSource, int, int | None], None] | None = None,
 ) -> list[DownloadedFile]:
     """Every shard under `folder`, whole and checked against its LFS oid; `done` is called
-    as each file is in place."""
+    as each file is in place, `progress(shard, held, total)` as its bytes arrive (the
+    `.partial` file's size and the whole file's, None when the server does not say)."""
     targets = [(s, destination(folder, s.name)) for s in shards]  # all refused before any is written
     local = [s.name for s in shards if s.local_path is not None or s.url is None]
     if local:
@@ -66,7 +69,7 @@ async def download_shards(
     try:
         for s, dest in targets:
             assert s.url is not None
-            got = await _in_place(s, dest) if dest.exists() else await _fetch(dl, s, dest)
+            got = await _in_place(s, dest) if dest.exists() else await _fetch(dl, s, dest, progress)
             out.append(got)
             if done is not None:
                 done(got)
@@ -88,12 +91,15 @@ async def _in_place(s: ShardSource, dest: Path) -> DownloadedFile:
     return DownloadedFile(dest, size, digest, 0)
 
 
-async def _fetch(dl: Downloader, s: ShardSource, dest: Path) -> DownloadedFile:
+async def _fetch(
+    dl: Downloader, s: ShardSource, dest: Path, progress: Callable[[ShardSource, int, int | None], None] | None
+) -> DownloadedFile:
     assert s.url is not None
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".partial")
+    on_bytes = None if progress is None else functools.partial(progress, s)
     try:
-        received = await dl.download(s.url, part, s.size)
+        received = await dl.download(s.url, part, s.size, on_bytes=on_bytes)
     except SizeMismatch as exc:
         part.unlink(missing_ok=True)  # the wrong file: a retry starts over
         raise DownloadError(f"{s.name}: {exc}") from None

@@ -4,12 +4,14 @@ overwriting a file; by REPO[:PATH] and by catalog id."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from registry.cli import ProgressLine, _file_size
 from registry.config import HubSettings, Settings
 from tests.fakehub import FakeHub
 from tests.fakehub.corpus import BytesBlob, Corpus, RepoFile
@@ -18,7 +20,7 @@ from tests.fakehub.testing import TOKEN
 from tests.gguf.gguf_py import write_gguf
 from tests.workers.test_cli_crawl import _registry
 from workers.download import DownloadError, destination, download_shards
-from workers.verify import hub_artifact
+from workers.verify import ShardSource, hub_artifact
 
 SPLIT = "org/tiny-split-GGUF"
 
@@ -156,3 +158,59 @@ async def test_a_local_folders_artifact_is_on_disk_already(tmp_path: Path, smoll
         code, _, err = await _registry(tmp_path, hub, "download", str(item["id"]), "--to", str(tmp_path / "out"))
     assert code == 1 and "local folder's file, on disk already" in err and str(folder / "m.gguf") in err
     assert not (tmp_path / "out").exists()
+
+
+async def test_progress_shows_each_file_to_its_end(tmp_path: Path) -> None:
+    repo, data = _repo(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    first = data[SHARDS[0]]
+    half = len(first) // 2
+    (out / f"{SHARDS[0]}.partial").write_bytes(first[:half])
+    async with FakeHub(Corpus([repo]), tokens={TOKEN}) as hub:
+        code, stdout, err = await _registry(tmp_path, hub, "download", f"{SPLIT}:{SHARDS[0]}", "--to", str(out),
+                                            "--progress")  # fmt: skip
+        assert code == 0, err
+        lines = err.splitlines()
+        for name in SHARDS:  # stderr is no terminal here: whole lines, each file's last one at 100%
+            size = _file_size(len(data[name]))
+            assert any(line.startswith(f"{name}  {size} of {size} (100%)") for line in lines), err
+        assert "\r" not in err and "in place" not in err  # the results go to stdout
+        assert stdout.count("bytes fetched") == 3
+
+        code, _, err = await _registry(tmp_path, hub, "download", f"{SPLIT}:other-Q8_0.gguf", "--to", str(out))
+        assert code == 0 and err == ""  # not a terminal: no progress unless asked
+
+
+def test_progress_line_rewrites_one_terminal_line() -> None:
+    stream = io.StringIO()
+    now = [10.0]
+    line = ProgressLine(stream, tty=True, every_s=0.2, clock=lambda: now[0])
+    shard = ShardSource("m.gguf")
+    line(shard, 500_000, 4_000_000)  # resumed at 0.5 MB: the rate counts this run's bytes only
+    now[0] = 10.1
+    line(shard, 1_000_000, 4_000_000)  # within 0.2 s of the last: not shown
+    now[0] = 11.0
+    line(shard, 2_500_000, 4_000_000)
+    now[0] = 11.05
+    line(shard, 4_000_000, 4_000_000)  # the end is always shown
+    line.clear()
+    assert stream.getvalue().split("\r\x1b[K") == [
+        "",
+        "m.gguf  500 kB of 4.00 MB (12%)",
+        "m.gguf  2.50 MB of 4.00 MB (62%)  2.00 MB/s",
+        "m.gguf  4.00 MB of 4.00 MB (100%)  3.33 MB/s",
+        "",
+    ]
+    line.clear()  # nothing shown since: nothing written
+    assert stream.getvalue().endswith("(100%)  3.33 MB/s\r\x1b[K")
+
+
+def test_progress_without_a_size_shows_bytes_and_rate() -> None:
+    stream = io.StringIO()
+    now = [0.0]
+    line = ProgressLine(stream, tty=False, every_s=0.1, clock=lambda: now[0])
+    for i in range(1, 6):
+        now[0] = i * 0.5  # a log gets a line per second at most (every_s * 10)
+        line(ShardSource("x.gguf"), i * 1000, None)
+    assert stream.getvalue().splitlines() == ["x.gguf  1.00 kB", "x.gguf  3.00 kB  2.00 kB/s", "x.gguf  5.00 kB  2.00 kB/s"]
