@@ -174,8 +174,8 @@ async def _lock_repo(session: AsyncSession, snap: RepoSnapshot) -> tuple[Repo, b
 
 async def _rename_repo(session: AsyncSession, repo: Repo, repo_id: str) -> None:
     """The repo row and the edges it has as a child take the id `repo_id`, and its artifacts'
-    sort names begin with it at once: the name sort and the author filter read them. (Their
-    search text waits for the repo to be written again.)"""
+    sort names begin with it at once: the name sort and the author filter read them. (The
+    search text, which also holds the ids moved to the repo, is `repo_moved`'s.)"""
     old, new = f"{repo.repo_id}/".lower(), f"{repo_id}/".lower()
     repo.repo_id, repo.repo_key = repo_id, repo_key(repo_id)
     if new != old:
@@ -575,9 +575,11 @@ async def _reclaim(session: AsyncSession, key: str) -> None:
     if moved is None:
         return
     target = moved.repo_key
+    was = await _moved_ids(session, moved)
     await session.execute(delete(RepoMove).where(RepoMove.old_key == key))
-    # Its artifacts' search text holds the old id: forgetting the revision has the next
-    # crawl of it write them again.
+    # Its artifacts' search text holds the old id: it goes at once, and should the text not
+    # be as written, forgetting the revision has the next crawl of it write them again.
+    await _retext(session, moved, [moved.repo_id, *was], [moved.repo_id, *await _moved_ids(session, moved)])
     moved.revision = None
     edges = cast(Table, LineageEdge.__table__)
     rows = await session.execute(select(edges).where(edges.c.parent_key == target))
@@ -630,18 +632,40 @@ async def repo_moved(session: AsyncSession, old: str, new: str) -> str | None:
         await mark_repo_deleted(session, old)
         if key != old_key:
             await _reclaim(session, key)
+            moved_before = {r.id: await _moved_ids(session, r) for r in (repo, other)}
             # moves onto the retired row follow it (their edges are filed under old_key)
             await session.execute(update(RepoMove).where(RepoMove.repo_pk == repo.id).values(repo_pk=other.id))
             await _record_move(session, old, other)
+            for r in (repo, other):  # the retired row's gone artifacts no longer answer to those ids
+                await _retext(session, r, [r.repo_id, *moved_before[r.id]], [r.repo_id, *await _moved_ids(session, r)])
         await session.flush()
         return "retired"
     if key != old_key:
         await _reclaim(session, key)  # while edges of a move from `new` are filed under their repo
+    moved_before = await _moved_ids(session, repo)
     await _rename_repo(session, repo, new)
     if key != old_key:
         await _record_move(session, old, repo)  # which forgets the revision too
+    await _retext(session, repo, [old, *moved_before], [repo.repo_id, *await _moved_ids(session, repo)])
     await session.flush()
     return "renamed"
+
+
+async def _retext(session: AsyncSession, repo: Repo, was: list[str], now: list[str]) -> None:
+    """Rewrite the head of the repo's artifacts' search text, the repo's id and the ids moved
+    to it as `_search_text` writes them, from `was` to `now`: a search finds the repo under
+    its new id at once, and under the ones it had. A text that does not begin as written
+    (cut short, or written before the last move) waits for the repo's next write."""
+    old, new = (storable_text(" ".join(ids).lower()) + " " for ids in (was, now))
+    if old == new:
+        return
+    column = Artifact.search_text
+    await session.execute(
+        update(Artifact)
+        .where(Artifact.repo_pk == repo.id, func.substr(column, 1, len(old)) == old)
+        .values(search_text=func.substr(literal(new, String) + func.substr(column, len(old) + 1), 1, SEARCH_TEXT_LIMIT))
+        .execution_options(synchronize_session=False)
+    )
 
 
 async def has_hub_repo(session: AsyncSession, repo_id: str) -> bool:

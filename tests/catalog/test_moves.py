@@ -19,7 +19,7 @@ from sqlalchemy import select
 
 from registry.catalog import lineage
 from registry.catalog.db import Database
-from registry.catalog.models import LineageEdge, Repo, repo_key
+from registry.catalog.models import Artifact, LineageEdge, Repo, repo_key
 from registry.catalog.search import SearchQuery, search
 from registry.catalog.services import repo_moved, upsert_repo_snapshot
 from registry.catalog.snapshot import LineageRecord
@@ -152,6 +152,12 @@ async def test_edges_follow_the_moves_in_force(db: Database, steps: list[Op]) ->
             assert {i.repo for i in found.items} == below, (repo_id, steps)
         ids = set((await session.scalars(select(Repo.repo_id).where(Repo.repo_id.not_like("child/%")))).all())
         assert ids == set(model.rows.values()), steps
+        # Every row's artifacts are found by its id and the ids in force moved to it, at once,
+        # and by no other: their search text begins with those, as a new write gives it.
+        for repo in (await session.scalars(select(Repo).where(Repo.repo_id.not_like("child/%")))).all():
+            head = " ".join([repo.repo_id, *await lineage.moved_from(session, repo.id)]).lower()
+            texts = (await session.scalars(select(Artifact.search_text).where(Artifact.repo_pk == repo.id))).all()
+            assert texts and all(t.startswith(f"{head} model-q4_k_m.gguf ") for t in texts), (head, texts, steps)
 
 
 async def _searched(db: Database, text: str) -> set[str]:
@@ -166,10 +172,10 @@ async def _revision(db: Database, repo_id: str) -> str | None:
 
 async def test_a_search_for_an_old_id_finds_the_repo_the_hub_moved_it_to(db: Database) -> None:
     """Each step as a crawl takes it: the move, then the repo indexed under the id the hub
-    answered with. A renamed row, and a row that an old id was retired onto at the revision
-    it has, both match a search for the old id; once the hub answers for the old id as a repo
-    of its own, the row it had moved to is read in full on its next crawl (its revision is
-    forgotten) and then no longer matches it."""
+    answered with. A renamed row matches a search for its new id and its old one as soon as
+    the move is recorded, and so does a row that an old id was retired onto; once the hub
+    answers for the old id as a repo of its own, the row it had moved to no longer matches it
+    (and is read in full on its next crawl: its revision is forgotten)."""
     await empty_tables(db)
     a, b, c = "first-owner/model-GGUF", "second-owner/model-GGUF", "third-owner/model-GGUF"
     async with db.sessions() as session, session.begin():
@@ -177,10 +183,14 @@ async def test_a_search_for_an_old_id_finds_the_repo_the_hub_moved_it_to(db: Dat
         await upsert_repo_snapshot(session, make_snapshot(c), hub_answered=True)
     async with db.sessions() as session, session.begin():
         assert await repo_moved(session, a, b) == "renamed"
+    assert await _searched(db, "first-owner") == {b} and await _searched(db, "second-owner") == {b}
+    async with db.sessions() as session, session.begin():
         assert (await upsert_repo_snapshot(session, make_snapshot(b), hub_answered=True)).written == 1
     assert await _searched(db, "first-owner") == {b} and await _searched(db, "second-owner") == {b}
     async with db.sessions() as session, session.begin():
         assert await repo_moved(session, b, c) == "retired"
+    assert await _searched(db, "first-owner") == {c} and await _searched(db, "second-owner") == {c}
+    async with db.sessions() as session, session.begin():
         written = await upsert_repo_snapshot(session, make_snapshot(c), hub_answered=True)
     assert written.written == 1  # at the revision it had: written again all the same
     # both old ids now name c's artifacts; b's own are gone
@@ -190,7 +200,7 @@ async def test_a_search_for_an_old_id_finds_the_repo_the_hub_moved_it_to(db: Dat
     async with db.sessions() as session, session.begin():
         await upsert_repo_snapshot(session, make_snapshot(a, revision="rev9"), hub_answered=True)
     assert await _revision(db, c) is None
-    assert await _searched(db, "first-owner") == {a, c}  # until c is read again
+    assert await _searched(db, "first-owner") == {a} and await _searched(db, "second-owner") == {c}
     async with db.sessions() as session, session.begin():
         assert (await upsert_repo_snapshot(session, make_snapshot(c), hub_answered=True)).written == 1
     assert await _searched(db, "first-owner") == {a} and await _searched(db, "second-owner") == {c}
