@@ -632,12 +632,12 @@ async def repo_moved(session: AsyncSession, old: str, new: str) -> str | None:
         await mark_repo_deleted(session, old)
         if key != old_key:
             await _reclaim(session, key)
-            moved_before = {r.id: await _moved_ids(session, r) for r in (repo, other)}
+            before = {r.id: await _moved_ids(session, r) for r in (repo, other)}
             # moves onto the retired row follow it (their edges are filed under old_key)
             await session.execute(update(RepoMove).where(RepoMove.repo_pk == repo.id).values(repo_pk=other.id))
             await _record_move(session, old, other)
             for r in (repo, other):  # the retired row's gone artifacts no longer answer to those ids
-                await _retext(session, r, [r.repo_id, *moved_before[r.id]], [r.repo_id, *await _moved_ids(session, r)])
+                await _retext(session, r, [r.repo_id, *before[r.id]], [r.repo_id, *await _moved_ids(session, r)])
         await session.flush()
         return "retired"
     if key != old_key:
