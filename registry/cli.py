@@ -677,6 +677,12 @@ def _add_download(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show each file's bytes, share and rate on stderr as they arrive (default: when "
                    "stderr is a terminal)")  # fmt: skip
+    p.add_argument("--max-memory", type=_byte_size, metavar="S",
+                   help="with REPO alone: the catalog's largest model file of the repo that needs at most S "
+                   "bytes to run (the file plus its f16 KV cache at --memory-context tokens), e.g. 8GiB")  # fmt: skip
+    p.add_argument("--memory-context", type=_context_tokens, metavar="TOKENS",
+                   help="the context --max-memory sizes the KV cache for (default: 4K, or the model's own "
+                   "context length when shorter)")  # fmt: skip
     return "download", _cmd_download
 
 
@@ -728,12 +734,18 @@ def _cmd_download(args: argparse.Namespace, settings: Settings) -> int:
     from pathlib import Path
 
     from registry.catalog.db import Database
+    from registry.catalog.errors import InvalidQuery
     from registry.hub.errors import HubError
-    from workers.download import DownloadedFile, DownloadError, download_shards
+    from workers.download import DownloadedFile, DownloadError, NothingFits, download_shards, largest_fitting
     from workers.verify import ShardSource, TargetError, artifact_shards, hub_artifact
 
     target: str = args.target
-
+    if args.max_memory is None and args.memory_context is not None:
+        print("registry: download: --memory-context goes with --max-memory", file=sys.stderr)
+        return EXIT_USAGE
+    if args.max_memory is not None and (target.isdigit() or ":" in target):
+        print("registry: download: --max-memory picks a file of a repo: give REPO alone", file=sys.stderr)
+        return EXIT_USAGE
     show = sys.stderr.isatty() if args.progress is None else args.progress
     progress = ProgressLine(sys.stderr, tty=sys.stderr.isatty()) if show else None
 
@@ -746,11 +758,17 @@ def _cmd_download(args: argparse.Namespace, settings: Settings) -> int:
 
     async def work() -> int:
         shards: list[ShardSource]
-        if target.isdigit():
+        if target.isdigit() or args.max_memory is not None:
             async with Database.from_settings(settings) as db:
                 if not await _catalog_set_up(db, "download"):
                     return EXIT_ERROR
-                shards = await artifact_shards(db, int(target), settings)
+                artifact_id = int(target) if target.isdigit() else None
+                if artifact_id is None:
+                    hit = await largest_fitting(db, target, args.max_memory, args.memory_context)
+                    print(f"registry: download: {hit.repo}: picked {hit.path} (id {hit.id}, "
+                          f"{_file_size(hit.file_size)}, needs {_memory(hit.memory)})", file=sys.stderr)  # fmt: skip
+                    artifact_id = hit.id
+                shards = await artifact_shards(db, artifact_id, settings)
         else:
             repo, _, path = target.partition(":")
             shards = await hub_artifact(repo, path or None, settings, args.revision)
@@ -765,7 +783,15 @@ def _cmd_download(args: argparse.Namespace, settings: Settings) -> int:
 
     try:
         return asyncio.run(work())
-    except (TargetError, DownloadError, HubError, OSError) as exc:
+    except NothingFits as exc:
+        if (s := exc.smallest) is not None:
+            needs = f"needs {_memory(s.memory)}" if s.memory else "has no memory estimate"
+            print(f"registry: download: no model file of {s.repo} fits in {_file_size(exc.max_memory)}; the "
+                  f"smallest, {s.path} (id {s.id}, {_file_size(s.file_size)}), {needs}", file=sys.stderr)  # fmt: skip
+        else:
+            print(f"registry: download: {target}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except (TargetError, DownloadError, HubError, InvalidQuery, OSError) as exc:
         print(f"registry: download: {target}: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except Exception as exc:  # e.g. a repo id the hub client rejects: still one line, no traceback

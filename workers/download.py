@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from registry.catalog.db import Database
+from registry.catalog.search import SearchItem, SearchQuery, search
 from registry.config import Settings
 from registry.hub.errors import HubError
 from registry.hub.http import HttpOptions
@@ -37,6 +39,34 @@ class DownloadedFile:
 
     def to_dict(self) -> dict[str, object]:
         return {"path": str(self.path), "size": self.size, "sha256": self.sha256, "fetched": self.fetched}
+
+
+class NothingFits(DownloadError):
+    """No model file of the repo fits in the memory asked for; `smallest`: the one that
+    needs least (None when the catalog has no model file of the repo)."""
+
+    def __init__(self, repo_id: str, max_memory: int, smallest: SearchItem | None) -> None:
+        self.repo_id, self.max_memory, self.smallest = repo_id, max_memory, smallest
+        if smallest is None:
+            text = f"the catalog has no model file of {repo_id}: crawl it first (registry crawl {repo_id})"
+        else:
+            m = smallest.memory
+            needs = f"needs {m['bytes']:,} bytes at {m['tokens']:,} tokens" if m else "has no memory estimate"
+            text = f"no model file of {smallest.repo} fits in {max_memory:,} bytes; the smallest, {smallest.path} (id {smallest.id}), {needs}"
+        super().__init__(text)
+
+
+async def largest_fitting(db: Database, repo_id: str, max_memory: int, context: int | None) -> SearchItem:
+    """The catalog's largest model file of `repo_id` (any ASCII case) that needs at most
+    `max_memory` bytes to run at `context` tokens (`SearchQuery.max_memory`): the most bits
+    per weight the memory allows. NothingFits when none does."""
+    base = SearchQuery(repo=repo_id, kind="model", memory_context=context, limit=1)
+    async with db.sessions() as session:
+        hits = (await search(session, replace(base, max_memory=max_memory, sort="file_size"))).items
+        if hits:
+            return hits[0]
+        smallest = (await search(session, replace(base, sort="file_size:asc"))).items
+    raise NothingFits(repo_id, max_memory, smallest[0] if smallest else None)
 
 
 def destination(folder: Path, name: str) -> Path:

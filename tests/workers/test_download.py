@@ -14,10 +14,11 @@ import pytest
 from registry.cli import ProgressLine, _file_size
 from registry.config import HubSettings, Settings
 from tests.fakehub import FakeHub
-from tests.fakehub.corpus import BytesBlob, Corpus, RepoFile
+from tests.fakehub.corpus import BytesBlob, Corpus, LocalBlob, RepoFile
 from tests.fakehub.corpus import Repo as HubRepo
 from tests.fakehub.testing import TOKEN
 from tests.gguf.gguf_py import write_gguf
+from tests.models import GEMMA3, sha256_file
 from tests.workers.test_cli_crawl import _registry
 from workers.download import DownloadError, destination, download_shards
 from workers.verify import ShardSource, hub_artifact
@@ -214,3 +215,35 @@ def test_progress_without_a_size_shows_bytes_and_rate() -> None:
         now[0] = i * 0.5  # a log gets a line per second at most (every_s * 10)
         line(ShardSource("x.gguf"), i * 1000, None)
     assert stream.getvalue().splitlines() == ["x.gguf  1.00 kB", "x.gguf  3.00 kB  2.00 kB/s", "x.gguf  5.00 kB  2.00 kB/s"]
+
+
+async def test_download_the_largest_model_that_fits(tmp_path: Path, smollm2_path: Path, gemma3_path: Path) -> None:
+    # At 4K tokens SmolLM2 needs 192.7 MB (98.4 MB + 90 MiB of KV cache), gemma 3 273.5 MB
+    # (253.1 MB + 19.5 MiB); at 32K SmolLM2 stops at its own 8K (287.1 MB), gemma 3 needs 361.6 MB.
+    pair = "org/pair-GGUF"
+    files = [RepoFile(smollm2_path.name, LocalBlob(smollm2_path, sha256_file(smollm2_path))),
+             RepoFile(gemma3_path.name, LocalBlob(gemma3_path, GEMMA3.sha256))]  # fmt: skip
+    out = tmp_path / "out"
+    async with FakeHub(Corpus([HubRepo(pair, files)]), tokens={TOKEN}) as hub:
+        code, _, err = await _registry(tmp_path, hub, "crawl", pair)
+        assert code == 0, err
+        for memory, context, picked in [("200MB", None, smollm2_path), ("300MB", None, gemma3_path),
+                                        ("300MB", "32K", smollm2_path)]:  # fmt: skip
+            argv = ["download", "ORG/pair-gguf", "--max-memory", memory, "--to", str(out), "--json"]
+            code, stdout, err = await _registry(tmp_path, hub, *argv, *(["--memory-context", context] if context else []))
+            assert code == 0, err
+            assert f"org/pair-GGUF: picked {picked.name} (id " in err
+            [got] = json.loads(stdout)
+            assert Path(got["path"]) == out / picked.name and got["sha256"] == sha256_file(picked)
+
+        code, _, err = await _registry(tmp_path, hub, "download", pair, "--max-memory", "150MB", "--to", str(out))
+        assert code == 1
+        assert f"no model file of {pair} fits in 150 MB; the smallest, {smollm2_path.name} (id " in err
+        assert "98.4 MB), needs 193MB@4K" in err
+        code, _, err = await _registry(tmp_path, hub, "download", "org/none-GGUF", "--max-memory", "1GB")
+        assert code == 1 and "the catalog has no model file of org/none-GGUF: crawl it first" in err
+        for argv in (["1", "--max-memory", "1GB"], [f"{pair}:Q4_1", "--max-memory", "1GB"],
+                     [pair, "--memory-context", "8K"]):  # fmt: skip
+            code, _, err = await _registry(tmp_path, hub, "download", *argv, "--to", str(out))
+            assert code == 2, (argv, err)
+    assert sorted(p.name for p in out.iterdir()) == sorted([smollm2_path.name, gemma3_path.name])
