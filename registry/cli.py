@@ -799,6 +799,59 @@ def _cmd_download(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_ERROR
 
 
+def _add_identify(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
+    p = sub.add_parser(
+        "identify",
+        help="which hub repos hold a local file: its sha256 looked up in the catalog",
+        description="Hash each file (sha256) and name the catalog's hub files with the same bytes: repo, path, "
+        "artifact id and status. A split model's shards are looked up one by one. Exit status: 0 every file "
+        "found, 1 a file not in the catalog or not readable.",
+    )
+    p.add_argument("paths", nargs="+", metavar="FILE", help="a local file, e.g. a .gguf")
+    p.add_argument("--json", action="store_true", help="print one JSON array, an object per file")
+    return "identify", _cmd_identify
+
+
+def _cmd_identify(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+    from pathlib import Path
+
+    from registry.api import present, reads
+    from registry.catalog.db import Database
+    from workers.cache import sha256_file
+
+    async def work() -> int:
+        found_all = True
+        out: list[dict[str, Any]] = []
+        async with Database.from_settings(settings) as db:
+            if not await _catalog_set_up(db, "identify"):
+                return EXIT_ERROR
+            for name in args.paths:
+                try:
+                    sha = await sha256_file(Path(name))
+                except OSError as exc:
+                    print(_shown(f"registry: identify: {name}: {exc.strerror or exc}"), file=sys.stderr)
+                    found_all = False
+                    continue
+                async with db.sessions() as session:
+                    rows, count = await reads.files_with_sha256(session, sha)
+                found_all = found_all and count > 0
+                files = [present.file_match(r, settings.hub.endpoint) for r in rows]
+                out.append({"path": name, "sha256": sha, "count": count, "files": files})
+                if not args.json:
+                    print(_shown(f"{name}  sha256 {sha}" + ("" if count else ": not in the catalog")))
+                    for f in files:
+                        art = f["artifact"]
+                        print(_shown(f"  {f['repo']}  {f['path']}  (artifact {art['id']}, {art['status']})"))
+                    if count > len(files):
+                        print(f"  and {count - len(files)} more")
+        if args.json:
+            print(json.dumps(out, indent=2, ensure_ascii=False))
+        return EXIT_OK if found_all else EXIT_ERROR
+
+    return _catalog_call("identify", work)
+
+
 def _add_run(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p = sub.add_parser("run", help="run a local GGUF model on the CPU: tokenize, perplexity, generate")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -1185,6 +1238,7 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction], tuple[str, Handler]]] = [
     _add_db,
     _add_verify,
     _add_download,
+    _add_identify,
     _add_run,
     _add_crawl,
     _add_serve,

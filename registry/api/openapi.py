@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from registry.api.params import BIGINT_MAX, Param
-from registry.api.routes import artifacts, crawls, jobs, repos
+from registry.api.routes import artifacts, crawls, files, jobs, repos
 from registry.api.schemas import COMPONENT_SCHEMAS, crawl_request, ref
 from registry.config import ApiSettings
 
@@ -100,6 +100,11 @@ def operations(api: ApiSettings) -> list[Operation]:
                   "The model tree around a repo: at most `max_edges` edges a side, shallowest first.",
                   "repos", ok_schema="Lineage", query=repos.LINEAGE_PARAMS, path_params=_REPO_PATH,
                   errors=("308", "404")),
+        Operation("get", "/v1/files/{sha256}", "get_files",
+                  "The catalog's files that hold the bytes of this sha256 (the hub's LFS oid): repos, artifacts, "
+                  "shards and download URLs, indexed artifacts first.", "artifacts", ok_schema="FileMatches",
+                  path_params=(("sha256", {"type": "string", "pattern": files.SHA256_PATTERN},
+                                "sha256 of the file, 64 hex digits (any case)."),), errors=("404",)),
         Operation("post", "/v1/crawls", "start_crawl", "Start a crawl of a configured source.", "crawls",
                   ok_status="202", ok_schema="Crawl", body="CrawlRequest", errors=("503",), write=True,
                   headers={"Location": "URL of the new crawl (`GET /v1/crawls/{id}`)."}),

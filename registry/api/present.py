@@ -211,6 +211,20 @@ class Files:
         return resolve_url(self.endpoint, self.repo_id, self.revision, path)
 
 
+def file_match(row: Row[Any], endpoint: str) -> dict[str, Any]:
+    """One file of the catalog that holds the bytes a sha256 names (`reads.files_with_sha256`)."""
+    files = Files.of(endpoint, row.source, row.repo_id, row.revision)
+    return {
+        "repo": row.repo_id,
+        "path": row.path,
+        "split_no": row.split_no,
+        "size": row.size,
+        "revision": row.revision,
+        "artifact": {"id": row.artifact_id, "path": row.artifact_path, "status": row.status},
+        "url": files.url(row.path) if files is not None else None,
+    }
+
+
 def kv_cache_at(kv: Mapping[str, Any], tokens: int) -> dict[str, Any] | None:
     """`{"tokens", "bytes"}`: the stored KV cache estimate at `tokens` tokens
     (`KVCache.bytes_at`); None when the stored estimate is malformed."""

@@ -217,3 +217,38 @@ async def latest_verifications(session: AsyncSession, details: Sequence[Artifact
 async def is_lineage_node(session: AsyncSession, repo_id: str) -> bool:
     """Whether any edge names this repo as a parent: a repo not in the catalog still has a tree."""
     return (await (await session.connection()).execute(_IS_PARENT, {"key": repo_key(repo_id)})).first() is not None
+
+
+# The most catalog files one sha256 lists: the same bytes are often uploaded to many repos
+# (mirrors, re-uploads, collections); `count` says how many there are in all.
+MAX_FILE_MATCHES = 100
+# The files (shards) whose LFS oid is `sha`, through the sha256 index: indexed artifacts
+# first, then by their repo's downloads.
+_FILES_BY_SHA256: Select[Any] = (
+    select(
+        _SHARDS.c.path, _SHARDS.c.split_no, _SHARDS.c.size, _SHARDS.c.revision,
+        _ARTIFACTS.c.id.label("artifact_id"), _ARTIFACTS.c.path.label("artifact_path"),
+        _ARTIFACTS.c.status, _ARTIFACTS.c.downloads, _REPOS.c.repo_id, _REPOS.c.source,
+    )
+    .join(_ARTIFACTS, _ARTIFACTS.c.id == _SHARDS.c.artifact_id)
+    .join(_REPOS, _REPOS.c.id == _SHARDS.c.repo_pk)
+    .where(_SHARDS.c.sha256 == bindparam("sha"))
+    .order_by((_ARTIFACTS.c.status != "indexed"), _ARTIFACTS.c.downloads.desc(), _SHARDS.c.id)
+    .limit(bindparam("limit"))
+)  # fmt: skip
+_FILE_COUNT_BY_SHA256 = select(func.count()).where(_SHARDS.c.sha256 == bindparam("sha"))
+
+
+async def files_with_sha256(
+    session: AsyncSession, sha256: str, limit: int = MAX_FILE_MATCHES
+) -> tuple[list[Row[Any]], int]:
+    """The catalog's hub files whose LFS oid is `sha256` (64 hex digits, any case), at most
+    `limit` of them, and how many there are: which repos, artifacts and shards hold those
+    bytes. Local folders' files have no oid and never match."""
+    conn = await session.connection()
+    sha = sha256.lower()
+    rows = (await conn.execute(_FILES_BY_SHA256, {"sha": sha, "limit": limit + 1})).all()
+    count = len(rows)
+    if count > limit:
+        count = (await conn.execute(_FILE_COUNT_BY_SHA256, {"sha": sha})).scalar_one()
+    return list(rows[:limit]), count

@@ -12,7 +12,7 @@ from typing import Any
 from registry.api.bodies import MAX_CRAWL_LIMIT, MAX_CRAWL_REPOS, MAX_SEARCH
 from registry.api.launchers import JOB_STATES
 from registry.api.params import BIGINT_MAX, NOT_BLANK
-from registry.api.reads import MAX_PROJECTORS, MAX_REPO_ARTIFACTS
+from registry.api.reads import MAX_FILE_MATCHES, MAX_PROJECTORS, MAX_REPO_ARTIFACTS
 from registry.catalog.models import (
     ARTIFACT_STATUSES,
     CRAWL_KINDS,
@@ -192,6 +192,18 @@ SHARD = obj({
     "path": STR, "split_no": INT, "size": OPT_INT, "sha256": OPT_STR, "header_bytes": OPT_INT,
     "url": {**OPT_STR, "description": "Where to download the file: the hub's /resolve/ URL at the commit the catalog "
             "read (`hub.endpoint`); null for a local folder's files."},
+})  # fmt: skip
+
+FILE_MATCHES = obj({
+    "sha256": STR,
+    "count": {**INT, "description": f"How many files of the catalog hold these bytes; `files` lists the first "
+              f"{MAX_FILE_MATCHES}."},
+    "files": {"type": "array", "items": obj({
+        "repo": STR, "path": STR, "split_no": INT, "size": OPT_INT, "revision": STR,
+        "artifact": obj({"id": INT, "path": STR, "status": {"enum": list(ARTIFACT_STATUSES)}}),
+        "url": {**OPT_STR, "description": "Where to download the file: the hub's /resolve/ URL at the commit the "
+                "catalog read."},
+    })},
 })  # fmt: skip
 
 VERIFICATION = obj({
@@ -394,6 +406,7 @@ COMPONENT_SCHEMAS: dict[str, Schema] = {
     "QuantMixEntry": QUANT_MIX_ENTRY,
     "TemplateFinding": TEMPLATE_FINDING,
     "Shard": SHARD,
+    "FileMatches": FILE_MATCHES,
     "Verification": VERIFICATION,
     "ArtifactInRepo": ARTIFACT_IN_REPO,
     "Artifact": ARTIFACT,

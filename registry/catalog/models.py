@@ -263,7 +263,8 @@ class Shard(Base):
     path: Mapped[str] = mapped_column(String(PATH_LENGTH))
     split_no: Mapped[int] = mapped_column(Integer, default=0)
     size: Mapped[int | None] = mapped_column(BigInteger)
-    sha256: Mapped[str | None] = mapped_column(String(64))  # LFS oid from the hub; None for local files
+    # LFS oid from the hub, lower-case hex; None for local files. Indexed: which files hold these bytes.
+    sha256: Mapped[str | None] = mapped_column(String(64), index=True)
     header_bytes: Mapped[int | None] = mapped_column(BigInteger)
 
     artifact: Mapped[Artifact] = relationship(back_populates="shards", lazy="raise")

@@ -322,7 +322,7 @@ async def _write_artifacts(
         )
         await session.execute(insert(Shard), [
             _fit(Shard.__table__, {"artifact_id": artifact.id, "repo_pk": repo.id, "revision": snap.revision,
-                                   "path": s.path, "split_no": s.split_no, "size": s.size, "sha256": s.sha256,
+                                   "path": s.path, "split_no": s.split_no, "size": s.size, "sha256": s.sha256 and s.sha256.lower(),
                                    "header_bytes": s.header_bytes})
             for (record, _), artifact in zip(todo, rows, strict=True) for s in record.shards
         ])  # fmt: skip
