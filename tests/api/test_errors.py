@@ -131,7 +131,7 @@ async def test_every_route_answers_errors_in_the_envelope(make_api: MakeApi) -> 
         assert_envelope(reply.body, "unknown_parameter")
         assert reply.body["error"]["details"]["parameter"] == "bogus_param"
         seen += 1
-    assert seen == 18  # jobs routes, the hub's webhook and crawl cancelling included
+    assert seen == 19  # jobs routes, the hub's webhook, crawl cancelling and files by sha256 included
 
 
 @SQLITE_ONLY

@@ -576,8 +576,8 @@ async def test_children_that_name_a_moved_repo_by_its_old_id_stay_in_its_tree(
     tree and `descendant_of` (by either id) list those children, showing the repo's new id.
     When the hub later answers for the old id as a repo of its own, the edges whose sources
     spelled the old id are filed under it again (a child whose sources named both ids is
-    then a child of both), and the repo it had moved to is read again on its next crawl,
-    after which a search for the old id finds only the repo of that id."""
+    then a child of both), a search for the old id finds only the repo of that id at once,
+    and the repo it had moved to is read again on its next crawl."""
     old, new = "synth/tiny-llama-GGUF", "new-owner/tiny-llama-GGUF"
     client, http = _clients(hub)
     async with http:
@@ -614,8 +614,8 @@ async def test_children_that_name_a_moved_repo_by_its_old_id_stay_in_its_tree(
         reclaimed = await crawl_hub(any_db, client, http, CrawlParams(repos=(old,)))
         assert (reclaimed.indexed, reclaimed.moved, reclaimed.failed) == (1, 0, 0)
         [(_, forgotten, _)] = await _hub_rows(any_db, new)
-        assert forgotten is None  # its artifacts' search text still holds the old id
-        assert await _searched(any_db, old) == {old, new}
+        assert forgotten is None  # read again in full on its next crawl
+        assert await _searched(any_db, old) == {old} and await _searched(any_db, new) == {new}
         again = await crawl_hub(any_db, client, http, CrawlParams(repos=(new,)))
         assert (again.indexed, again.failed) == (1, 0)
         assert await _searched(any_db, old) == {old} and await _searched(any_db, new) == {new}

@@ -216,7 +216,7 @@ def test_pick_artifact_by_quantization_tag() -> None:
         pick_artifact(info, "Q2_K")
     with pytest.raises(TargetError, match=r"5 GGUF artifacts .*REPO:TAG \(F16, Q4_K_M, Q8_0, UD-Q4_K_XL\)"):
         pick_artifact(info, None)
-    with pytest.raises(TargetError, match="no GGUF file 'm-Q2_K.gguf'"):  # a .gguf name is a path, not a tag
+    with pytest.raises(TargetError, match=r"no GGUF file 'm-Q2_K\.gguf'"):  # a .gguf name is a path, not a tag
         pick_artifact(info, "m-Q2_K.gguf")
 
 
