@@ -25,6 +25,9 @@ from registry.hub.http import HttpOptions
 from workers.cache import Downloader, SizeMismatch, sha256_file
 from workers.verify import ShardSource
 
+# (the shard, bytes its `.partial` file holds, the whole file's size or None): see `download_shards`.
+Progress = Callable[[ShardSource, int, int | None], None]
+
 
 class DownloadError(Exception):
     """A file that cannot be downloaded whole and checked; nothing of it is left in place."""
@@ -85,7 +88,7 @@ async def download_shards(
     *,
     downloader: Downloader | None = None,
     done: Callable[[DownloadedFile], None] | None = None,
-    progress: Callable[[ShardSource, int, int | None], None] | None = None,
+    progress: Progress | None = None,
 ) -> list[DownloadedFile]:
     """Every shard under `folder`, whole and checked against its LFS oid; `done` is called
     as each file is in place, `progress(shard, held, total)` as its bytes arrive (the
@@ -121,9 +124,7 @@ async def _in_place(s: ShardSource, dest: Path) -> DownloadedFile:
     return DownloadedFile(dest, size, digest, 0)
 
 
-async def _fetch(
-    dl: Downloader, s: ShardSource, dest: Path, progress: Callable[[ShardSource, int, int | None], None] | None
-) -> DownloadedFile:
+async def _fetch(dl: Downloader, s: ShardSource, dest: Path, progress: Progress | None) -> DownloadedFile:
     assert s.url is not None
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".partial")
