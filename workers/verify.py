@@ -38,7 +38,7 @@ from registry.api.launchers import TaskVerifier
 from registry.catalog.db import Database
 from registry.catalog.models import Artifact, Verification, utcnow
 from registry.config import Settings
-from registry.gguf.filename import normalise_quant_label, parse_shard, quant_label_from_filename
+from registry.gguf.filename import group_shards, normalise_quant_label, parse_shard, quant_label_from_filename
 from registry.hub.client import HubClient, RepoInfo
 from registry.hub.errors import HubError
 from registry.hub.http import HttpOptions
@@ -286,7 +286,8 @@ def pick_artifact(info: RepoInfo, name: str | None) -> list[str]:
     that label, as `REPO:TAG` works in llama.cpp's `-hf`), or, for None, the repo's only
     artifact."""
     files = {f.path: f for f in info.gguf_files}
-    firsts = sorted(p for p in files if (s := parse_shard(p.rsplit("/", 1)[-1])) is None or s[1] == 1)
+    # One path per artifact: its first shard present (a set missing shards says so below).
+    firsts = [g.paths[0] for g in group_shards(files)]
     if name is None:
         if len(firsts) != 1:
             shown = ", ".join(firsts[:5]) or "none"

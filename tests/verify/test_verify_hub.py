@@ -227,6 +227,11 @@ def test_a_tag_that_two_models_carry_is_ambiguous() -> None:
     assert pick_artifact(info, "Q4_K_XL") == ["c/m-Q4_K_XL.gguf"]  # the exact label before a prefixed one
     with pytest.raises(TargetError, match="its file names carry no quantization tags"):
         pick_artifact(_info("model.gguf"), "Q4_0")
+    # A split model missing its first shard is still the one a tag (or the repo alone) names.
+    partial = _info("m-Q8_0-00002-of-00003.gguf", "m-Q8_0-00003-of-00003.gguf")
+    for name in ("Q8_0", None):
+        with pytest.raises(TargetError, match=r"1 of 3 shards missing, first 'm-Q8_0-00001-of-00003\.gguf'"):
+            pick_artifact(partial, name)
 
 
 async def test_two_verifications_of_one_file_at_once_share_one_download(hub: FakeHub, tmp_path: Path) -> None:
