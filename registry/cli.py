@@ -609,6 +609,9 @@ def _add_verify(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument("--revision", help="hub revision (default: main, pinned to its commit)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--tensors", action="store_true", help="with --json, include per-tensor statistics")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="show the download's bytes, share and rate on stderr as they arrive (default: when "
+                   "stderr is a terminal)")  # fmt: skip
     return "verify", _cmd_verify
 
 
@@ -626,11 +629,18 @@ def _cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     repo, _, path = target.partition(":")
     # org/name[:path] unless a file by that name exists or it looks like a file name
     hub = re.fullmatch(r"[\w][\w.-]*/[\w.-]+", repo) and not repo.lower().endswith(".gguf")
+    show = sys.stderr.isatty() if args.progress is None else args.progress
+    progress = ProgressLine(sys.stderr, tty=sys.stderr.isatty()) if show else None
     try:
         if Path(target).exists() or not hub:
             result = asyncio.run(verify_local(Path(target), settings))
         else:
-            result = asyncio.run(verify_hub(repo, path or None, settings, revision=args.revision))
+            try:
+                result = asyncio.run(verify_hub(repo, path or None, settings, revision=args.revision,
+                                                progress=progress))  # fmt: skip
+            finally:
+                if progress is not None:
+                    progress.clear()
     except (TargetError, HubError, GGUFError, OSError) as exc:
         print(f"registry: verify: {target}: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -357,8 +357,10 @@ class DownloadCache:
         size: int | None,
         *,
         keep: frozenset[str] = frozenset(),
+        on_bytes: OnBytes | None = None,
     ) -> CachedFile:
-        """The cached file for `key`, downloading (or finishing) it from `url` if needed."""
+        """The cached file for `key`, downloading (or finishing) it from `url` if needed;
+        `on_bytes` as for `Downloader.download`."""
         async with _flocked(self.locks / f"{key}.fetch", fcntl.LOCK_EX):
             final = self.path_for(key)
             if final.exists() and (size is None or final.stat().st_size == size):
@@ -369,7 +371,7 @@ class DownloadCache:
             part = self.partial / key
             have = part.stat().st_size if part.exists() else 0
             self.evict(max((size or 0) - have, 0), keep=keep | {key})
-            received = await downloader.download(url, part, size)
+            received = await downloader.download(url, part, size, on_bytes=on_bytes)
             part.replace(final)
             os.utime(final, (time.time(), time.time()))
             return CachedFile(final, received, False)

@@ -23,10 +23,7 @@ from registry.config import Settings
 from registry.hub.errors import HubError
 from registry.hub.http import HttpOptions
 from workers.cache import Downloader, SizeMismatch, sha256_file
-from workers.verify import ShardSource
-
-# (the shard, bytes its `.partial` file holds, the whole file's size or None): see `download_shards`.
-Progress = Callable[[ShardSource, int, int | None], None]
+from workers.verify import Progress, ShardSource
 
 
 class DownloadError(Exception):

@@ -25,7 +25,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +64,11 @@ class ShardSource:
     size: int | None = None
     sha256: str | None = None  # the hub's LFS oid, when known
     key: str | None = None  # cache key
+
+
+# (the shard, bytes its file being written holds, the whole file's size or None): called as
+# a download's bytes arrive.
+Progress = Callable[[ShardSource, int, int | None], None]
 
 
 @dataclass
@@ -194,6 +199,7 @@ async def _download(
     cache: DownloadCache,
     downloader: Downloader | None,
     result: VerifyResult,
+    progress: Progress | None = None,
 ) -> list[Path]:
     """The local path of every shard, downloading the remote ones into the cache."""
     keys = frozenset(s.key for s in shards if s.key)
@@ -205,8 +211,9 @@ async def _download(
                 paths.append(s.local_path)
                 continue
             assert s.url is not None and s.key is not None
+            on_bytes = None if progress is None else functools.partial(progress, s)
             try:
-                got = await cache.fetch(dl, s.url, s.key, s.size, keep=keys)
+                got = await cache.fetch(dl, s.url, s.key, s.size, keep=keys, on_bytes=on_bytes)
             except SizeMismatch as exc:
                 cache.discard(s.key)  # a partial copy of the wrong file is no use to a retry
                 short = exc.actual < exc.expected
@@ -241,16 +248,21 @@ async def _hash(
 
 
 async def verify_shards(
-    shards: Sequence[ShardSource], settings: Settings, *, downloader: Downloader | None = None
+    shards: Sequence[ShardSource],
+    settings: Settings,
+    *,
+    downloader: Downloader | None = None,
+    progress: Progress | None = None,
 ) -> VerifyResult:
-    """Download (when remote), hash and check one artifact's files."""
+    """Download (when remote), hash and check one artifact's files; `progress(shard, held,
+    total)` is called as a download's bytes arrive (see `download_shards`)."""
     result = VerifyResult("passed")
     cache = cache_for(settings)
     # The cached files stay in use until the checks are over: no other job evicts them.
     async with cache.using(s.key for s in shards if s.key):
         try:
             with _timed(result.timings, "download"):
-                paths = await _download(shards, settings, cache, downloader, result)
+                paths = await _download(shards, settings, cache, downloader, result, progress)
             with _timed(result.timings, "hash"):
                 await _hash(shards, paths, cache, result)
         except _Verdict as v:
@@ -391,10 +403,11 @@ async def verify_hub(
     *,
     revision: str | None = None,
     downloader: Downloader | None = None,
+    progress: Progress | None = None,
 ) -> VerifyResult:
     """Verify `repo_id[:path]` on the configured hub, pinned to the revision it lists now."""
     shards = await hub_artifact(repo_id, path, settings, revision)
-    return await verify_shards(shards, settings, downloader=downloader)
+    return await verify_shards(shards, settings, downloader=downloader, progress=progress)
 
 
 # -- the job: one catalog row -----------------------------------------------------------

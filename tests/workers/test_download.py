@@ -183,6 +183,18 @@ async def test_progress_shows_each_file_to_its_end(tmp_path: Path) -> None:
         assert code == 0 and err == ""  # not a terminal: no progress unless asked
 
 
+async def test_verify_shows_its_download_progress_too(tmp_path: Path) -> None:
+    repo, data = _repo(tmp_path)
+    async with FakeHub(Corpus([repo]), tokens={TOKEN}) as hub:
+        code, stdout, err = await _registry(tmp_path, hub, "verify", f"{SPLIT}:Q8_0", "--progress", "--json")
+        assert code in (0, 1, 3), err  # a toy model: the verdict is not the point here
+        assert json.loads(stdout)["bytes_downloaded"] == len(data["other-Q8_0.gguf"])
+        size = _file_size(len(data["other-Q8_0.gguf"]))
+        assert f"other-Q8_0.gguf  {size} of {size} (100%)" in err
+        code, _, err = await _registry(tmp_path, hub, "verify", f"{SPLIT}:Q8_0", "--json")
+        assert "%)" not in err  # cached now, and no progress asked for off a terminal
+
+
 def test_progress_line_rewrites_one_terminal_line() -> None:
     stream = io.StringIO()
     now = [10.0]
