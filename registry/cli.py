@@ -845,9 +845,10 @@ def _cmd_identify(args: argparse.Namespace, settings: Settings) -> int:
                     continue
                 async with db.sessions() as session:
                     rows, count = await reads.files_with_sha256(session, sha)
+                    namesakes = [] if count else await _namesakes(session, Path(name).name)
                 found_all = found_all and count > 0
                 files = [present.file_match(r, settings.hub.endpoint) for r in rows]
-                out.append({"path": name, "sha256": sha, "count": count, "files": files})
+                out.append({"path": name, "sha256": sha, "count": count, "files": files, "same_name": namesakes})
                 if not args.json:
                     print(_shown(f"{name}  sha256 {sha}" + ("" if count else ": not in the catalog")))
                     for f in files:
@@ -855,11 +856,35 @@ def _cmd_identify(args: argparse.Namespace, settings: Settings) -> int:
                         print(_shown(f"  {f['repo']}  {f['path']}  (artifact {art['id']}, {art['status']})"))
                     if count > len(files):
                         print(f"  and {count - len(files)} more")
+                    for n in namesakes:
+                        print(_shown(f"  same name: {n['repo']}  {n['path']}  (artifact {n['id']})"))
         if args.json:
             print(json.dumps(out, indent=2, ensure_ascii=False))
         return EXIT_OK if found_all else EXIT_ERROR
 
     return _catalog_call("identify", work)
+
+
+# How many indexed files of the same name `registry identify` lists for a file it cannot find.
+MAX_NAMESAKES = 5
+
+
+async def _namesakes(session: Any, file_name: str) -> list[dict[str, Any]]:
+    """Indexed artifacts whose file name is `file_name` (any case; a shard's name stands for
+    its model's first shard): for bytes the catalog does not know, the files they may be
+    another version of (an older download, a re-upload), most downloaded first."""
+    from registry.catalog.errors import InvalidQuery
+    from registry.catalog.search import SearchQuery, search
+    from registry.gguf.filename import parse_shard
+
+    shard = parse_shard(file_name)
+    wanted = (f"{shard[0]}-00001-of-{shard[2]:05d}.gguf" if shard else file_name).lower()
+    try:
+        page = await search(session, SearchQuery(text=wanted, limit=MAX_NAMESAKES * 4))
+    except InvalidQuery:  # a name the text search cannot take (too short, too long)
+        return []
+    hits = [i for i in page.items if i.path.rsplit("/", 1)[-1].lower() == wanted]
+    return [{"repo": i.repo, "path": i.path, "id": i.id} for i in hits[:MAX_NAMESAKES]]
 
 
 def _add_run(sub: argparse._SubParsersAction) -> tuple[str, Handler]:

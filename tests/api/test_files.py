@@ -117,6 +117,9 @@ async def test_identify_names_the_repos_that_hold_a_local_file(tmp_path: Path, s
              for repo_id in ("org/smol-GGUF", "mirror/smol-copy-GGUF")]  # fmt: skip
     unknown = tmp_path / "mine.gguf"
     unknown.write_bytes(b"GGUF not from any hub")
+    older = tmp_path / "older" / smollm2_path.name.upper()  # other bytes under the hub's name, in another case
+    older.parent.mkdir()
+    older.write_bytes(b"GGUF an older download")
     async with FakeHub(Corpus(repos), tokens={TOKEN}) as hub:
         code, _, err = await _registry(tmp_path, hub, "crawl", "org/smol-GGUF", "mirror/smol-copy-GGUF")
         assert code == 0, err
@@ -127,12 +130,25 @@ async def test_identify_names_the_repos_that_hold_a_local_file(tmp_path: Path, s
         assert sorted(line.split()[0] for line in lines[1:]) == ["mirror/smol-copy-GGUF", "org/smol-GGUF"]
         assert all(f"  {smollm2_path.name}  (artifact " in line and line.endswith(", indexed)") for line in lines[1:])
 
+        code, out, err = await _registry(tmp_path, hub, "identify", str(older))
+        assert code == 1 and out.startswith(f"{older}  sha256 {sha256_file(older)}: not in the catalog\n")
+        assert sorted(out.splitlines()[1:]) == sorted(
+            f"  same name: {r}  {smollm2_path.name}  (artifact {i})" for r, i in await _ids(tmp_path, hub)
+        )
+
         argv = ["identify", str(smollm2_path), str(unknown), str(tmp_path / "absent.gguf"), "--json"]
         code, out, err = await _registry(tmp_path, hub, *argv)
     assert code == 1  # one file not in the catalog, one not there at all
     assert "absent.gguf: No such file or directory" in err
     found, mine = json.loads(out)
+    assert found["same_name"] == []  # looked for only when the bytes are unknown
     assert found["sha256"] == sha and found["count"] == 2
     assert {f["repo"] for f in found["files"]} == {"org/smol-GGUF", "mirror/smol-copy-GGUF"}
     assert all(f["url"].startswith(hub.endpoint) for f in found["files"])
-    assert mine == {"path": str(unknown), "sha256": sha256_file(unknown), "count": 0, "files": []}
+    assert mine == {"path": str(unknown), "sha256": sha256_file(unknown), "count": 0, "files": [], "same_name": []}
+
+
+async def _ids(tmp_path: Path, hub: FakeHub) -> list[tuple[str, int]]:
+    code, out, err = await _registry(tmp_path, hub, "search", "--json")
+    assert code == 0, err
+    return [(i["repo"], i["id"]) for i in json.loads(out)["items"]]
