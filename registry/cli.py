@@ -609,9 +609,7 @@ def _add_verify(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument("--revision", help="hub revision (default: main, pinned to its commit)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--tensors", action="store_true", help="with --json, include per-tensor statistics")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="show the download's bytes, share and rate on stderr as they arrive (default: when "
-                   "stderr is a terminal)")  # fmt: skip
+    _add_progress(p)
     return "verify", _cmd_verify
 
 
@@ -629,8 +627,7 @@ def _cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     repo, _, path = target.partition(":")
     # org/name[:path] unless a file by that name exists or it looks like a file name
     hub = re.fullmatch(r"[\w][\w.-]*/[\w.-]+", repo) and not repo.lower().endswith(".gguf")
-    show = sys.stderr.isatty() if args.progress is None else args.progress
-    progress = ProgressLine(sys.stderr, tty=sys.stderr.isatty()) if show else None
+    progress = ProgressLine.for_args(args)
     try:
         if Path(target).exists() or not hub:
             result = asyncio.run(verify_local(Path(target), settings))
@@ -684,9 +681,7 @@ def _add_download(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument("--to", default=".", metavar="DIR", help="folder to write into (default: the current one)")
     p.add_argument("--revision", help="hub revision for REPO[:...] (default: main, pinned to its commit)")
     p.add_argument("--json", action="store_true", help="print the files as one JSON array")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="show each file's bytes, share and rate on stderr as they arrive (default: when "
-                   "stderr is a terminal)")  # fmt: skip
+    _add_progress(p)
     p.add_argument("--max-memory", type=_byte_size, metavar="S",
                    help="with REPO alone: the catalog's largest model file of the repo that needs at most S "
                    "bytes to run (the file plus its f16 KV cache at --memory-context tokens), e.g. 8GiB")  # fmt: skip
@@ -694,6 +689,12 @@ def _add_download(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
                    help="the context --max-memory sizes the KV cache for (default: 4K, or the model's own "
                    "context length when shorter)")  # fmt: skip
     return "download", _cmd_download
+
+
+def _add_progress(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="show each download's bytes, share and rate on stderr as they arrive (default: when "
+                   "stderr is a terminal)")  # fmt: skip
 
 
 class ProgressLine:
@@ -712,6 +713,12 @@ class ProgressLine:
         self._start = (0.0, 0)  # (when, held) as this run began the file
         self._last = float("-inf")
         self._shown = False
+
+    @classmethod
+    def for_args(cls, args: argparse.Namespace) -> ProgressLine | None:
+        """The line `--progress` / `--no-progress` ask for; by default, on a terminal only."""
+        tty = sys.stderr.isatty()
+        return cls(sys.stderr, tty=tty) if (tty if args.progress is None else args.progress) else None
 
     def __call__(self, shard: Any, held: int, total: int | None) -> None:
         now = self._clock()
@@ -756,8 +763,11 @@ def _cmd_download(args: argparse.Namespace, settings: Settings) -> int:
     if args.max_memory is not None and (target.isdigit() or ":" in target):
         print("registry: download: --max-memory picks a file of a repo: give REPO alone", file=sys.stderr)
         return EXIT_USAGE
-    show = sys.stderr.isatty() if args.progress is None else args.progress
-    progress = ProgressLine(sys.stderr, tty=sys.stderr.isatty()) if show else None
+    if args.revision is not None and (target.isdigit() or args.max_memory is not None):
+        print("registry: download: --revision goes with a file named on the hub; a catalog id or --max-memory "
+              "downloads the commit the catalog read", file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
+    progress = ProgressLine.for_args(args)
 
     def done(f: DownloadedFile) -> None:
         if progress is not None:

@@ -255,7 +255,8 @@ async def test_download_the_largest_model_that_fits(tmp_path: Path, smollm2_path
         code, _, err = await _registry(tmp_path, hub, "download", "org/none-GGUF", "--max-memory", "1GB")
         assert code == 1 and "the catalog has no model file of org/none-GGUF: crawl it first" in err
         for argv in (["1", "--max-memory", "1GB"], [f"{pair}:Q4_1", "--max-memory", "1GB"],
-                     [pair, "--memory-context", "8K"]):  # fmt: skip
+                     [pair, "--memory-context", "8K"], [pair, "--max-memory", "1GB", "--revision", "main"],
+                     ["1", "--revision", "main"]):  # fmt: skip
             code, _, err = await _registry(tmp_path, hub, "download", *argv, "--to", str(out))
             assert code == 2, (argv, err)
     assert sorted(p.name for p in out.iterdir()) == sorted([smollm2_path.name, gemma3_path.name])
