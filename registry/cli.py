@@ -827,7 +827,8 @@ def _add_identify(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
         "artifact id and status. A split model's shards are looked up one by one. Exit status: 0 every file "
         "found, 1 a file not in the catalog or not readable.",
     )
-    p.add_argument("paths", nargs="+", metavar="FILE", help="a local file, e.g. a .gguf")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="a local file, or a folder: its .gguf files, in all "
+                   "its subfolders")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON array, an object per file")
     return "identify", _cmd_identify
 
@@ -846,7 +847,7 @@ def _cmd_identify(args: argparse.Namespace, settings: Settings) -> int:
         async with Database.from_settings(settings) as db:
             if not await _catalog_set_up(db, "identify"):
                 return EXIT_ERROR
-            for name in args.paths:
+            for name in _gguf_files(args.paths):
                 try:
                     sha = await sha256_file(Path(name))
                 except OSError as exc:
@@ -873,6 +874,21 @@ def _cmd_identify(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_OK if found_all else EXIT_ERROR
 
     return _catalog_call("identify", work)
+
+
+def _gguf_files(paths: Sequence[str]) -> list[str]:
+    """Each path as given, a folder replaced by the .gguf files under it (any case of the
+    suffix, sorted; links to folders not followed). A folder without any stays, for its
+    error to be told."""
+    out: list[str] = []
+    for name in paths:
+        if not os.path.isdir(name):
+            out.append(name)
+            continue
+        found = sorted(os.path.join(root, f) for root, _, files in os.walk(name) for f in files
+                       if f.lower().endswith(".gguf"))  # fmt: skip
+        out.extend(found or [name])
+    return out
 
 
 # How many indexed files of the same name `registry identify` lists for a file it cannot find.

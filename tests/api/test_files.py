@@ -117,8 +117,9 @@ async def test_identify_names_the_repos_that_hold_a_local_file(tmp_path: Path, s
              for repo_id in ("org/smol-GGUF", "mirror/smol-copy-GGUF")]  # fmt: skip
     unknown = tmp_path / "mine.gguf"
     unknown.write_bytes(b"GGUF not from any hub")
-    older = tmp_path / "older" / smollm2_path.name.upper()  # other bytes under the hub's name, in another case
-    older.parent.mkdir()
+    older = tmp_path / "older" / "sub" / smollm2_path.name.upper()  # other bytes under the hub's name, any case
+    older.parent.mkdir(parents=True)
+    (older.parent / "notes.txt").write_text("not a model")
     older.write_bytes(b"GGUF an older download")
     async with FakeHub(Corpus(repos), tokens={TOKEN}) as hub:
         code, _, err = await _registry(tmp_path, hub, "crawl", "org/smol-GGUF", "mirror/smol-copy-GGUF")
@@ -130,11 +131,16 @@ async def test_identify_names_the_repos_that_hold_a_local_file(tmp_path: Path, s
         assert sorted(line.split()[0] for line in lines[1:]) == ["mirror/smol-copy-GGUF", "org/smol-GGUF"]
         assert all(f"  {smollm2_path.name}  (artifact " in line and line.endswith(", indexed)") for line in lines[1:])
 
-        code, out, err = await _registry(tmp_path, hub, "identify", str(older))
+        # a folder: the .gguf files in it and its subfolders
+        code, out, err = await _registry(tmp_path, hub, "identify", str(tmp_path / "older"))
         assert code == 1 and out.startswith(f"{older}  sha256 {sha256_file(older)}: not in the catalog\n")
         assert sorted(out.splitlines()[1:]) == sorted(
             f"  same name: {r}  {smollm2_path.name}  (artifact {i})" for r, i in await _ids(tmp_path, hub)
         )
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        code, out, err = await _registry(tmp_path, hub, "identify", str(empty))
+        assert code == 1 and out == "" and f"{empty}: Is a directory" in err  # no .gguf file under it
 
         argv = ["identify", str(smollm2_path), str(unknown), str(tmp_path / "absent.gguf"), "--json"]
         code, out, err = await _registry(tmp_path, hub, *argv)
