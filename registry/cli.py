@@ -900,13 +900,15 @@ async def _namesakes(session: Any, file_name: str) -> list[dict[str, Any]]:
     its model's first shard): for bytes the catalog does not know, the files they may be
     another version of (an older download, a re-upload), most downloaded first."""
     from registry.catalog.errors import InvalidQuery
-    from registry.catalog.search import SearchQuery, search
+    from registry.catalog.search import MAX_LIMIT, SearchQuery, search
     from registry.gguf.filename import parse_shard
 
     shard = parse_shard(file_name)
     wanted = (f"{shard[0]}-00001-of-{shard[2]:05d}.gguf" if shard else file_name).lower()
     try:
-        page = await search(session, SearchQuery(text=wanted, limit=MAX_NAMESAKES * 4))
+        # The words match longer names too (`my-model.gguf` for `model.gguf`): a full page,
+        # of which only the exact names are kept.
+        page = await search(session, SearchQuery(text=wanted, limit=MAX_LIMIT))
     except InvalidQuery:  # a name the text search cannot take (too short, too long)
         return []
     hits = [i for i in page.items if i.path.rsplit("/", 1)[-1].lower() == wanted]

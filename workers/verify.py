@@ -38,7 +38,7 @@ from registry.api.launchers import TaskVerifier
 from registry.catalog.db import Database
 from registry.catalog.models import Artifact, Verification, utcnow
 from registry.config import Settings
-from registry.gguf.filename import group_shards, normalise_quant_label, parse_shard, quant_label_from_filename
+from registry.gguf.filename import group_shards, normalise_quant_label, quant_label_from_filename
 from registry.hub.client import HubClient, RepoInfo
 from registry.hub.errors import HubError
 from registry.hub.http import HttpOptions
@@ -298,8 +298,9 @@ def pick_artifact(info: RepoInfo, name: str | None) -> list[str]:
     that label, as `REPO:TAG` works in llama.cpp's `-hf`), or, for None, the repo's only
     artifact."""
     files = {f.path: f for f in info.gguf_files}
+    groups = {p: g for g in group_shards(files) for p in g.paths}
     # One path per artifact: its first shard present (a set missing shards says so below).
-    firsts = [g.paths[0] for g in group_shards(files)]
+    firsts = sorted({g.paths[0] for g in groups.values()})
     if name is None:
         if len(firsts) != 1:
             shown = ", ".join(firsts[:5]) or "none"
@@ -315,17 +316,11 @@ def pick_artifact(info: RepoInfo, name: str | None) -> list[str]:
         raise TargetError(f"{info.repo_id} has no GGUF file {name!r}")
     else:
         path = _tagged(info.repo_id, firsts, name)
-    head, _, base = path.rpartition("/")
-    parsed = parse_shard(base)
-    if parsed is None:
-        return [path]
-    stem, _, count = parsed
-    prefix = f"{head}/" if head else ""
-    wanted = [f"{prefix}{stem}-{i:05d}-of-{count:05d}{base[-5:]}" for i in range(1, count + 1)]
-    missing = [w for w in wanted if w not in files]
-    if missing:
-        raise TargetError(f"{info.repo_id}: {len(missing)} of {count} shards missing, first {missing[0]!r}")
-    return wanted
+    group = groups[path]
+    if not group.complete:
+        first = f"{group.stem}-{group.missing[0]:05d}-of-{group.count:05d}{path[-5:]}"
+        raise TargetError(f"{info.repo_id}: {len(group.missing)} of {group.count} shards missing, first {first!r}")
+    return list(group.paths)
 
 
 # How many of a repo's quantization tags an error lists.
