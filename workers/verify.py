@@ -315,7 +315,7 @@ def pick_artifact(info: RepoInfo, name: str | None) -> list[str]:
     elif name.lower().endswith(".gguf"):
         raise TargetError(f"{info.repo_id} has no GGUF file {name!r}")
     else:
-        path = _tagged(info.repo_id, firsts, name)
+        path = tagged_path(info.repo_id, firsts, name)
     group = groups[path]
     if not group.complete:
         first = f"{group.stem}-{group.missing[0]:05d}-of-{group.count:05d}{path[-5:]}"
@@ -339,7 +339,7 @@ def _tags(firsts: Sequence[str]) -> list[str]:
     return sorted(t for t in found if t is not None)
 
 
-def _tagged(repo_id: str, firsts: Sequence[str], tag: str) -> str:
+def tagged_path(repo_id: str, firsts: Sequence[str], tag: str) -> str:
     """The first shard of the one model file whose name carries the label `tag`."""
     want = normalise_quant_label(tag)
     labelled = [(p, quant_label_from_filename(p)) for p in firsts if not _is_projector_name(p)]

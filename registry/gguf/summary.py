@@ -13,10 +13,14 @@ templates were not scanned.
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any
 
-from registry.gguf.facts_model import Facts
+from registry.gguf.facts_model import Facts, QuantMixEntry
 from registry.gguf.model import GGUFHeader
 
 
@@ -70,6 +74,84 @@ def facts_json(
     if tensors:
         out["tensors"] = tensor_rows(headers)
     return out
+
+
+# -- back from JSON ----------------------------------------------------------------------------
+
+_UNFIT = object()  # a stored value that does not fit its field: the field keeps its default
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _fit(value: Any, hint: Any) -> Any:
+    """`value` (decoded JSON) as the type `hint` names, or _UNFIT."""
+    if hint is Any:
+        return value
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    for option in options:
+        origin = typing.get_origin(option) or option
+        if option is type(None):
+            if value is None:
+                return None
+        elif origin in (int, float, str):
+            if isinstance(value, bool) or not isinstance(value, int | float | str):
+                continue
+            if isinstance(value, origin) or (origin is float and isinstance(value, int)):
+                return origin(value)
+        elif origin is dict:
+            if isinstance(value, Mapping):
+                return dict(value)
+        elif origin is tuple:
+            if isinstance(value, list | tuple):
+                item = typing.get_args(option)[0]
+                fitted = [_fit(v, item) for v in value]
+                return tuple(v for v in fitted if v is not _UNFIT)
+        elif dataclasses.is_dataclass(origin) and isinstance(value, Mapping):
+            return _from_json(origin, value)
+    return _UNFIT
+
+
+def _from_json(cls: Any, values: Mapping[str, Any]) -> Any:
+    """An instance of the dataclass `cls` from its JSON form: each field that is present and
+    of its type; others keep their defaults (_UNFIT when a field without one is left)."""
+    hints = _hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in values and (value := _fit(values[f.name], hints[f.name])) is not _UNFIT:
+            kwargs[f.name] = value
+    try:
+        return cls(**kwargs)
+    except TypeError:  # a required field missing or unfit
+        return _UNFIT
+
+
+def facts_from_json(
+    values: Mapping[str, Any],
+    *,
+    quant_mix: Sequence[Mapping[str, Any]] = (),
+    chat_template: Any = None,
+    chat_templates: Any = None,
+) -> Facts:
+    """`Facts` back from a catalog page: its `facts` object, `quant_mix` list and chat
+    templates. A value the catalog stored in another shape (an older version's, or one
+    cut short) leaves its field at the default instead of failing."""
+    data = {k: v for k, v in values.items() if k not in ("quant_mix", "chat_template", "chat_templates")}
+    data["chat_template"] = chat_template
+    data["chat_templates"] = chat_templates if isinstance(chat_templates, Mapping) else {}
+    facts = _from_json(Facts, data)
+    if facts is _UNFIT:
+        facts = Facts()
+    mix = {}
+    for entry in quant_mix:
+        if not isinstance(entry, Mapping):
+            continue
+        counts = [entry.get(k) for k in ("tensors", "elements", "bytes")]
+        if isinstance(entry.get("tensor_type"), str) and all(type(c) is int for c in counts):
+            mix[entry["tensor_type"]] = QuantMixEntry(*(int(c or 0) for c in counts))
+    return dataclasses.replace(facts, quant_mix=mix)
 
 
 # -- text ------------------------------------------------------------------------------------
@@ -244,13 +326,16 @@ def facts_text(
     template_findings: Sequence[Mapping[str, Any]] | None = None,
     context: int | None = None,
     template_capabilities: Sequence[str] | None = None,
+    more: Sequence[tuple[str, str]] = (),
 ) -> str:
     """A readable summary: the facts, the quant mix table and optionally every tensor.
-    With `context`, the KV cache line also says its size for that many tokens."""
+    With `context`, the KV cache line also says its size for that many tokens. `more` are
+    (label, value) lines to show after the facts' own, aligned with them."""
     out: list[str] = []
     if title:
         out.append(title)
     pairs = _lines(facts, template_findings, context, template_capabilities)
+    pairs += [(label, visible(value)) for label, value in more if value]
     width = max(len(label) for label, _ in pairs)
     out.extend(f"  {label.ljust(width)}  {value}" for label, value in pairs)
 

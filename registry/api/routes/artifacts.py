@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
-from registry.api import present, reads
+from registry.api import pages, present, reads
 from registry.api.errors import ApiError, InvalidParameter, NotFound
 from registry.api.keys import SETTINGS_KEY
 from registry.api.paging import page_response, paging_params
@@ -175,25 +175,14 @@ async def facets(request: web.Request) -> web.Response:
 async def get_artifact(request: web.Request) -> web.Response:
     args = parse_query(request, DETAIL_PARAMS)
     artifact_id = path_int(request, "id")
+    endpoint = request.app[SETTINGS_KEY].hub.endpoint
     async with read_session(request) as session:
-        found = await reads.get_artifact(session, artifact_id)
-        if found is None:
-            raise NotFound(f"no artifact with id {artifact_id}", details={"artifact_id": artifact_id})
-        latest = (await reads.latest_verifications(session, [found])).get(artifact_id)
-        projectors = await reads.projectors_beside(session, found.row)
+        body = await pages.artifact_page(session, artifact_id, endpoint=endpoint, context=args["context"])
+    if body is None:
+        raise NotFound(f"no artifact with id {artifact_id}", details={"artifact_id": artifact_id})
     if args["tensors"]:
         raise NotStored(
             "the catalog does not store tensor tables yet; request the artifact without tensors",
             details={"parameter": "tensors"},
         )
-    endpoint = request.app[SETTINGS_KEY].hub.endpoint
-    body = present.artifact_full(
-        found, found.row.repo_name, latest, with_metadata=True, endpoint=endpoint, source=found.row.repo_source
-    )
-    body["projectors"] = [present.projector(p) for p in projectors]
-    kv = (body["facts"] or {}).get("kv_cache")
-    if args["context"] is not None:
-        body["memory"] = present.memory(found.row, args["context"])
-        if isinstance(kv, dict):
-            kv["at_context"] = present.kv_cache_at(kv, args["context"])
     return json_response(body)

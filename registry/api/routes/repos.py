@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode
 
 from aiohttp import web
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from registry.api import present, reads
+from registry.api import pages, present, reads
 from registry.api.errors import InvalidParameter, Moved, NotFound
 from registry.api.keys import SETTINGS_KEY
 from registry.api.params import Param, choice_param, int_param, parse_query
@@ -65,25 +64,7 @@ async def get_repo(request: web.Request) -> web.Response:
         await _moved(request, session, repo_id, repo)
         if repo is None:
             raise NotFound(f"no repo {repo_id} in the catalog", details={"repo": repo_id})
-        repo_id = repo.repo_id  # any case finds it (as on the hub); the catalog's spelling from here
-        artifacts, artifact_count = await reads.repo_artifacts(session, repo.id)
-        latest = await reads.latest_verifications(session, artifacts)
-        parents, children = await lineage.neighbours(session, repo_id)
-        moved_from = await lineage.moved_from(session, repo.id) if repo.has_moves else []
-    endpoint = request.app[SETTINGS_KEY].hub.endpoint
-    body = {
-        "repo": present.repo(repo),
-        "artifacts": [
-            present.artifact_full(
-                a, repo_id, latest.get(a.row.id), with_metadata=False, endpoint=endpoint, source=repo.source
-            )
-            for a in artifacts
-        ],
-        "artifact_count": artifact_count,
-        "artifacts_url": f"/v1/artifacts?{urlencode({'repo': repo_id, 'sort': 'name'})}",
-        "lineage": {"parents": [present.edge(e) for e in parents], "children": [present.edge(e) for e in children]},
-        "moved_from": moved_from,
-    }
+        body = await pages.repo_page(session, repo, endpoint=request.app[SETTINGS_KEY].hub.endpoint)
     return json_response(body)
 
 
