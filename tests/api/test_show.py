@@ -58,15 +58,24 @@ def _vision_repo() -> RepoSnapshot:
     ))  # fmt: skip
 
 
+F16 = "meta-llama/Llama-3-8B/llama-3-8b-f16.gguf"
+
+
+async def _with_projector_and_verification(api: ApiClient, db: Database, insert: Insert) -> dict[str, int]:
+    """The sample catalog plus a repo with a projector, and a passed verification of F16."""
+    await insert(_vision_repo())
+    ids = await _ids(api)
+    async with db.sessions.begin() as session:
+        session.add(Verification(artifact_id=ids[F16], status="passed", tensors_checked=200, perplexity=7.25,
+                                 finished_at=datetime(2026, 1, 2, 3, 4, tzinfo=UTC)))  # fmt: skip
+    return ids
+
+
 @pytest.mark.usefixtures("cli_env")
 async def test_json_is_the_api_page_of_every_artifact_and_repo(
     api: ApiClient, db: Database, insert: Insert, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    await insert(_vision_repo())
-    ids = await _ids(api)
-    async with db.sessions.begin() as session:
-        session.add(Verification(artifact_id=ids["meta-llama/Llama-3-8B/llama-3-8b-f16.gguf"], status="passed",
-                                 tensors_checked=200, perplexity=7.25, finished_at=datetime(2026, 1, 2, tzinfo=UTC)))  # fmt: skip
+    ids = await _with_projector_and_verification(api, db, insert)
     assert len(ids) >= 9
     for artifact_id in ids.values():
         for context in (None, 1000):
@@ -81,7 +90,7 @@ async def test_json_is_the_api_page_of_every_artifact_and_repo(
         assert code == 0, err
         assert json.loads(out) == (await api.get(f"/v1/repos/{repo}")).body
     # the pages hold what the text below is made from
-    page = json.loads((await show(capsys, str(ids["meta-llama/Llama-3-8B/llama-3-8b-f16.gguf"]), "--json"))[1])
+    page = json.loads((await show(capsys, str(ids[F16]), "--json"))[1])
     assert page["latest_verification"]["status"] == "passed"
     gemma = json.loads((await show(capsys, str(ids["google/gemma-3-4b-it-GGUF/gemma-3-4b-it-Q4_K_M.gguf"]), "--json"))[1])
     assert [p["path"] for p in gemma["projectors"]] == ["mmproj-model-f16.gguf"]
@@ -91,12 +100,8 @@ async def test_json_is_the_api_page_of_every_artifact_and_repo(
 async def test_text_of_an_artifact(
     api: ApiClient, db: Database, insert: Insert, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    await insert(_vision_repo())
-    ids = await _ids(api)
-    f16 = ids["meta-llama/Llama-3-8B/llama-3-8b-f16.gguf"]
-    async with db.sessions.begin() as session:
-        session.add(Verification(artifact_id=f16, status="passed", tensors_checked=200, perplexity=7.25,
-                                 finished_at=datetime(2026, 1, 2, 3, 4, tzinfo=UTC)))  # fmt: skip
+    ids = await _with_projector_and_verification(api, db, insert)
+    f16 = ids[F16]
     code, out, err = await show(capsys, str(f16), "--context", "1K")
     assert code == 0, err
     lines = out.splitlines()
