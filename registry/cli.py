@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from registry.catalog.search import SearchItem
     from registry.gguf.limits import Limits
     from registry.hub.http import RemoteHeader
+    from workers.hashes import FileHashes
 
 Handler = Callable[[argparse.Namespace, Settings], int]
 
@@ -957,6 +958,7 @@ def _cmd_download(args: argparse.Namespace, settings: Settings) -> int:
               "downloads the commit the catalog read", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     progress = ProgressLine.for_args(args)
+    hashes = _file_hashes(settings)
 
     def done(f: DownloadedFile) -> None:
         if progress is not None:
@@ -982,8 +984,10 @@ def _cmd_download(args: argparse.Namespace, settings: Settings) -> int:
             repo, _, path = target.partition(":")
             shards = await hub_artifact(repo, path or None, settings, args.revision)
         try:
-            files = await download_shards(shards, Path(args.to), settings, done=done, progress=progress)
+            files = await download_shards(shards, Path(args.to), settings, done=done, progress=progress,
+                                          hashes=hashes)  # fmt: skip
         finally:
+            hashes.close()
             if progress is not None:
                 progress.clear()
         if args.json:
@@ -1012,14 +1016,24 @@ def _add_identify(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p = sub.add_parser(
         "identify",
         help="which hub repos hold a local file: its sha256 looked up in the catalog",
-        description="Hash each file (sha256) and name the catalog's hub files with the same bytes: repo, path, "
-        "artifact id and status. A split model's shards are looked up one by one. Exit status: 0 every file "
+        description="Hash each file (sha256; a file unchanged since a run hashed it is not read again) and name the "
+        "catalog's hub files with the same bytes: repo, path, artifact id and status. A split model's shards are looked up one by one. Exit status: 0 every file "
         "found, 1 a file not in the catalog or not readable.",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="a local file, or a folder: its .gguf files, in all "
                    "its subfolders")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON array, an object per file")
+    p.add_argument("--rehash", action="store_true",
+                   help="hash every file again, even one unchanged since its hash was taken (kept in "
+                   "DATA_DIR/hashes.sqlite by the file's inode, size and change times)")  # fmt: skip
     return "identify", _cmd_identify
+
+
+def _file_hashes(settings: Settings) -> FileHashes:
+    """The sha256 of local files `identify` and `download` keep between runs."""
+    from workers.hashes import FileHashes
+
+    return FileHashes(settings.data_dir / "hashes.sqlite")
 
 
 def _cmd_identify(args: argparse.Namespace, settings: Settings) -> int:
@@ -1028,7 +1042,8 @@ def _cmd_identify(args: argparse.Namespace, settings: Settings) -> int:
 
     from registry.api import present, reads
     from registry.catalog.db import Database
-    from workers.cache import sha256_file
+
+    hashes = _file_hashes(settings)
 
     async def work() -> int:
         found_all = True
@@ -1038,7 +1053,7 @@ def _cmd_identify(args: argparse.Namespace, settings: Settings) -> int:
                 return EXIT_ERROR
             for name in _gguf_files(args.paths):
                 try:
-                    sha = await sha256_file(Path(name))
+                    sha = await hashes.sha256(Path(name), fresh=args.rehash)
                 except OSError as exc:
                     print(_shown(f"registry: identify: {name}: {exc.strerror or exc}"), file=sys.stderr)
                     found_all = False
@@ -1062,7 +1077,10 @@ def _cmd_identify(args: argparse.Namespace, settings: Settings) -> int:
             print(json.dumps(out, indent=2, ensure_ascii=False))
         return EXIT_OK if found_all else EXIT_ERROR
 
-    return _catalog_call("identify", work)
+    try:
+        return _catalog_call("identify", work)
+    finally:
+        hashes.close()
 
 
 def _gguf_files(paths: Sequence[str]) -> list[str]:

@@ -23,6 +23,7 @@ from registry.config import Settings
 from registry.hub.errors import HubError
 from registry.hub.http import HttpOptions
 from workers.cache import Downloader, SizeMismatch, sha256_file
+from workers.hashes import FileHashes
 from workers.verify import Progress, ShardSource
 
 
@@ -86,10 +87,13 @@ async def download_shards(
     downloader: Downloader | None = None,
     done: Callable[[DownloadedFile], None] | None = None,
     progress: Progress | None = None,
+    hashes: FileHashes | None = None,
 ) -> list[DownloadedFile]:
     """Every shard under `folder`, whole and checked against its LFS oid; `done` is called
     as each file is in place, `progress(shard, held, total)` as its bytes arrive (the
-    `.partial` file's size and the whole file's, None when the server does not say)."""
+    `.partial` file's size and the whole file's, None when the server does not say).
+    `hashes` keeps each file's sha256, and gives back those of files in place already."""
+    hashes = hashes or FileHashes(None)
     targets = [(s, destination(folder, s.name)) for s in shards]  # all refused before any is written
     local = [s.name for s in shards if s.local_path is not None or s.url is None]
     if local:
@@ -99,7 +103,7 @@ async def download_shards(
     try:
         for s, dest in targets:
             assert s.url is not None
-            got = await _in_place(s, dest) if dest.exists() else await _fetch(dl, s, dest, progress)
+            got = await _in_place(s, dest, hashes) if dest.exists() else await _fetch(dl, s, dest, progress, hashes)
             out.append(got)
             if done is not None:
                 done(got)
@@ -109,9 +113,9 @@ async def download_shards(
     return out
 
 
-async def _in_place(s: ShardSource, dest: Path) -> DownloadedFile:
+async def _in_place(s: ShardSource, dest: Path, hashes: FileHashes) -> DownloadedFile:
     size = dest.stat().st_size
-    digest = await sha256_file(dest) if s.size is None or size == s.size else None
+    digest = await hashes.sha256(dest) if s.size is None or size == s.size else None
     if digest is None or (s.sha256 and digest != s.sha256.lower()):
         said = f"sha256 {digest}" if digest is not None else f"{size} bytes"
         raise DownloadError(
@@ -121,7 +125,9 @@ async def _in_place(s: ShardSource, dest: Path) -> DownloadedFile:
     return DownloadedFile(dest, size, digest, 0)
 
 
-async def _fetch(dl: Downloader, s: ShardSource, dest: Path, progress: Progress | None) -> DownloadedFile:
+async def _fetch(
+    dl: Downloader, s: ShardSource, dest: Path, progress: Progress | None, hashes: FileHashes
+) -> DownloadedFile:
     assert s.url is not None
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".partial")
@@ -133,9 +139,11 @@ async def _fetch(dl: Downloader, s: ShardSource, dest: Path, progress: Progress 
         raise DownloadError(f"{s.name}: {exc}") from None
     except HubError as exc:  # the partial file stays: the next run continues it
         raise DownloadError(f"{s.name}: {exc}") from None
+    hashed = part.stat()
     digest = await sha256_file(part)
     if s.sha256 and digest != s.sha256.lower():
         part.unlink()
         raise DownloadError(f"{s.name}: sha256 {digest}, the hub's LFS oid is {s.sha256}; deleted")
     part.replace(dest)
+    hashes.remember(dest, digest, hashed)
     return DownloadedFile(dest, dest.stat().st_size, digest, received)

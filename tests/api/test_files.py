@@ -154,6 +154,30 @@ async def test_identify_names_the_repos_that_hold_a_local_file(tmp_path: Path, s
     assert mine == {"path": str(unknown), "sha256": sha256_file(unknown), "count": 0, "files": [], "same_name": []}
 
 
+async def test_identify_keeps_each_files_hash_for_the_next_run(tmp_path: Path, smollm2_path: Path) -> None:
+    """A second run takes the hash kept for the unchanged file (here one put there by hand,
+    which it then prints) instead of reading 98 MB again; `--rehash` reads it again."""
+    import sqlite3
+
+    sha = sha256_file(smollm2_path)
+    repos = [HubRepo("org/smol-GGUF", [RepoFile(smollm2_path.name, LocalBlob(smollm2_path, sha))])]
+    async with FakeHub(Corpus(repos), tokens={TOKEN}) as hub:
+        assert (await _registry(tmp_path, hub, "crawl", "org/smol-GGUF"))[0] == 0
+        code, out, err = await _registry(tmp_path, hub, "identify", str(smollm2_path))
+        assert code == 0 and out.startswith(f"{smollm2_path}  sha256 {sha}\n"), err
+        with sqlite3.connect(tmp_path / "hashes.sqlite") as kept:
+            rows = kept.execute("SELECT path, sha256 FROM hashes").fetchall()
+            assert rows == [(str(smollm2_path.resolve()), sha)]
+            kept.execute("UPDATE hashes SET sha256 = ?", ("0" * 64,))
+        kept.close()
+        code, out, _ = await _registry(tmp_path, hub, "identify", str(smollm2_path))
+        assert code == 1 and out.startswith(f"{smollm2_path}  sha256 {'0' * 64}: not in the catalog")
+        code, out, _ = await _registry(tmp_path, hub, "identify", str(smollm2_path), "--rehash")
+        assert code == 0 and out.startswith(f"{smollm2_path}  sha256 {sha}\n")
+        code, out, _ = await _registry(tmp_path, hub, "identify", str(smollm2_path))
+        assert code == 0 and out.startswith(f"{smollm2_path}  sha256 {sha}\n")  # --rehash kept the new one
+
+
 async def _ids(tmp_path: Path, hub: FakeHub) -> list[tuple[str, int]]:
     code, out, err = await _registry(tmp_path, hub, "search", "--json")
     assert code == 0, err

@@ -21,6 +21,7 @@ from tests.gguf.gguf_py import write_gguf
 from tests.models import GEMMA3, sha256_file
 from tests.workers.test_cli_crawl import _registry
 from workers.download import DownloadError, destination, download_shards
+from workers.hashes import FileHashes
 from workers.verify import ShardSource, hub_artifact
 
 SPLIT = "org/tiny-split-GGUF"
@@ -55,6 +56,11 @@ async def test_download_writes_every_shard_and_skips_them_the_next_time(tmp_path
             assert (out / name).read_bytes() == data[name]
         assert sorted(p.name for p in out.iterdir()) == SHARDS  # no partial file left
         fetched = len(hub.requests_to("cdn"))
+
+        # each file's hash is kept, so the next run does not read it again
+        hashes = FileHashes(tmp_path / "hashes.sqlite")
+        assert [hashes.remembered(out / name) for name in SHARDS] == [sha256_file(out / name) for name in SHARDS]
+        hashes.close()
 
         code, stdout, err = await _registry(tmp_path, hub, "download", f"{SPLIT}:{SHARDS[0]}", "--to", str(out))
         assert code == 0, err
