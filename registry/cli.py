@@ -616,6 +616,11 @@ def _add_show(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     return "show", _cmd_show
 
 
+def _catalog_id(target: str) -> int | None:
+    """A command's target as a catalog artifact id: ASCII digits (`١٢` is a repo name)."""
+    return int(target) if target.isascii() and target.isdigit() else None
+
+
 class _NotInCatalog(Exception):
     """What `registry show` was asked for is not in the catalog."""
 
@@ -650,7 +655,7 @@ def _cmd_show(args: argparse.Namespace, settings: Settings) -> int:
             if not await _catalog_set_up(db, "show"):
                 return EXIT_ERROR
             async with db.sessions() as session:
-                artifact_id: int | None = int(target) if target.isdigit() else None
+                artifact_id: int | None = _catalog_id(target)
                 if artifact_id is None:
                     repo_id, colon, name = target.partition(":")
                     repo = await repo_row(session, repo_id)
@@ -950,10 +955,10 @@ def _cmd_download(args: argparse.Namespace, settings: Settings) -> int:
     if args.max_memory is None and args.memory_context is not None:
         print("registry: download: --memory-context goes with --max-memory", file=sys.stderr)
         return EXIT_USAGE
-    if args.max_memory is not None and (target.isdigit() or ":" in target):
+    if args.max_memory is not None and (_catalog_id(target) is not None or ":" in target):
         print("registry: download: --max-memory picks a file of a repo: give REPO alone", file=sys.stderr)
         return EXIT_USAGE
-    if args.revision is not None and (target.isdigit() or args.max_memory is not None):
+    if args.revision is not None and (_catalog_id(target) is not None or args.max_memory is not None):
         print("registry: download: --revision goes with a file named on the hub; a catalog id or --max-memory "
               "downloads the commit the catalog read", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
@@ -969,11 +974,11 @@ def _cmd_download(args: argparse.Namespace, settings: Settings) -> int:
 
     async def work() -> int:
         shards: list[ShardSource]
-        if target.isdigit() or args.max_memory is not None:
+        if _catalog_id(target) is not None or args.max_memory is not None:
             async with Database.from_settings(settings) as db:
                 if not await _catalog_set_up(db, "download"):
                     return EXIT_ERROR
-                artifact_id = int(target) if target.isdigit() else None
+                artifact_id = _catalog_id(target)
                 if artifact_id is None:
                     hit = await largest_fitting(db, target, args.max_memory, args.memory_context)
                     print(f"registry: download: {hit.repo}: picked {hit.path} (id {hit.id}, "

@@ -35,6 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
 from registry.api.launchers import TaskVerifier
+from registry.catalog.amounts import LARGEST
 from registry.catalog.db import Database
 from registry.catalog.models import Artifact, Verification, utcnow
 from registry.config import Settings
@@ -411,6 +412,8 @@ async def verify_hub(
 async def artifact_shards(db: Database, artifact_id: int, settings: Settings) -> list[ShardSource]:
     """The files of the catalog's artifact `artifact_id`: on disk, or on the hub at the
     commit it was indexed at."""
+    if not 0 < artifact_id <= LARGEST:  # no row has it, and no database column holds it
+        raise TargetError(f"no artifact with id {artifact_id}")
     async with db.sessions() as session:
         art = await session.scalar(
             select(Artifact)

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Row, Select, bindparam, exists, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from registry.catalog.amounts import LARGEST
 from registry.catalog.models import (
     Artifact,
     Facts,
@@ -183,6 +184,8 @@ async def projectors_beside(session: AsyncSession, row: Row[Any]) -> list[Row[An
 
 
 async def get_artifact(session: AsyncSession, artifact_id: int) -> ArtifactDetail | None:
+    if not 0 < artifact_id <= LARGEST:  # no row has it, and no database column holds it
+        return None
     conn = await session.connection()
     row = (await conn.execute(_artifact_by_id(conn.dialect.name), {"artifact_id": artifact_id})).one_or_none()
     return _detail(row) if row is not None else None

@@ -184,6 +184,11 @@ async def test_a_file_of_a_repo_by_path_or_tag(api: ApiClient, insert: Insert, c
 async def test_not_in_the_catalog_and_usage_errors(api: ApiClient, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = await show(capsys, "987654")
     assert (code, out) == (1, "") and err == "registry: show: 987654: no artifact with id 987654\n"
+    for absent in (str(2**63), "9" * 30, "0"):  # beyond what a database column holds too
+        code, out, err = await show(capsys, absent)
+        assert (code, out, err) == (1, "", f"registry: show: {absent}: no artifact with id {absent}\n")
+    code, out, err = await show(capsys, "\u0661\u0662")  # digits, but not ASCII ones: a name
+    assert (code, out) == (1, "") and err == "registry: show: \u0661\u0662: no repo \u0661\u0662 in the catalog\n"
     code, out, err = await show(capsys, "nobody/nothing")
     assert (code, out) == (1, "") and err == "registry: show: nobody/nothing: no repo nobody/nothing in the catalog\n"
     code, _, err = await show(capsys, "bartowski/Llama-3-8B-GGUF", "--context", "8K")
@@ -209,3 +214,21 @@ async def test_an_id_the_hub_moved_shows_the_repo_it_moved_to(
     assert body["moved_from"] == ["bartowski/Llama-3-8B-GGUF"]
     code, out, _ = await show(capsys, "bartowski/Llama-3-8B-GGUF:Q8_0", "--json")
     assert code == 0 and json.loads(out)["repo"] == "lmstudio/Llama-3-8B-GGUF"
+
+
+@pytest.mark.usefixtures("cli_env")
+async def test_control_characters_from_a_hub_are_shown_escaped(
+    api: ApiClient, insert: Insert, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A repo's file names and a file's strings reach a terminal: escapes are written out,
+    so they can neither forge lines nor erase the ones above."""
+    evil = "\x1b[1A\x1b[2K"
+    facts = make_facts(name=f"name{evil}", file_type="Q4_K_M", tags=(f"tag{evil}",))
+    await insert(make_snapshot("org/evil-GGUF", description=f"d{evil}", tags=(f"t{evil}",),
+                               artifacts=(artifact(f"m{evil}\nforged-Q4_K_M.gguf", facts),)))  # fmt: skip
+    [artifact_id] = [i for name, i in (await _ids(api)).items() if name.startswith("org/evil-GGUF/")]
+    for argv in ((str(artifact_id),), ("org/evil-GGUF",), ("org/evil-GGUF:Q4_K_M",)):
+        code, out, err = await show(capsys, *argv)
+        assert code == 0, err
+        assert "\x1b" not in out and "\\x1b[1A\\x1b[2K" in out, argv
+        assert not any(line.startswith("forged") for line in out.splitlines())

@@ -147,6 +147,9 @@ async def test_download_by_catalog_id(tmp_path: Path) -> None:
         code, stdout, err = await _registry(tmp_path, hub, "download", str(items[SHARDS[0]]), "--to", str(out))
         assert code == 0, err
         pinned = [r.path for r in hub.requests_to("resolve")]
+        for absent in ("987654", str(2**63), "9" * 30):  # beyond what a database column holds too
+            code, stdout, err = await _registry(tmp_path, hub, "download", absent, "--to", str(out))
+            assert (code, stdout, err) == (1, "", f"registry: download: {absent}: no artifact with id {absent}\n")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == {name: data[name] for name in SHARDS}
     assert all(f"/{repo.sha}/" in p for p in pinned)  # at the commit the catalog read
     code, _, err = await _registry(tmp_path, hub, "download", "999999", "--to", str(out))
