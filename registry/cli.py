@@ -225,12 +225,16 @@ def _add_db(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
         "db",
         help="create, migrate or inspect the catalog database schema",
         description="Migrate the catalog database (database.url) with alembic and print its revision. "
-        "upgrade also applies procrastinate's job queue schema when jobs.mode = distributed.",
+        "upgrade also applies procrastinate's job queue schema when jobs.mode = distributed. copy --to URL "
+        "copies the whole catalog, ids and all, into another database (migrated first, and empty): SQLite "
+        "into PostgreSQL to scale out, or back.",
     )
-    p.add_argument("action", choices=["upgrade", "downgrade", "current"])
+    p.add_argument("action", choices=["upgrade", "downgrade", "current", "copy"])
     p.add_argument(
         "revision", nargs="?", help="target revision (upgrade: default head; downgrade: e.g. -1, base)"
     )
+    p.add_argument("--to", metavar="URL", help="copy: the database to copy into, e.g. "
+                   "postgresql+asyncpg://registry@db.internal/registry or sqlite+aiosqlite:///copy.db")  # fmt: skip
     return "db", _cmd_db
 
 
@@ -241,6 +245,11 @@ def _cmd_db(args: argparse.Namespace, settings: Settings) -> int:
     if args.action == "downgrade" and not args.revision:
         print("registry: db downgrade: give a target revision (e.g. -1 or base)", file=sys.stderr)
         return EXIT_USAGE
+    if (args.action == "copy") != (args.to is not None) or (args.action == "copy" and args.revision):
+        print("registry: db: copy takes --to URL (and no revision); --to goes with copy only", file=sys.stderr)
+        return EXIT_USAGE
+    if args.action == "copy":
+        return _copy_db(settings, args.to)
 
     from alembic.util import CommandError
 
@@ -265,6 +274,27 @@ def _cmd_db(args: argparse.Namespace, settings: Settings) -> int:
     except CommandError as exc:  # alembic's word for a revision it cannot find or reach
         print(f"registry: db: {exc}".splitlines()[0], file=sys.stderr)
         return EXIT_USAGE
+
+
+def _copy_db(settings: Settings, url: str) -> int:
+    from registry.catalog.copy import copy_catalog
+    from registry.catalog.db import Database
+
+    def done(table: str, rows: int) -> None:
+        print(f"{table}: {rows:,} rows", file=sys.stderr)
+
+    async def work() -> int:
+        async with Database.from_settings(settings) as source, Database.from_url(url) as target:
+            report = await copy_catalog(source, target, on_table=done)
+        print(f"copied {sum(report.rows.values()):,} rows in {len(report.rows)} tables: {report.rows['repos']:,} "
+              f"repos, {report.rows['artifacts']:,} artifacts")  # fmt: skip
+        if report.unfinished_jobs:
+            print(f"registry: db copy: {report.unfinished_jobs} embedded jobs were queued or running in the source; "
+                  "they are copied as they were, and run where `registry serve` runs in embedded mode on the copy",
+                  file=sys.stderr)  # fmt: skip
+        return EXIT_OK
+
+    return _catalog_call("db copy", work)
 
 
 def _add_index(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
