@@ -62,9 +62,13 @@ async def copy_catalog(
     await migrate.upgrade(target.engine)
     report = CopyReport()
     async with source.engine.connect() as src_conn:
-        if source.dialect == "postgresql":  # one snapshot for every table (SQLite's is one already)
+        if source.dialect == "postgresql":  # one snapshot for every table
             src_conn = await src_conn.execution_options(isolation_level="REPEATABLE READ")
         async with src_conn.begin(), target.engine.begin() as dst:
+            if source.dialect == "sqlite":
+                # The driver starts no transaction for SELECTs, so each would read the file as it
+                # is then: this one makes them one snapshot (WAL: writers go on meanwhile).
+                await src_conn.exec_driver_sql("BEGIN")
             for table in tables():
                 if (held := await dst.scalar(select(func.count()).select_from(table))) != 0:
                     raise CopyRefused(

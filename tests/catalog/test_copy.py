@@ -90,6 +90,31 @@ async def test_a_catalog_is_copied_row_for_row_and_works_there(
             assert [i.repo for i in (await search(session, SearchQuery(text="repo-gguf"))).items] == ["new/repo-GGUF"]
 
 
+async def test_the_source_is_read_as_one_snapshot_while_it_is_written(temp_databases: TempDatabases) -> None:
+    """A server goes on writing while the copy runs: the copy is the catalog as it was when it
+    began, not tables from different moments (here: an artifact deleted after the repos were
+    read would be missing, its repo and shards half there)."""
+    import sqlite3
+
+    source, target = _new(temp_databases, "sqlite", True), _new(temp_databases, "sqlite", False)
+    async with source, target:
+        await _fill(source)
+        before = await _rows(source)
+        path = source.engine.url.database
+        assert path is not None
+
+        def write_meanwhile(name: str, _: int) -> None:
+            if name == "repos":
+                with sqlite3.connect(path) as other:
+                    other.execute("PRAGMA foreign_keys = ON")
+                    other.execute("DELETE FROM artifacts")
+                other.close()
+
+        await copy_catalog(source, target, on_table=write_meanwhile)
+        assert await _rows(target) == before
+        assert (await _rows(source))["artifacts"] == [] != before["artifacts"]
+
+
 async def test_a_target_that_holds_rows_is_left_as_it_is(temp_databases: TempDatabases) -> None:
     source, target = _new(temp_databases, "sqlite", True), _new(temp_databases, "postgresql", True)
     async with source, target:
