@@ -697,8 +697,7 @@ def _cmd_show(args: argparse.Namespace, settings: Settings) -> int:
                         body = await pages.repo_page(session, repo, endpoint=endpoint)
                         print(json.dumps(body, ensure_ascii=False) if args.json else _repo_text(body), end="\n")
                         return EXIT_OK
-                    artifacts, _ = await reads.repo_artifacts(session, repo.id)
-                    artifact_id = _artifact_named(repo.repo_id, artifacts, name)
+                    artifact_id = await _artifact_named(session, repo, name)
                 page = await pages.artifact_page(session, artifact_id, endpoint=endpoint, context=args.context)
         if page is None:
             raise _NotInCatalog(f"no artifact with id {artifact_id}")
@@ -712,18 +711,18 @@ def _cmd_show(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_ERROR
 
 
-def _artifact_named(repo_id: str, artifacts: Sequence[Any], name: str) -> int:
-    """The id of the artifact of `repo_id` that `name` names: a path of any of its shards, or
-    a quantization tag as its file name carries it (`workers.verify.pick_artifact`'s rules)."""
+async def _artifact_named(session: Any, repo: Any, name: str) -> int:
+    """The id of the artifact of `repo` that `name` names: a path of any of its shards, or a
+    quantization tag as its file name carries it (`workers.verify.pick_artifact`'s rules)."""
+    from registry.api import reads
     from workers.verify import TargetError, tagged_path
 
-    for a in artifacts:
-        if name == a.row.path or any(s.path == name for s in a.shards):
-            return int(a.row.id)
+    if (found := await reads.artifact_of_file(session, repo.id, name)) is not None:
+        return int(found)
     if name.lower().endswith(".gguf"):
-        raise TargetError(f"{repo_id} has no GGUF file {name!r} in the catalog")
-    by_path = {a.row.path: int(a.row.id) for a in artifacts}
-    return by_path[tagged_path(repo_id, sorted(by_path), name)]
+        raise TargetError(f"{repo.repo_id} has no GGUF file {name!r} in the catalog")
+    by_path = await reads.artifact_paths(session, repo.id)
+    return by_path[tagged_path(repo.repo_id, sorted(by_path), name)]
 
 
 def _artifact_text(page: dict[str, Any], context: int | None) -> str:

@@ -164,6 +164,33 @@ async def repo_artifacts(
     return [_detail(row) for row in rows[:limit]], count
 
 
+# The artifact one of a repo's files belongs to (any shard), and the paths of all its
+# artifacts: what `REPO:PATH` and `REPO:TAG` name, however many artifacts the repo holds.
+_ARTIFACT_OF_FILE = (
+    select(_SHARDS.c.artifact_id)
+    .join(_ARTIFACTS, _ARTIFACTS.c.id == _SHARDS.c.artifact_id)
+    .where(_SHARDS.c.repo_pk == bindparam("repo_pk"), _SHARDS.c.path == bindparam("path"),
+           _ARTIFACTS.c.status != "gone")
+    .order_by(_SHARDS.c.artifact_id.desc())
+    .limit(1)
+)  # fmt: skip
+_ARTIFACT_PATHS = select(_ARTIFACTS.c.path, _ARTIFACTS.c.id).where(
+    _ARTIFACTS.c.repo_pk == bindparam("repo_pk"), _ARTIFACTS.c.status != "gone"
+)
+
+
+async def artifact_of_file(session: AsyncSession, repo_pk: int, path: str) -> int | None:
+    """The id of the repo's artifact (not gone) that has a file at `path`, any shard of it."""
+    conn = await session.connection()
+    return (await conn.execute(_ARTIFACT_OF_FILE, {"repo_pk": repo_pk, "path": path})).scalar()
+
+
+async def artifact_paths(session: AsyncSession, repo_pk: int) -> dict[str, int]:
+    """path -> id of every artifact the repo holds (not gone)."""
+    conn = await session.connection()
+    return {row.path: row.id for row in await conn.execute(_ARTIFACT_PATHS, {"repo_pk": repo_pk})}
+
+
 # The most projectors an artifact page lists: a repo holds a few (one per precision).
 MAX_PROJECTORS = 20
 # A repo's indexed projectors, through the (repo_pk, path) index.

@@ -138,7 +138,9 @@ async def test_text_of_an_artifact(
 
 
 @pytest.mark.usefixtures("cli_env")
-async def test_text_of_a_repo(api: ApiClient, capsys: pytest.CaptureFixture[str]) -> None:
+async def test_text_of_a_repo(
+    api: ApiClient, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     code, out, err = await show(capsys, "BARTOWSKI/llama-3-8b-gguf")
     assert code == 0, err
     lines = out.splitlines()
@@ -151,12 +153,25 @@ async def test_text_of_a_repo(api: ApiClient, capsys: pytest.CaptureFixture[str]
     at = lines.index("artifacts (4)")
     assert lines[at + 1].split() == ["ID", "PATH", "TYPE", "LABEL", "FILESIZE", "MEMORY", "SHARDS", "VERIFIED", "STATUS"]
     rows = [line.split() for line in lines[at + 2 :]]
+    assert (await api.get("/v1/repos/bartowski/Llama-3-8B-GGUF")).body["artifact_count"] == len(rows)
     assert [r[1] for r in rows] == ["Llama-3-8B-IQ2_XS.gguf", "Llama-3-8B-Q4_K_M.gguf", "Llama-3-8B-Q8_0.gguf", "broken.gguf"]
     assert rows[1][2:5] == ["Q4_K_M", "8B", "4.80"] and rows[3][-2:] == ["error:", "bad_magic"]
+    from registry.api import reads
+
+    monkeypatch.setattr(reads, "MAX_REPO_ARTIFACTS", 2)
+    lines = (await show(capsys, "bartowski/Llama-3-8B-GGUF"))[1].splitlines()
+    at = lines.index("artifacts (the first 2 of 4 by path; all: "
+                     "`registry search --repo bartowski/Llama-3-8B-GGUF --sort name`)")  # fmt: skip
+    assert len(lines) == at + 4
 
 
 @pytest.mark.usefixtures("cli_env")
-async def test_a_file_of_a_repo_by_path_or_tag(api: ApiClient, insert: Insert, capsys: pytest.CaptureFixture[str]) -> None:
+async def test_a_file_of_a_repo_by_path_or_tag(
+    api: ApiClient, insert: Insert, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from registry.api import reads
+
+    monkeypatch.setattr(reads, "MAX_REPO_ARTIFACTS", 1)  # what a page lists does not limit what a name finds
     await insert(_vision_repo())
     ids = await _ids(api)
     for target, name in (
