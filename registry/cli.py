@@ -457,10 +457,14 @@ def _add_search(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument("--limit", type=int, default=20, metavar="N", help="results per page, 1 to 200 (default: 20)")  # fmt: skip
     p.add_argument("--cursor", metavar="C", help="the `next` cursor of the previous page")
     p.add_argument("--json", action="store_true", help='print {"items": [...], "next": cursor-or-null}')
+    p.add_argument("--all", action="store_true",
+                   help="every match, page after page (--limit per page, from --cursor if given), as JSON Lines: "
+                   "one hit per line, as in --json's items")  # fmt: skip
     return "search", _cmd_search
 
 
 def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
+    import dataclasses
     import json
 
     from registry.catalog.db import Database
@@ -479,10 +483,24 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
         status=args.status, sort=args.sort, limit=args.limit, cursor=args.cursor,
     )  # fmt: skip
 
+    async def every_page(db: Database) -> int:
+        """Each hit of each page as a JSON line, a page's session at a time."""
+        q = query
+        while True:
+            async with db.sessions() as session:
+                page = await search(session, q)
+            for item in page.items:
+                print(json.dumps(item.to_dict(), ensure_ascii=False))
+            if not page.next_cursor:
+                return EXIT_OK
+            q = dataclasses.replace(q, cursor=page.next_cursor)
+
     async def work() -> int:
         async with Database.from_settings(settings) as db:
             if not await _catalog_set_up(db, "search"):
                 return EXIT_ERROR
+            if args.all:
+                return await every_page(db)
             async with db.sessions() as session:
                 page = await search(session, query)
         if args.json:

@@ -148,6 +148,23 @@ def test_index_then_search(url: str, models: Path, capsys: pytest.CaptureFixture
     assert [i["memory"]["tokens"] for i in json.loads(out)["items"]] == [1000, 1000]
 
 
+def test_search_all_prints_every_page_as_json_lines(url: str, models: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "index", str(models))[0] == 0
+    whole = json.loads(run(capsys, "search", "--status", "all", "--sort", "name", "--json")[1])["items"]
+    assert len(whole) == 3
+    for limit in ("1", "2", "3", "200"):
+        code, out, err = run(capsys, "search", "--status", "all", "--sort", "name", "--all", "--limit", limit)
+        assert code == 0, err
+        assert [json.loads(line) for line in out.splitlines()] == whole, limit
+    # from a cursor on, with filters
+    first = json.loads(run(capsys, "search", "--sort", "name", "--limit", "1", "--json")[1])
+    code, out, _ = run(capsys, "search", "--sort", "name", "--limit", "1", "--cursor", first["next"], "--all", "--json")
+    assert first["items"][0]["path"] == "gemma-3-270m-q4_k_m.gguf"  # names sort in any case
+    assert [json.loads(line)["path"] for line in out.splitlines()] == ["SmolLM2-135M-Instruct.Q4_1.gguf"]
+    code, out, _ = run(capsys, "search", "--all", "--architecture", "nothing")
+    assert (code, out) == (0, "")
+
+
 def test_search_filters_match_in_any_case(url: str, models: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The sample models: SmolLM2 (llama, apache-2.0, Q4_1, 135M), gemma 3 (gemma3, gemma, Q4_K_M, 270M)."""
     run(capsys, "index", str(models))
