@@ -746,7 +746,7 @@ async def _artifact_named(session: Any, repo: Any, name: str) -> int:
 def _artifact_text(page: dict[str, Any], context: int | None) -> str:
     """An artifact page for people: its facts as `registry inspect` shows them, then what
     the catalog adds (status, memory, popularity, verification, projectors) and its files."""
-    from registry.gguf.summary import facts_from_json, facts_text
+    from registry.gguf.summary import facts_from_json, facts_text, table
 
     title = _shown(f"{page['id']}  {page['repo']}/{page['path']}")
     status = page["status"] + (f" at revision {page['revision']}" if page["revision"] else "")
@@ -774,7 +774,7 @@ def _artifact_text(page: dict[str, Any], context: int | None) -> str:
     if page["shards"]:
         rows = [(s["path"], f"{s['size']:,}" if s["size"] is not None else "-", s["sha256"] or "-")
                 for s in page["shards"]]  # fmt: skip
-        out += ["", "files", *_columns(("path", "bytes", "sha256"), rows)]
+        out += ["", "files", *table(("path", "bytes", "sha256"), rows, {1})]
         out += [_shown(f"  {s['url']}") for s in page["shards"] if s["url"]]
     return "\n".join(out)
 
@@ -793,6 +793,8 @@ def _verification_line(v: dict[str, Any]) -> str:
 
 def _repo_text(page: dict[str, Any]) -> str:
     """A repo page for people: its facts, its direct lineage and its artifacts' table."""
+    from registry.gguf.summary import table
+
     r = page["repo"]
     title = _shown(r["repo_id"]) + (f"  ({r['source']}, revision {r['revision']})" if r["revision"] else f"  ({r['source']})")
     when = f"; modified {r['last_modified'][:10]}" if r["last_modified"] else ""
@@ -816,8 +818,8 @@ def _repo_text(page: dict[str, Any]) -> str:
     rows = [(str(a["id"]), a["path"], a["file_type"] or "-", a["size_label"] or "-", _file_size(a["file_size"]),
              _memory(a["memory"]), str(a["shard_count"] or "-"), a["verification_status"] or "-",
              a["status"] if not a["error"] else f"{a['status']}: {a['error']['code']}") for a in page["artifacts"]]  # fmt: skip
-    table = _columns(("ID", "PATH", "TYPE", "LABEL", "FILESIZE", "MEMORY", "SHARDS", "VERIFIED", "STATUS"), rows)
-    return "\n".join([title, *_label_lines(lines), "", _shown(head), *(table if rows else ["  none"])])
+    cells = table(("ID", "PATH", "TYPE", "LABEL", "FILESIZE", "MEMORY", "SHARDS", "VERIFIED", "STATUS"), rows)
+    return "\n".join([title, *_label_lines(lines), "", _shown(head), *(cells if rows else ["  none"])])
 
 
 # How many of a repo's parents and children `registry show REPO` lists.
@@ -830,14 +832,6 @@ def _label_lines(pairs: Sequence[tuple[str, str]]) -> list[str]:
     return [f"  {label.ljust(width)}  {_shown(value)}" for label, value in pairs]
 
 
-def _columns(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """A left-aligned table, two spaces between columns, the last column unpadded."""
-    head, rows = [_shown(c) for c in head], [[_shown(c) for c in r] for r in rows]
-    widths = [max(len(r[c]) for r in (head, *rows)) for c in range(len(head))]
-    return ["  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in (head, *rows)]
-
-
-# Registered subcommands, in the order `registry --help` lists them.
 def _add_verify(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p = sub.add_parser(
         "verify",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from functools import cache
 from typing import Any
 
@@ -207,7 +207,9 @@ def kv_cache_text(f: Facts, context: int | None = None) -> str | None:
     return text
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Collection[int] = ()) -> list[str]:
+    """Aligned columns (those in `right` to the right), two spaces apart, indented two; the
+    cells' control characters written out (`visible`)."""
     rows = [[visible(c) for c in r] for r in rows]
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
 
@@ -348,7 +350,7 @@ def facts_text(
         out += [
             "",
             "quant mix",
-            *_table(["type", "tensors", "elements", "bytes", "share"], rows, {1, 2, 3, 4}),
+            *table(["type", "tensors", "elements", "bytes", "share"], rows, {1, 2, 3, 4}),
         ]
 
     if tensors:
@@ -360,5 +362,5 @@ def facts_text(
                 cells.append(str(row["shard"]))
             rows.append(cells)
         head = ["name", "type", "shape", "bytes", "offset"] + (["shard"] if len(headers) > 1 else [])
-        out += ["", f"tensors ({len(rows):,})", *_table(head, rows, {3, 4, 5})]
+        out += ["", f"tensors ({len(rows):,})", *table(head, rows, {3, 4, 5})]
     return "\n".join(out) + "\n"
