@@ -717,9 +717,11 @@ def _cmd_show(args: argparse.Namespace, settings: Settings) -> int:
                         return EXIT_OK
                     artifact_id = await _artifact_named(session, repo, name)
                 page = await pages.artifact_page(session, artifact_id, endpoint=endpoint, context=args.context)
+                named = None if page is None or args.json else await _tag_naming(session, page)
         if page is None:
             raise _NotInCatalog(f"no artifact with id {artifact_id}")
-        print(json.dumps(page, ensure_ascii=False) if args.json else _artifact_text(page, args.context), end="\n")
+        print(json.dumps(page, ensure_ascii=False) if args.json else _artifact_text(page, args.context, named),
+              end="\n")  # fmt: skip
         return EXIT_OK
 
     try:
@@ -743,9 +745,29 @@ async def _artifact_named(session: Any, repo: Any, name: str) -> int:
     return by_path[tagged_path(repo.repo_id, sorted(by_path), name)]
 
 
-def _artifact_text(page: dict[str, Any], context: int | None) -> str:
+async def _tag_naming(session: Any, page: dict[str, Any]) -> str | None:
+    """`REPO:TAG` when the quantization tag in the artifact's file name picks it and nothing
+    else of its hub repo (`tagged_path`): the short name `registry download` and llama.cpp's
+    `-hf` take. None for a local folder's file, a gone one, or a name without a tag of its own."""
+    from registry.api import reads
+    from registry.gguf.filename import quant_label_from_filename
+    from workers.verify import TargetError, tagged_path
+
+    label = quant_label_from_filename(page["path"])
+    repo = await reads.get_repo(session, page["repo"])
+    if label is None or repo is None or repo.source != "hub" or page["status"] == "gone":
+        return None
+    try:
+        picked = tagged_path(repo.repo_id, sorted(await reads.artifact_paths(session, repo.id)), label)
+    except TargetError:
+        return None
+    return f"{repo.repo_id}:{label}" if picked == page["path"] else None
+
+
+def _artifact_text(page: dict[str, Any], context: int | None, named: str | None = None) -> str:
     """An artifact page for people: its facts as `registry inspect` shows them, then what
-    the catalog adds (status, memory, popularity, verification, projectors) and its files."""
+    the catalog adds (status, the `REPO:TAG` that names it, memory, popularity, verification,
+    projectors) and its files."""
     from registry.gguf.summary import facts_from_json, facts_text, table
 
     title = _shown(f"{page['id']}  {page['repo']}/{page['path']}")
@@ -753,6 +775,8 @@ def _artifact_text(page: dict[str, Any], context: int | None) -> str:
     if page["error"]:
         status += f": {page['error']['code']}: {page['error']['message']}"
     catalog = [("status", status)]
+    if named is not None:
+        catalog.append(("pick with", f"{named} (registry download; llama.cpp -hf)"))
     if (memory := page["memory"]) is not None:
         catalog.append(("memory", f"{_file_size(memory['bytes'])} at {memory['tokens']:,} tokens (the file and its "
                         "f16 KV cache)"))  # fmt: skip

@@ -115,6 +115,7 @@ async def test_text_of_an_artifact(
     assert labels["KV cache"] == "f16, 128.0 KiB per token in 32 layers; 128.0 MiB at 1,024 tokens; 1.0 GiB at 8,192 tokens"
     assert labels["memory"] == "134 MB at 1,024 tokens (the file and its f16 KV cache)"  # 16,000 + 1,024 x 131,072
     assert labels["status"] == "indexed at revision rev1"
+    assert labels["pick with"] == "meta-llama/Llama-3-8B:F16 (registry download; llama.cpp -hf)"
     assert labels["popularity"] == "1,000 downloads, 50 likes; modified 2024-05-01"
     assert labels["verified"].startswith("passed, 2026-01-02 03:04, 200 tensors, perplexity 7.25 (verification ")
     assert labels["chat template"] == f"sha256 {'cd' * 32} ({len(TEMPLATE)} chars)"
@@ -128,12 +129,27 @@ async def test_text_of_an_artifact(
     projector = ids["google/gemma-3-4b-it-GGUF/mmproj-model-f16.gguf"]
     assert f"projectors mmproj-model-f16.gguf (id {projector}, 800 B, vision)" in _squeezed(out)
     assert "verified never" in _squeezed(out)
+    assert "pick with google/gemma-3-4b-it-GGUF:Q4_K_M (registry download; llama.cpp -hf)" in _squeezed(out)
+    # a tag never picks a projector, and a tag two files carry picks neither
+    assert "pick with" not in (await show(capsys, str(projector)))[1]
+    mmproj = make_facts(architecture="clip", kind="mmproj", modalities={"vision": None}, quant_mix={})
+    await insert(make_snapshot("org/twice-GGUF", artifacts=(artifact("a-Q8_0.gguf"), artifact("b-Q8_0.gguf"))),
+                 make_snapshot("org/seeing-GGUF", artifacts=(artifact("m-Q8_0.gguf"), artifact("mmproj-m-Q8_0.gguf", mmproj))),
+                 make_snapshot("local/folder", source="local", local_path="/srv/models",
+                               artifacts=(artifact("m-Q8_0.gguf"),)))  # fmt: skip
+    ids = await _ids(api)
+    for name in ("org/twice-GGUF/a-Q8_0.gguf", "local/folder/m-Q8_0.gguf", "org/seeing-GGUF/mmproj-m-Q8_0.gguf"):
+        code, out, err = await show(capsys, str(ids[name]))
+        assert code == 0 and "pick with" not in out and "Q8_0" in out, (name, err)
+    out = (await show(capsys, str(ids["org/seeing-GGUF/m-Q8_0.gguf"])))[1]
+    assert "pick with org/seeing-GGUF:Q8_0 (registry download; llama.cpp -hf)" in _squeezed(out)
 
     # an artifact whose header could not be read: its error, no facts
     broken = ids["bartowski/Llama-3-8B-GGUF/broken.gguf"]
     code, out, _ = await show(capsys, str(broken))
     assert code == 0
     assert "status error at revision rev1: bad_magic: not a GGUF file" in _squeezed(out)
+    assert "pick with" not in out
     assert "architecture" not in out and "quant mix" not in out
 
 
