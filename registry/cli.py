@@ -704,6 +704,7 @@ def _cmd_show(args: argparse.Namespace, settings: Settings) -> int:
                 return EXIT_ERROR
             async with db.sessions() as session:
                 artifact_id: int | None = _catalog_id(target)
+                repo = None
                 if artifact_id is None:
                     repo_id, colon, name = target.partition(":")
                     repo = await repo_row(session, repo_id)
@@ -717,7 +718,7 @@ def _cmd_show(args: argparse.Namespace, settings: Settings) -> int:
                         return EXIT_OK
                     artifact_id = await _artifact_named(session, repo, name)
                 page = await pages.artifact_page(session, artifact_id, endpoint=endpoint, context=args.context)
-                named = None if page is None or args.json else await _tag_naming(session, page)
+                named = None if page is None or args.json else await _tag_naming(session, page, repo)
         if page is None:
             raise _NotInCatalog(f"no artifact with id {artifact_id}")
         print(json.dumps(page, ensure_ascii=False) if args.json else _artifact_text(page, args.context, named),
@@ -745,7 +746,7 @@ async def _artifact_named(session: Any, repo: Any, name: str) -> int:
     return by_path[tagged_path(repo.repo_id, sorted(by_path), name)]
 
 
-async def _tag_naming(session: Any, page: dict[str, Any]) -> str | None:
+async def _tag_naming(session: Any, page: dict[str, Any], repo: Any = None) -> str | None:
     """`REPO:TAG` when the quantization tag in the artifact's file name picks it and nothing
     else of its hub repo (`tagged_path`): the short name `registry download` and llama.cpp's
     `-hf` take. None for a local folder's file, a gone one, or a name without a tag of its own."""
@@ -754,7 +755,8 @@ async def _tag_naming(session: Any, page: dict[str, Any]) -> str | None:
     from workers.verify import TargetError, tagged_path
 
     label = quant_label_from_filename(page["path"])
-    repo = await reads.get_repo(session, page["repo"])
+    if repo is None:  # `repo`: the page's repo row, when the caller has read it already
+        repo = await reads.get_repo(session, page["repo"])
     if label is None or repo is None or repo.source != "hub" or page["status"] == "gone":
         return None
     try:
@@ -768,7 +770,7 @@ def _artifact_text(page: dict[str, Any], context: int | None, named: str | None 
     """An artifact page for people: its facts as `registry inspect` shows them, then what
     the catalog adds (status, the `REPO:TAG` that names it, memory, popularity, verification,
     projectors) and its files."""
-    from registry.gguf.summary import facts_from_json, facts_text, table
+    from registry.gguf.summary import facts_from_json, facts_text, label_lines, table
 
     title = _shown(f"{page['id']}  {page['repo']}/{page['path']}")
     status = page["status"] + (f" at revision {page['revision']}" if page["revision"] else "")
@@ -789,7 +791,7 @@ def _artifact_text(page: dict[str, Any], context: int | None, named: str | None 
         catalog.append(("projectors" if i == 0 else "",
                         f"{proj['path']} (id {proj['id']}, {_file_size(proj['file_size'])}, {takes})"))  # fmt: skip
     if page["facts"] is None:
-        out = [title, *_label_lines(catalog)]
+        out = [title, *label_lines(catalog)]
     else:
         facts = facts_from_json(page["facts"], quant_mix=page["quant_mix"], chat_template=page.get("chat_template"),
                                 chat_templates=page.get("chat_templates"))  # fmt: skip
@@ -817,7 +819,7 @@ def _verification_line(v: dict[str, Any]) -> str:
 
 def _repo_text(page: dict[str, Any]) -> str:
     """A repo page for people: its facts, its direct lineage and its artifacts' table."""
-    from registry.gguf.summary import table
+    from registry.gguf.summary import label_lines, table
 
     r = page["repo"]
     title = _shown(r["repo_id"]) + (f"  ({r['source']}, revision {r['revision']})" if r["revision"] else f"  ({r['source']})")
@@ -843,17 +845,11 @@ def _repo_text(page: dict[str, Any]) -> str:
              _memory(a["memory"]), str(a["shard_count"] or "-"), a["verification_status"] or "-",
              a["status"] if not a["error"] else f"{a['status']}: {a['error']['code']}") for a in page["artifacts"]]  # fmt: skip
     cells = table(("ID", "PATH", "TYPE", "LABEL", "FILESIZE", "MEMORY", "SHARDS", "VERIFIED", "STATUS"), rows)
-    return "\n".join([title, *_label_lines(lines), "", _shown(head), *(cells if rows else ["  none"])])
+    return "\n".join([title, *label_lines(lines), "", _shown(head), *(cells if rows else ["  none"])])
 
 
 # How many of a repo's parents and children `registry show REPO` lists.
 MAX_EDGES_SHOWN = 10
-
-
-def _label_lines(pairs: Sequence[tuple[str, str]]) -> list[str]:
-    pairs = [(label, value) for label, value in pairs if value]
-    width = max((len(label) for label, _ in pairs), default=0)
-    return [f"  {label.ljust(width)}  {_shown(value)}" for label, value in pairs]
 
 
 def _add_verify(sub: argparse._SubParsersAction) -> tuple[str, Handler]:

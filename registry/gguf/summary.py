@@ -223,6 +223,14 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Collectio
     return [fmt(header), *(fmt(r) for r in rows)]
 
 
+def label_lines(pairs: Sequence[tuple[str, str]]) -> list[str]:
+    """`  label  value` lines, the values aligned, their control characters written out
+    (`visible`); a pair without a value is left out."""
+    shown = [(label, visible(value)) for label, value in pairs if value]
+    width = max((len(label) for label, _ in shown), default=0)
+    return [f"  {label.ljust(width)}  {value}" for label, value in shown]
+
+
 def template_verdict(findings: Sequence[Mapping[str, Any]] | None) -> str:
     """One line on the chat templates' safety; `findings` worst first, None: not scanned."""
     if findings is None:
@@ -336,10 +344,7 @@ def facts_text(
     out: list[str] = []
     if title:
         out.append(title)
-    pairs = _lines(facts, template_findings, context, template_capabilities)
-    pairs += [(label, visible(value)) for label, value in more if value]
-    width = max(len(label) for label, _ in pairs)
-    out.extend(f"  {label.ljust(width)}  {value}" for label, value in pairs)
+    out += label_lines([*_lines(facts, template_findings, context, template_capabilities), *more])
 
     if facts.quant_mix:
         total = sum(e.bytes for e in facts.quant_mix.values()) or 1
