@@ -453,7 +453,8 @@ def _add_search(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
                    help="artifact status; all for every one (default: indexed)")  # fmt: skip
     p.add_argument("--sort", default="downloads", metavar="KEY",
                    help="downloads, likes, last_modified (or modified), parameter_count (or params), file_size "
-                   "(or size) or name; add :asc or :desc (default: downloads, most first)")
+                   "(or size), name, or memory (at --memory-context; models without an estimate last); add :asc "
+                   "or :desc (default: downloads, most first)")
     p.add_argument("--limit", type=int, default=20, metavar="N", help="results per page, 1 to 200 (default: 20)")  # fmt: skip
     p.add_argument("--cursor", metavar="C", help="the `next` cursor of the previous page")
     p.add_argument("--json", action="store_true", help='print {"items": [...], "next": cursor-or-null}')

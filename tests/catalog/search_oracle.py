@@ -274,6 +274,17 @@ class Row:
         size = int(self.item["file_size"]) + bytes_per_token * tokens + swa_bytes_per_token * in_window
         return {"tokens": tokens, "bytes": size}
 
+    def memory_double(self, context: int | None) -> float:
+        """The memory in double precision, added up as the catalog's SQL does (the order of a
+        sort by memory): rounded above 2**53 bytes, where rows of different sizes can tie."""
+        item = self.memory_item(context)
+        assert item is not None and self.kv is not None
+        bytes_per_token, swa_bytes_per_token, window = self.kv
+        tokens = item["tokens"]
+        in_window = tokens if window is None else min(tokens, window)
+        size = float(self.item["file_size"])
+        return size + float(bytes_per_token) * float(tokens) + float(swa_bytes_per_token) * float(in_window)
+
     def memory(self, context: int | None) -> int | None:
         item = self.memory_item(context)
         return None if item is None else item["bytes"]
@@ -369,13 +380,19 @@ class Oracle:
         descending = SORTS[key][1] if not direction else direction == "desc"
 
         def sort_key(row: Row) -> tuple[Any, int]:
-            value = row.sort_name if key == "name" else row.item[key]
+            if key == "memory":
+                value = row.memory_double(q.memory_context)
+            else:
+                value = row.sort_name if key == "name" else row.item[key]
             return value, row.item["id"]
 
-        return [
-            {**r.item, "memory": r.memory_item(q.memory_context)}
-            for r in sorted(self.matches(q), key=sort_key, reverse=descending)
-        ]
+        matched = self.matches(q)
+        # by memory: the rows without an estimate last, in either direction, by id
+        last = [r for r in matched if key == "memory" and r.kv is None]
+        ranked = [r for r in matched if not (key == "memory" and r.kv is None)]
+        ordered = sorted(ranked, key=sort_key, reverse=descending)
+        ordered += sorted(last, key=lambda r: int(r.item["id"]), reverse=descending)
+        return [{**r.item, "memory": r.memory_item(q.memory_context)} for r in ordered]
 
     def facets(self, q: SearchQuery) -> dict[str, list[tuple[str, int]]]:
         """Counts per facet value (None as "unknown"), most first, then by value."""
@@ -636,19 +653,23 @@ def _piece(draw: st.DrawFn, words: Sequence[str]) -> str:
 
 
 @st.composite
-def queries(draw: st.DrawFn, words: Sequence[str] = (), always: tuple[str, ...] = ()) -> SearchQuery:
-    """A query with a few filters (most matching something), any status, sort and page size;
-    its text from TERMS and pieces of `words`; `always` these filters among them."""
+def queries(
+    draw: st.DrawFn, words: Sequence[str] = (), always: tuple[str, ...] = (), sorts: Sequence[str] = SORT_CHOICES
+) -> SearchQuery:
+    """A query with a few filters (most matching something), any status, sort (of `sorts`) and
+    page size; its text from TERMS and pieces of `words`; `always` these filters among them."""
     terms = st.one_of(st.sampled_from(TERMS), _piece(words)) if words else st.sampled_from(TERMS)
     text = draw(st.one_of(st.none(), st.lists(terms, min_size=1, max_size=3).map(" ".join)))
     names = [*always, *draw(st.lists(st.sampled_from(sorted(set(FILTER_VALUES) - set(always))), max_size=2, unique=True))]
-    memory_context = draw(st.sampled_from(MEMORY_CONTEXTS)) if "max_memory" in names else None
+    sort = draw(st.sampled_from(sorts))
+    sized = "max_memory" in names or sort.startswith("memory")
+    memory_context = draw(st.sampled_from(MEMORY_CONTEXTS)) if sized else None
     return SearchQuery(
         text=text,
         **{name: draw(FILTER_VALUES[name]) for name in names},
         memory_context=memory_context,
         status=draw(st.sampled_from(("indexed", "indexed", *STATUSES))),
-        sort=draw(st.sampled_from(SORT_CHOICES)),
+        sort=sort,
         limit=draw(st.sampled_from((1, 2, 3, 5, 200))),
     )
 

@@ -350,9 +350,28 @@ def test_any_cursor_text_is_decoded_or_rejected_as_invalid(cursor: str) -> None:
 )
 def test_cursor_round_trip(key: str, number: int, name: str, when: datetime) -> None:
     sort = f"{key}:desc"
-    value: object = {"name": name, "last_modified": when}.get(key, number)
+    # memory: a double, as the sum its SQL computes
+    value: object = {"name": name, "last_modified": when, "memory": float(number)}.get(key, number)
     decoded, id_ = decode_cursor(encode_cursor(sort, value, 42), sort)
     assert (decoded, id_) == (value, 42)
+
+
+@pytest.mark.parametrize("value", [True, "1", float("inf"), float("nan"), [1.0]])
+def test_memory_cursor_takes_a_finite_number_or_none(value: object) -> None:
+    sort = "memory:asc@4096"
+    with pytest.raises(InvalidCursor):
+        decode_cursor(encode_cursor(sort, value, 1), sort)
+    assert decode_cursor(encode_cursor(sort, None, 7), sort) == (None, 7)
+    assert decode_cursor(encode_cursor(sort, 12, 7), sort) == (12.0, 7)
+
+
+async def test_memory_cursor_is_for_its_context(catalog: Database) -> None:
+    page = await run(catalog, sort="memory", limit=1, memory_context=512)
+    assert page.next_cursor is not None
+    with pytest.raises(InvalidCursor):
+        await run(catalog, sort="memory", limit=1, memory_context=1024, cursor=page.next_cursor)
+    again = await run(catalog, sort="memory", limit=1, memory_context=512, cursor=page.next_cursor)
+    assert again.items[0].id != page.items[0].id
 
 
 async def test_out_of_range_cursor_is_rejected_before_the_database(catalog: Database) -> None:

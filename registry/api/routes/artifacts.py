@@ -93,7 +93,7 @@ FILTER_PARAMS: tuple[Param, ...] = (
     size_param("max_memory", "Needs at most this many bytes to run: the file (all shards) plus its f16 KV cache "
                "at `memory_context` tokens, as `facts.kv_cache` sizes it. Artifacts without a KV cache estimate "
                "never match. Units as in max_size."),
-    int_param("memory_context", f"The context `max_memory` and each hit's `memory` size the KV cache for "
+    int_param("memory_context", f"The context `max_memory`, `sort=memory` and each hit's `memory` size the KV cache for "
               f"(default: {catalog_search.MEMORY_CONTEXT}, or the model's own context_length when that is shorter).",
               minimum=1, maximum=catalog_search.MAX_MEMORY_CONTEXT),
     int_param("draft_for", "Only artifacts that can draft for this artifact (id) in speculative decoding: the "
@@ -125,7 +125,9 @@ FILTER_PARAMS: tuple[Param, ...] = (
 @functools.cache  # per request otherwise: the declarations are immutable
 def search_params(max_limit: int) -> tuple[Param, ...]:
     limit = min(max_limit, catalog_search.MAX_LIMIT)
-    sort = choice_param("sort", "Sort key, optionally with :asc or :desc.", SORT_CHOICES, default="downloads")
+    sort = choice_param("sort", "Sort key, optionally with :asc or :desc. `memory` (least first) orders by each "
+                        "hit's `memory` at `memory_context`, the artifacts without an estimate last in either direction; "
+                        "no index holds that order, so each page sorts every match.", SORT_CHOICES, default="downloads")
     return (*FILTER_PARAMS, sort, *paging_params(limit))
 
 
