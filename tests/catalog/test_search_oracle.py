@@ -37,6 +37,7 @@ from registry.config import ApiSettings, Settings
 from tests.catalog.conftest import empty_tables
 from tests.catalog.search_oracle import (
     ALL_COMMON,
+    SORT_CHOICES,
     CatalogSpec,
     Oracle,
     catalog_words,
@@ -161,17 +162,24 @@ async def check_http(client: TestClient[Any, Any], oracle: Oracle, q: SearchQuer
     assert {name: list(c.items()) for name, c in counts.items()} == oracle.facets(q), q
 
 
+# Every sort; and every query sorted by memory: a sum in double precision that no index
+# holds, the artifacts without an estimate last by id, and cursors across that boundary.
+SORTS_DRAWN = {"any sort": SORT_CHOICES, "by memory": ("memory", "memory:asc", "memory:desc")}
+
+
+@pytest.mark.parametrize("sorts", list(SORTS_DRAWN.values()), ids=list(SORTS_DRAWN))
 @PROPERTY
 @given(spec=catalogs(), data=st.data(), plan=plan_thresholds, seed=st.integers(0, 2**32))
 async def test_search_matches_the_oracle(
     db: Database,
     api: TestClient[Any, Any],
+    sorts: tuple[str, ...],
     spec: CatalogSpec,
     data: st.DataObject,
     plan: dict[str, int],
     seed: int,
 ) -> None:
-    qs = data.draw(st.lists(queries(catalog_words(spec)), min_size=1, max_size=5), label="queries")
+    qs = data.draw(st.lists(queries(catalog_words(spec), sorts=sorts), min_size=1, max_size=5), label="queries")
     await empty_tables(db)
     oracle = await write_catalog(db, spec)
     qs = [oracle.bind(q) for q in qs]
@@ -211,30 +219,6 @@ async def test_a_filter_in_every_query_matches_the_oracle(
     oracle = await write_catalog(db, spec)
     qs = [oracle.bind(q) for q in qs]
     await check_catalog(db, oracle, qs, plan, seed)
-
-
-MEMORY_SORTS = ("memory", "memory:asc", "memory:desc")
-
-
-@PROPERTY
-@given(spec=catalogs(), data=st.data(), plan=plan_thresholds, seed=st.integers(0, 2**32))
-async def test_sort_by_memory_matches_the_oracle(
-    db: Database,
-    api: TestClient[Any, Any],
-    spec: CatalogSpec,
-    data: st.DataObject,
-    plan: dict[str, int],
-    seed: int,
-) -> None:
-    """Every query sorted by memory: a sum in double precision that no index holds, the
-    artifacts without an estimate last by id, and cursors across that boundary (through
-    the HTTP API's Link header too)."""
-    qs = data.draw(st.lists(queries(catalog_words(spec), sorts=MEMORY_SORTS), min_size=1, max_size=5))
-    await empty_tables(db)
-    oracle = await write_catalog(db, spec)
-    qs = [oracle.bind(q) for q in qs]
-    await check_catalog(db, oracle, qs, plan, seed)
-    await check_http(api, oracle, qs[-1])
 
 
 @pytest.fixture
