@@ -95,6 +95,12 @@ FAMILY_COMMON_ROWS_WALK_INDEX = 20
 # (~0.9 us a row). An architecture with 1,992 rows: 0.04 ms walked, 1.9 ms fetched; with 91:
 # 1.0 ms walked, 0.04 ms fetched.
 WALK_INDEX_COMMON_ROWS = 300
+# SQLite, sorting every match (by memory): a filter matching more than 1 / SCAN_SHARE of the
+# catalog is checked on a scan of the table, not served from its index. On bench.search's
+# 100,000 artifacts, sorting by memory: status=indexed (98% of rows) 111 ms through its
+# index, 74 ms on a scan; file sizes up to 8 GiB (52%) 100 vs 61 ms, up to 24 GiB (84%)
+# 148 vs 79 ms; up to 2 GiB (19%) 33 ms through the index, 38 ms on a scan.
+SCAN_SHARE = 4
 # The columns of the default sort's index (`ix_artifacts_downloads_walk`) besides its key.
 _WALK_INDEX_COLUMNS = frozenset({"status", "architecture", "license", "file_type", "context_length", "repo_pk"})
 # SQLite: filters or text terms, each common, that match more rows than this together are
@@ -607,6 +613,13 @@ def _hints(session: AsyncSession) -> _Hints:
     return hints
 
 
+async def _catalog_rows(session: AsyncSession) -> int:
+    """About how many artifacts the catalog holds: the highest id (one index seek; ids
+    freed by deletions count too)."""
+    conn = await session.connection()
+    return int((await conn.execute(select(func.max(Artifact.id)))).scalar_one() or 0)
+
+
 async def _matches_many(
     session: AsyncSession, key: Hashable, predicate: Callable[[], ColumnElement[bool]], threshold: int | None = None
 ) -> bool:
@@ -680,7 +693,9 @@ class _Plan:
         return self.sort_matches or self.filter_way_in
 
 
-async def _filters(session: AsyncSession, q: SearchQuery, *, all_matches: bool = False) -> _Plan:
+async def _filters(
+    session: AsyncSession, q: SearchQuery, *, all_matches: bool = False, sort_all: bool = False
+) -> _Plan:
     """The WHERE clause of a query, shaped for SQLite's planner.
 
     SQLite keeps no per-value statistics, so for `architecture = 'llama' ORDER BY downloads`
@@ -691,12 +706,32 @@ async def _filters(session: AsyncSession, q: SearchQuery, *, all_matches: bool =
     (or text terms) can still match few rows together (llama + BF16 + cc-by-nc-4.0): then
     walking the sort index reads the whole table, so their conjunction is probed too and,
     when rare, served from the indexes and sorted. PostgreSQL has statistics.
+
+    `sort_all` (the sort by memory, which no index holds): every match is read and sorted,
+    so the question is only how to find them. Fetching rows through an index costs about
+    twice what a scan of the table costs per row, so a filter that matches more than
+    1 / SCAN_SHARE of the catalog is written `+column` and checked on the scan, and a rarer
+    one is the way in.
     """
     preds = _column_predicates(q)
     terms = search_index.search_terms(q.text) if q.text else []
     if all_matches or session.get_bind().dialect.name != "sqlite":
         where = await _where(session, q, [_clause(p) for p in preds], terms, common=None)
         return _Plan(where)
+    if sort_all:
+        # Every match is read and sorted: a filter that matches a big share of the catalog
+        # is checked on a scan of the table rather than served from its index.
+        share = max(COMMON_ROWS, await _catalog_rows(session) // SCAN_SHARE)
+        big = [await _matches_many(session, p.key, _as_built(p), share) for p in preds]
+        if len(preds) >= 2 and all(big):
+            # Each matches a big share, together they may not (llama and Q4_K_M: 40% and 25%
+            # of bench.search's catalog, 10% together, 14 ms through an index, 39 on a scan).
+            plain = [_clause(p) for p in preds]
+            key = ("sort all, together", tuple(p.key for p in preds))
+            if not await _matches_many(session, key, lambda: and_(true(), *plain), share):
+                big = [False] * len(preds)
+        steered = [_clause(p, unindexed=b) for p, b in zip(preds, big, strict=True)]
+        return _Plan(await _where(session, q, steered, terms, common=None))
     walked = _WALK_INDEX_COLUMNS if parse_sort(q.sort)[1] is Artifact.downloads else frozenset()
     many = [
         await _matches_many(
@@ -1014,7 +1049,7 @@ async def search(session: AsyncSession, q: SearchQuery, *, with_total: bool = Fa
     memory_context = q.memory_context if q.memory_context is not None else MEMORY_CONTEXT
     if column is None:  # by memory: no index holds the order, every match is sorted
         sort = f"{sort}@{memory_context}"  # a cursor holds for the context it sorted at
-        plan = await _filters(session, q, all_matches=True)
+        plan = await _filters(session, q, sort_all=True)
         after = decode_cursor(q.cursor, sort) if q.cursor else None
         stmt = _memory_page(memory_context, descending, plan.where, after, q.limit)
     else:
@@ -1074,10 +1109,14 @@ def _memory_page(
     # The page's ids first, from the artifacts alone; then their hits. Sorting whole hits
     # (the repo joined and every hit column read for each match) took 4x as long on
     # PostgreSQL and 1.25x on SQLite (every match of bench.search's 100,000 artifacts).
+    # Ordered by the labels, so that the sum is computed once a row: written out again in
+    # the ORDER BY with its own parameters, SQLite computed it twice (111 -> 94 ms for every
+    # match of bench.search's catalog).
+    last, value = no_estimate.label("no_estimate"), needed.label("sort_value")
     page = (
-        select(Artifact.id.label("id"), no_estimate.label("no_estimate"), needed.label("sort_value"))
+        select(Artifact.id.label("id"), last, value)
         .where(and_(true(), *clauses))
-        .order_by(no_estimate, direction(needed), direction(Artifact.id))
+        .order_by(last, direction(value), direction(Artifact.id))
         .limit(limit + 1)
         .subquery("by_memory")
     )

@@ -472,6 +472,42 @@ async def test_a_filter_the_default_sort_index_holds_is_common_sooner(
         assert len(page.items) == 6 and {i.architecture for i in page.items} == {"llama"}
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "scanned", "indexed"),
+    [
+        ({}, {"status"}, set()),
+        # llama: 6 rows, Q4_K_M: 3
+        ({"architecture": "llama", "file_type": "Q4_K_M"}, {"status", "architecture"}, {"file_type"}),
+        # llama: 6 rows, up to 8,500 bytes: 6, together 4
+        ({"architecture": "llama", "max_size": 8500}, set(), {"status", "architecture", "file_size"}),
+        ({"architecture": "llama", "min_size": 2500}, {"status", "architecture", "file_size"}, set()),  # 5 together
+    ],
+)
+async def test_sorting_every_match_checks_big_filters_on_a_scan(
+    catalog: Database, monkeypatch: pytest.MonkeyPatch, kwargs: dict[str, object], scanned: set[str], indexed: set[str]
+) -> None:
+    """By memory every match is read and sorted: on SQLite a filter matching more than
+    1 / SCAN_SHARE of the catalog is checked on a scan of the table (`+column`), a rarer one
+    is the way in, and filters that are each big but not together stay indexed. The pages
+    are the same whichever way in."""
+    from registry.catalog import search as search_module
+
+    query = {**kwargs, "sort": "memory"}
+    reference = await _all_pages(catalog, query)
+    assert reference
+    monkeypatch.setattr(search_module, "COMMON_ROWS", 0)
+    monkeypatch.setattr(search_module, "SCAN_SHARE", 2)  # 8 artifacts: more than 4 rows is big
+    async with catalog.sessions() as session:
+        plan = await search_module._filters(session, SearchQuery(**query), sort_all=True)  # type: ignore[arg-type]
+    where = _where_sql(catalog, plan.where)
+    if catalog.dialect == "sqlite":
+        assert {c for c in ("status", "architecture", "file_type", "file_size") if f"+artifacts.{c}" in where} == scanned
+        assert all(f"artifacts.{c}" in where for c in indexed)
+    else:  # PostgreSQL plans with its statistics
+        assert "+" not in where
+    assert await _all_pages(catalog, query) == reference
+
+
 def _where_sql(catalog: Database, where: list[Any]) -> str:
     return " AND ".join(str(w.compile(catalog.engine.sync_engine)) for w in where)
 
