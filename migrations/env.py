@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection
 
 from registry.catalog.db import create_engine
 from registry.catalog.models import Base
+from registry.catalog.search import MEMORY_SORT_INDEX
 from registry.catalog.search_index import is_search_index_object
 from registry.config import load_settings
 
@@ -28,7 +29,9 @@ def include_object(obj: object, name: str | None, type_: str, reflected: bool, c
     # applied by `registry db upgrade` from the installed procrastinate, not by alembic.
     if name is not None and name.startswith("procrastinate_"):
         return False
-    return not is_search_index_object(name)
+    # SQLite's index for the sort by memory is made by hand too: the models do not declare
+    # an index for one database only.
+    return not is_search_index_object(name) and name != MEMORY_SORT_INDEX
 
 
 def _configure(connection: Connection) -> None:

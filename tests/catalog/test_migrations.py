@@ -34,7 +34,7 @@ from registry.catalog import migrate
 from registry.catalog.db import Database, create_engine
 from registry.catalog.errors import SchemaMismatch
 from registry.catalog.models import Artifact, Base
-from registry.catalog.search import SearchQuery, facets, search
+from registry.catalog.search import MEMORY_SORT_INDEX, SearchQuery, facets, search
 from registry.catalog.search_index import FTS_TABLE, TRGM_INDEX
 from registry.catalog.services import upsert_repo_snapshot
 from registry.catalog.types import Json
@@ -459,6 +459,25 @@ async def test_free_text_index_exists(empty_db_url: str) -> None:
             else:
                 indexes = await conn.run_sync(lambda c: inspect(c).get_indexes("artifacts"))
                 assert TRGM_INDEX in {i["name"] for i in indexes}
+    finally:
+        await engine.dispose()
+
+
+async def test_the_memory_sort_index_is_made_on_sqlite_only(empty_db_url: str) -> None:
+    """Created by hand on SQLite (and left alone by the drift check), dropped by the
+    downgrade; PostgreSQL never gets it."""
+    engine = create_engine(empty_db_url)
+
+    async def indexes() -> set[str]:
+        async with engine.connect() as conn:
+            return set(await conn.run_sync(lambda c: {i["name"] for i in inspect(c).get_indexes("artifacts")}))
+
+    try:
+        await migrate.upgrade(engine)
+        await migrate.check(engine)
+        assert (MEMORY_SORT_INDEX in await indexes()) == (engine.dialect.name == "sqlite")
+        await migrate.downgrade(engine, "b5d9e2f7a1c3")
+        assert MEMORY_SORT_INDEX not in await indexes()
     finally:
         await engine.dispose()
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sqlalchemy import inspect
 
 from registry.catalog import migrate
 from registry.catalog.db import Database, create_engine
@@ -506,6 +507,25 @@ async def test_sorting_every_match_checks_big_filters_on_a_scan(
     else:  # PostgreSQL plans with its statistics
         assert "+" not in where
     assert await _all_pages(catalog, query) == reference
+
+
+async def test_sqlite_sorts_by_memory_on_its_narrow_index(catalog: Database) -> None:
+    """SQLite reads what the sort by memory needs from MEMORY_SORT_INDEX, not from the
+    table's rows; PostgreSQL has no such index (it was slower there)."""
+    from registry.catalog import search as search_module
+
+    async with catalog.sessions() as session:
+        plan = await search_module._filters(session, SearchQuery(sort="memory"), sort_all=True)
+        stmt = search_module._memory_page(4096, False, plan.where, None, 5)
+        conn = await session.connection()
+        indexes = await conn.run_sync(lambda c: {i["name"] for i in inspect(c).get_indexes("artifacts")})
+        if catalog.dialect == "sqlite":
+            sql = str(stmt.compile(conn.sync_connection, compile_kwargs={"literal_binds": True}))
+            steps = [row[-1] for row in await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}")]
+            assert any(f"COVERING INDEX {search_module.MEMORY_SORT_INDEX}" in step for step in steps), steps
+        else:
+            assert search_module.MEMORY_SORT_INDEX not in indexes
+    assert [i.id for i in (await run(catalog, sort="memory", limit=50)).items] == [1, 2, 3, 4, 5, 6, 7]
 
 
 def _where_sql(catalog: Database, where: list[Any]) -> str:
