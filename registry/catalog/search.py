@@ -724,8 +724,6 @@ async def _filters(
         where = await _where(session, q, [_clause(p) for p in preds], terms, common=None)
         return _Plan(where)
     if sort_all:
-        # Every match is read and sorted: a filter that matches a big share of the catalog
-        # is checked on a scan of the table rather than served from its index.
         share = max(COMMON_ROWS, await _catalog_rows(session) // SCAN_SHARE)
         big = [await _matches_many(session, p.key, _as_built(p), share) for p in preds]
         if len(preds) >= 2 and all(big):

@@ -386,10 +386,9 @@ class Oracle:
                 value = row.sort_name if key == "name" else row.item[key]
             return value, row.item["id"]
 
-        matched = self.matches(q)
-        # by memory: the rows without an estimate last, in either direction, by id
-        last = [r for r in matched if key == "memory" and r.kv is None]
-        ranked = [r for r in matched if not (key == "memory" and r.kv is None)]
+        ranked, last = [], []  # by memory: the rows without an estimate last, in either direction, by id
+        for r in self.matches(q):
+            (last if key == "memory" and r.kv is None else ranked).append(r)
         ordered = sorted(ranked, key=sort_key, reverse=descending)
         ordered += sorted(last, key=lambda r: int(r.item["id"]), reverse=descending)
         return [{**r.item, "memory": r.memory_item(q.memory_context)} for r in ordered]
