@@ -2,8 +2,8 @@
 
 SQLAlchemy's `async with session` closes the session in a task of its own, shielded from
 cancellation. That task cost a turn of the event loop per request: the answer waited
-behind every other request ready to run. A read-only session has no transaction to end
-(SQLite reads run on the loop's thread, see registry.catalog.db), so it is closed in the
+behind every other request ready to run. A read-only session on SQLite ends its read
+transaction on the loop's thread, no trip (see registry.catalog.db), so it is closed in the
 request's own task. On PostgreSQL closing it rolls back over the network, which a
 cancellation (at shutdown) must not cut short, so there it still runs shielded in a task.
 Writes keep `async with session.begin()`.
@@ -12,6 +12,15 @@ On SQLite the session is a `registry.catalog.readpath.ReadSession`: the catalog'
 run on the driver without SQLAlchemy's execution machinery, a quarter of the API's CPU
 (see there). It offers what the read routes use of an AsyncSession and hands anything
 else to a real one, so it is passed on as one.
+
+Either way a request's reads see one snapshot of the catalog, so that an answer put
+together from several statements (an artifact and its shards, a repo and its artifacts, a
+lineage walk, facet counts and the generation they are kept under) is never part before and
+part after a crawl's commit: on SQLite the ReadSession's read transaction, on PostgreSQL a
+`REPEATABLE READ READ ONLY` transaction (at READ COMMITTED, the default, each statement
+reads a snapshot of its own). Both levels are set on the driver's connection object and
+sent with the BEGIN it sends anyway: no extra round trip. A read-only transaction at that
+level never fails for serialization, and a write in it is refused.
 """
 
 from __future__ import annotations
@@ -22,15 +31,24 @@ from collections.abc import AsyncIterator
 from typing import cast
 
 from aiohttp import web
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from registry.api.keys import SESSIONMAKER_KEY
 from registry.catalog.readpath import ReadSession, uses_read_path
 
+# The execution options of a read-only request's connection on PostgreSQL (see the module doc).
+SNAPSHOT_READ = {"isolation_level": "REPEATABLE READ", "postgresql_readonly": True}
+
 
 @contextlib.asynccontextmanager
 async def read_session(request: web.Request) -> AsyncIterator[AsyncSession]:
-    sessions = request.app[SESSIONMAKER_KEY]
+    async with open_read_session(request.app[SESSIONMAKER_KEY]) as session:
+        yield session
+
+
+@contextlib.asynccontextmanager
+async def open_read_session(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[AsyncSession]:
+    """A read-only session reading one snapshot of the catalog (see the module doc)."""
     engine = sessions.kw.get("bind")
     if isinstance(engine, AsyncEngine) and uses_read_path(engine):
         lean = ReadSession(engine, sessions)
@@ -41,6 +59,8 @@ async def read_session(request: web.Request) -> AsyncIterator[AsyncSession]:
         return
     session = sessions()
     try:
+        if session.bind is not None and session.bind.dialect.name == "postgresql":
+            await session.connection(execution_options=SNAPSHOT_READ)
         yield session
     finally:
         if session.bind is not None and session.bind.dialect.name == "sqlite":

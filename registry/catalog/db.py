@@ -15,7 +15,8 @@ hand-over, the wake-up of the loop, and the two threads taking turns at the GIL)
 that runs longer than `inline_read_ms` is interrupted by SQLite's progress handler and run
 again on the connection's thread, so one slow query never holds the loop for longer than
 that. Writes, and reads inside a write transaction, always take the thread: they may wait
-up to the busy timeout for another writer.
+up to the busy timeout for another writer. A read transaction (`begin_read`, `end_read`:
+the statements of one API request reading one snapshot of the file) reads inline too.
 
 A statement on a connection's thread needs the GIL a few times (to start, after each call
 into SQLite, to hand back its result). CPython 3.11 asks the holder to drop the GIL only
@@ -227,13 +228,14 @@ async def run_statement(
     adapt: AsyncAdapt_dbapi_connection, operation: str, parameters: Any, many: bool
 ) -> tuple[Any, list[Any], int, int | None]:
     """One statement on an aiosqlite connection of this module's engines: a read outside a
-    transaction inline (within the connection's budget), anything else, or a read that ran
+    transaction or in a read transaction inline (within the connection's budget), anything
+    else, or a read that ran
     out of budget, in one trip to the connection's thread. Returns what `_run_statement`
     does; raises sqlite3's own errors."""
     aio = adapt._connection
     async with adapt._execute_mutex:
-        inline = adapt._inline if isinstance(adapt, _OneTripConnection) else None
-        if inline is not None and not many and not aio._conn.in_transaction and _is_read(operation):
+        inline, reading = (adapt._inline, adapt._reading) if isinstance(adapt, _OneTripConnection) else (None, False)
+        if inline is not None and not many and (reading or not aio._conn.in_transaction) and _is_read(operation):
             result = inline.run(aio._conn, operation, parameters)
             if result is not None:
                 return result
@@ -241,6 +243,40 @@ async def run_statement(
             lambda: _run_statement(aio._conn, operation, parameters, many)
         )
         return await _ThreadTurns.wait(on_thread)
+
+
+async def begin_read(adapt: object) -> None:
+    """Open a read transaction on a connection of this module's SQLite engines: the reads
+    until `end_read` see one snapshot of the file, the one of the first of them (WAL), and
+    run inline as reads outside a transaction do. Nothing but reads may run in it."""
+    if not isinstance(adapt, _OneTripConnection):
+        raise TypeError(f"not a connection of a catalog SQLite engine: {type(adapt).__name__}")
+    aio = adapt._connection
+    async with adapt._execute_mutex:
+        if adapt._inline is not None:
+            aio._conn.execute("BEGIN")  # no I/O: SQLite takes the snapshot at the first read
+        else:
+            await _ThreadTurns.wait(aio._execute(lambda: aio._conn.execute("BEGIN")))
+        adapt._reading = True
+
+
+async def end_read(adapt: object) -> None:
+    """End `begin_read`'s transaction. Inline when reads are, else on the connection's
+    thread; a transaction it cannot end inline (a statement of a cancelled request still
+    running on the thread) is left open and so rolled back on the thread when the pool
+    takes the connection back."""
+    if not isinstance(adapt, _OneTripConnection) or not adapt._reading:
+        return
+    adapt._reading = False
+    aio = adapt._connection
+    async with adapt._execute_mutex:
+        if not aio._conn.in_transaction:
+            return
+        if adapt._inline is None:
+            await _ThreadTurns.wait(aio._execute(aio._conn.rollback))
+            return
+        with contextlib.suppress(sqlite3.Error):
+            aio._conn.rollback()
 
 
 class _OneTripCursor(AsyncAdapt_aiosqlite_cursor):
@@ -306,11 +342,12 @@ class _OneTripConnection(AsyncAdapt_aiosqlite_connection):
     end, yet SQLAlchemy rolls back on every return of the connection to the pool: a trip
     to the thread per request for nothing."""
 
-    __slots__ = ("_inline",)
+    __slots__ = ("_inline", "_reading")
     _cursor_cls = _OneTripCursor
 
     def __init__(self, dbapi: Any, connection: Any, inline_read_s: float) -> None:
         super().__init__(dbapi, connection)
+        self._reading = False  # in a read transaction of `begin_read`
         self._inline: _InlineReads | None = None
         if inline_read_s > 0:
             self._inline = _InlineReads(inline_read_s)

@@ -16,6 +16,14 @@ read budget, else on the connection's thread, as every SQLite statement here), a
 come back through the shape's result processors (dates, JSON, booleans) as tuples that
 read like SQLAlchemy's rows (`row.path`, `row._mapping["path"]`, `row[0]`).
 
+The SELECTs of one ReadSession read one snapshot of the file: its connection opens a read
+transaction before the first (`db.begin_read`) and ends it at close, so a page put together
+from several statements (an artifact and its shards, a lineage walk) never mixes rows from
+before and after a commit made meanwhile. The file memo's generation (`search.FileMemo`) is
+read just before, and the session's memo lookups use it: counts found in this snapshot are
+kept under a generation no newer than the snapshot. (On PostgreSQL `api.sessions` reads in a
+REPEATABLE READ transaction, to the same end.)
+
 Anything else goes to SQLAlchemy, so nothing behaves differently: a statement that is not a
 cacheable SELECT runs on a real AsyncConnection, and every other session method (ORM `get`,
 `scalars`, ...) is a real AsyncSession's, opened on first use. sqlite3's errors are wrapped
@@ -39,7 +47,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, a
 from sqlalchemy.sql.cache_key import CacheKey
 from sqlalchemy.util.concurrency import greenlet_spawn
 
-from registry.catalog.db import run_statement
+from registry.catalog.db import begin_read, end_read, run_statement
+from registry.catalog.search import FileMemo
 
 # Compiled shapes kept per engine (least recently used dropped first): as SQLAlchemy's own
 # compiled cache, which holds 500. The catalog's reads have a few hundred shapes.
@@ -243,7 +252,9 @@ class ReadConnection:
         if raw is None:
             return
         adapt = raw.dbapi_connection
-        if adapt is not None and adapt._in_transaction():  # not from reads; never on the loop
+        if adapt is not None:
+            await end_read(adapt)
+        if adapt is not None and adapt._in_transaction():  # not ended inline; never on the loop
             await greenlet_spawn(raw.close)
         else:
             raw.close()  # back to the pool: nothing to roll back, no trip to the thread
@@ -259,13 +270,24 @@ class ReadSession:
         self._sessions = sessions
         self._conn: ReadConnection | None = None
         self._real: AsyncSession | None = None
+        # The file memo's generation read just before the snapshot began (None: no memo,
+        # or no snapshot yet): what `search.file_generation` answers for this session.
+        self.snapshot_generation: int | None = None
 
     def get_bind(self) -> Engine:
         return self.bind.sync_engine
 
     async def connection(self) -> ReadConnection:
         if self._conn is None:
-            self._conn = ReadConnection(self, await self.bind.raw_connection())
+            raw = await self.bind.raw_connection()
+            try:
+                memo = FileMemo.of(self)  # type: ignore[arg-type]
+                self.snapshot_generation = None if memo is None else memo.generation()
+                await begin_read(raw.dbapi_connection)
+            except BaseException:
+                await greenlet_spawn(raw.close)
+                raise
+            self._conn = ReadConnection(self, raw)
         return self._conn
 
     def real_session(self) -> AsyncSession:

@@ -807,7 +807,7 @@ async def _term_ids(session: AsyncSession, terms: list[str]) -> tuple[bool, Sele
     if memo is None:
         return False, None
     key = tuple(sorted(set(terms)))
-    generation = memo.generation()  # before scanning: a commit meanwhile makes the entry stale
+    generation = memo.generation_for(session)  # before scanning: a commit meanwhile makes the entry stale
     known, ids = memo.term_ids(key, generation)
     if not known:
         conn = await session.connection()
@@ -1213,7 +1213,7 @@ async def memo_generation(session: AsyncSession) -> tuple[_MemoEntries | None, o
     """The memo of the session's database and its generation now (FileMemo, SnapshotMemo);
     (None, None) for a database without one (in-memory SQLite)."""
     if (file_memo := FileMemo.of(session)) is not None:
-        return file_memo, file_memo.generation()
+        return file_memo, file_memo.generation_for(session)
     if (snapshots := SnapshotMemo.of(session)) is not None:
         return snapshots, await SnapshotMemo.generation(session)
     return None, None
@@ -1381,6 +1381,14 @@ class FileMemo(_MemoEntries):
     def generation(self) -> int:
         # fetchall: the statement runs to its end, so no read transaction stays open.
         return int(self._watch.execute("PRAGMA data_version").fetchall()[0][0])
+
+    def generation_for(self, session: AsyncSession) -> int:
+        """The generation to keep what `session` reads under: for a session reading one
+        snapshot (`readpath.ReadSession`), the generation read before its snapshot began,
+        never a newer one (what a commit after the snapshot changed is not in its rows);
+        else the generation now, read before the caller's statements."""
+        pinned = getattr(session, "snapshot_generation", None)
+        return pinned if isinstance(pinned, int) else self.generation()
 
     def term_ids(self, terms: tuple[str, ...], generation: int) -> tuple[bool, str | None]:
         """(known, the matching ids as a JSON array or None: more than TERM_SCAN_ROWS)."""
