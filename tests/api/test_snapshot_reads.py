@@ -3,6 +3,7 @@ made while it reads shows in none of its answer, and in the next request's whole
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -17,11 +18,32 @@ from registry.catalog.search import SearchQuery, facets
 from registry.catalog.services import upsert_repo_snapshot
 from registry.catalog.snapshot import RepoSnapshot
 from tests.api.conftest import ApiClient
+from tests.catalog.conftest import empty_tables
 from tests.catalog.factories import artifact, make_snapshot
 
 REPO = "org/model-GGUF"
 BEFORE = make_snapshot(REPO, "rev1", artifacts=(artifact("model-Q4_K_M.gguf"), artifact("model-Q8_0.gguf")))
 AFTER = make_snapshot(REPO, "rev2", artifacts=(artifact("model-Q5_K_M.gguf"),))
+
+
+@pytest.fixture
+async def sqlite_db(sqlite_url: str) -> AsyncIterator[Database]:
+    database = Database.from_url(sqlite_url)
+    try:
+        yield database
+    finally:
+        await empty_tables(database)
+        await database.dispose()
+
+
+@pytest.fixture
+async def postgresql_db(postgresql_url: str) -> AsyncIterator[Database]:
+    database = Database.from_url(postgresql_url)
+    try:
+        yield database
+    finally:
+        await empty_tables(database)
+        await database.dispose()
 
 
 async def write(db: Database, snapshot: RepoSnapshot) -> None:
@@ -46,11 +68,12 @@ async def test_a_commit_while_a_session_reads_is_not_seen_by_it(db: Database) ->
     assert pool.checkedout() == 0
 
 
-async def test_reads_in_the_snapshot_run_inline_on_sqlite(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_reads_in_the_snapshot_run_inline_on_sqlite(
+    sqlite_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The read transaction does not send the reads to the connection's thread, and the
     connection goes back to the pool with it ended."""
-    if db.dialect != "sqlite":
-        pytest.skip("inline reads are SQLite's")
+    db = sqlite_db
     await write(db, BEFORE)
     inline: list[str] = []
     run = catalog_db._InlineReads.run
@@ -71,9 +94,9 @@ async def test_reads_in_the_snapshot_run_inline_on_sqlite(db: Database, monkeypa
     assert not sqlite.in_transaction and not adapt._reading
 
 
-async def test_postgresql_reads_at_repeatable_read_and_refuses_writes(db: Database) -> None:
-    if db.dialect != "postgresql":
-        pytest.skip("SQLite's snapshot is the read transaction of the read path (test above)")
+@pytest.mark.postgres
+async def test_postgresql_reads_at_repeatable_read_and_refuses_writes(postgresql_db: Database) -> None:
+    db = postgresql_db
     await write(db, BEFORE)
     async with open_read_session(db.sessions) as session:
         level = (await session.execute(text("SHOW transaction_isolation"))).scalar_one()
@@ -131,12 +154,10 @@ async def test_a_repo_page_is_all_before_or_all_after_a_crawl_commits(
     assert gone == 2  # the crawl did write while the first page read
 
 
-async def test_the_snapshot_holds_with_every_read_on_the_thread(db: Database) -> None:
+async def test_the_snapshot_holds_with_every_read_on_the_thread(sqlite_url: str) -> None:
     """`database.sqlite_inline_read_ms = 0`: the read transaction begins and ends on the
     connection's thread, and holds the same."""
-    if db.dialect != "sqlite":
-        pytest.skip("inline reads are SQLite's")
-    threaded = Database.from_url(db.engine.url.render_as_string(hide_password=False), inline_read_ms=0)
+    threaded = Database.from_url(sqlite_url, inline_read_ms=0)
     try:
         await write(threaded, BEFORE)
         async with open_read_session(threaded.sessions) as session:
@@ -150,4 +171,5 @@ async def test_the_snapshot_holds_with_every_read_on_the_thread(db: Database) ->
         async with open_read_session(threaded.sessions) as session:
             assert await count_repos(session) == 2
     finally:
+        await empty_tables(threaded)
         await threaded.dispose()
