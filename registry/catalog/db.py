@@ -16,7 +16,9 @@ that runs longer than `inline_read_ms` is interrupted by SQLite's progress handl
 again on the connection's thread, so one slow query never holds the loop for longer than
 that. Writes, and reads inside a write transaction, always take the thread: they may wait
 up to the busy timeout for another writer. A read transaction (`begin_read`, `end_read`:
-the statements of one API request reading one snapshot of the file) reads inline too.
+the statements of one API request reading one snapshot of the file) reads inline too. A
+read on the thread whose caller is cancelled (a timeout, a client gone) is interrupted:
+SQLite stops it at its next step instead of scanning on for nobody.
 
 A statement on a connection's thread needs the GIL a few times (to start, after each call
 into SQLite, to hand back its result). CPython 3.11 asks the holder to drop the GIL only
@@ -35,6 +37,7 @@ import contextvars
 import functools
 import re
 import sqlite3
+import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
@@ -74,6 +77,8 @@ _THREAD_TURN_PERIOD_S = 0.001
 _THREAD_TURN_PAUSE_S = 0.0002
 _T = TypeVar("_T")
 _WRITE_WORD = re.compile(r"\b(INSERT|UPDATE|DELETE|REPLACE)\b")
+_IDLE = threading.Event()  # a connection's thread before its first statement
+_IDLE.set()
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -239,10 +244,24 @@ async def run_statement(
             result = inline.run(aio._conn, operation, parameters)
             if result is not None:
                 return result
-        on_thread: Awaitable[tuple[Any, list[Any], int, int | None]] = aio._execute(
-            lambda: _run_statement(aio._conn, operation, parameters, many)
-        )
-        return await _ThreadTurns.wait(on_thread)
+        if not isinstance(adapt, _OneTripConnection):
+            return await _ThreadTurns.wait(aio._execute(lambda: _run_statement(aio._conn, operation, parameters, many)))
+        done = adapt._thread_done = threading.Event()
+
+        def run() -> tuple[Any, list[Any], int, int | None]:
+            try:
+                return _run_statement(aio._conn, operation, parameters, many)
+            finally:
+                done.set()
+
+        try:
+            return await _ThreadTurns.wait(aio._execute(run))
+        except asyncio.CancelledError:
+            if not many and _is_read(operation):
+                # Nobody waits for the rows any more (a timeout, a client gone): SQLite
+                # stops the read at its next step instead of running it to its end.
+                aio._conn.interrupt()
+            raise
 
 
 async def begin_read(adapt: object) -> None:
@@ -261,22 +280,24 @@ async def begin_read(adapt: object) -> None:
 
 
 async def end_read(adapt: object) -> None:
-    """End `begin_read`'s transaction. Inline when reads are, else on the connection's
-    thread; a transaction it cannot end inline (a statement of a cancelled request still
-    running on the thread) is left open and so rolled back on the thread when the pool
-    takes the connection back."""
+    """End `begin_read`'s transaction: inline when reads are and the connection's thread
+    is idle, else on that thread, after the statement it may still run (one of a cancelled
+    request, interrupted by `run_statement`): inline, the call would wait on the loop's
+    thread for SQLite's lock on the connection until that statement ends."""
     if not isinstance(adapt, _OneTripConnection) or not adapt._reading:
         return
     adapt._reading = False
     aio = adapt._connection
     async with adapt._execute_mutex:
-        if not aio._conn.in_transaction:
-            return
-        if adapt._inline is None:
-            await _ThreadTurns.wait(aio._execute(aio._conn.rollback))
-            return
-        with contextlib.suppress(sqlite3.Error):
-            aio._conn.rollback()
+        if adapt._inline is None or not adapt._thread_done.is_set():
+            await _ThreadTurns.wait(aio._execute(_end_transaction, aio._conn))
+        else:
+            _end_transaction(aio._conn)
+
+
+def _end_transaction(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        conn.rollback()  # a read transaction: nothing to keep
 
 
 class _OneTripCursor(AsyncAdapt_aiosqlite_cursor):
@@ -342,12 +363,13 @@ class _OneTripConnection(AsyncAdapt_aiosqlite_connection):
     end, yet SQLAlchemy rolls back on every return of the connection to the pool: a trip
     to the thread per request for nothing."""
 
-    __slots__ = ("_inline", "_reading")
+    __slots__ = ("_inline", "_reading", "_thread_done")
     _cursor_cls = _OneTripCursor
 
     def __init__(self, dbapi: Any, connection: Any, inline_read_s: float) -> None:
         super().__init__(dbapi, connection)
         self._reading = False  # in a read transaction of `begin_read`
+        self._thread_done = _IDLE  # set when the last statement sent to the thread has ended
         self._inline: _InlineReads | None = None
         if inline_read_s > 0:
             self._inline = _InlineReads(inline_read_s)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -54,13 +55,20 @@ async def catalog_stats(session: AsyncSession) -> CatalogStats:
 
 
 async def _count(session: AsyncSession) -> CatalogStats:
-    async def counts(column: object, known: tuple[str, ...], *where: object) -> dict[str, int]:
+    # Through the session's connection: on the API's read path (registry.catalog.readpath)
+    # that is its snapshot, the one the generation above was pinned for.
+    conn = await session.connection()
+
+    async def counts(column: Any, known: tuple[str, ...], *where: Any) -> dict[str, int]:
         out = dict.fromkeys(known, 0)
-        rows = await session.execute(select(column, func.count()).where(*where).group_by(column))  # type: ignore[call-overload]
+        rows = await conn.execute(select(column, func.count()).where(*where).group_by(column))
         out.update({str(value): int(n) for value, n in rows.all() if value is not None})
         return out
 
-    ended = await session.execute(
+    async def number(stmt: Any) -> int:
+        return int((await conn.execute(stmt)).scalar() or 0)
+
+    ended = await conn.execute(
         select(Crawl.status, func.max(Crawl.finished_at)).where(Crawl.status.in_(ENDED)).group_by(Crawl.status)
     )
     return CatalogStats(
@@ -68,8 +76,8 @@ async def _count(session: AsyncSession) -> CatalogStats:
         verified=await counts(
             Artifact.verification_status, VERIFICATION_STATUSES, Artifact.verification_status.is_not(None)
         ),
-        repos=int(await session.scalar(select(func.count()).select_from(Repo)) or 0),
-        repos_derived_before=int(await session.scalar(select(func.count()).where(DERIVED_BEFORE)) or 0),
-        crawls_running=int(await session.scalar(select(func.count()).where(Crawl.status == "running")) or 0),
+        repos=await number(select(func.count()).select_from(Repo)),
+        repos_derived_before=await number(select(func.count()).where(DERIVED_BEFORE)),
+        crawls_running=await number(select(func.count()).where(Crawl.status == "running")),
         last_crawl_end={status: at for status, at in ended.all() if at is not None},
     )

@@ -3,21 +3,25 @@ made while it reads shows in none of its answer, and in the next request's whole
 
 from __future__ import annotations
 
+import sqlite3
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from sqlalchemy import exc, func, select, text, update
+from sqlalchemy import exc, func, literal, select, text, update
 
 from registry.api import reads
+from registry.api.routes import system
 from registry.api.sessions import open_read_session
 from registry.catalog import db as catalog_db
+from registry.catalog import stats
 from registry.catalog.db import Database
 from registry.catalog.models import Artifact, Repo
 from registry.catalog.search import SearchQuery, facets
 from registry.catalog.services import upsert_repo_snapshot
 from registry.catalog.snapshot import RepoSnapshot
-from tests.api.conftest import ApiClient
+from tests.api.conftest import ApiClient, MakeApi
 from tests.catalog.conftest import empty_tables
 from tests.catalog.factories import artifact, make_snapshot
 
@@ -173,3 +177,59 @@ async def test_the_snapshot_holds_with_every_read_on_the_thread(sqlite_url: str)
     finally:
         await empty_tables(threaded)
         await threaded.dispose()
+
+
+async def test_a_scrape_cut_short_mid_read_leaves_its_connection_clean(
+    make_api: MakeApi, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/metrics gives up on the catalog's counts after STATS_TIMEOUT_S: the request is
+    cancelled while a statement of its snapshot runs (on SQLite on the connection's thread,
+    past the inline budget). SQLite stops that statement; the connection goes back to the
+    pool with no transaction left open, and the next scrape reads the counts as usual."""
+    await write(db, BEFORE)
+    counted = stats._count
+    slow: list[bool] = []
+
+    async def slow_count(session: Any) -> Any:
+        if not slow:
+            slow.append(True)
+            step = select(literal(1).label("x")).cte("steps", recursive=True)
+            step = step.union_all(select(step.c.x + 1).where(step.c.x < 50_000_000))
+            await (await session.connection()).execute(select(func.count()).select_from(step))
+        return await counted(session)
+
+    ended: list[str] = []  # how each statement on a SQLite connection's thread ended
+    run_statement = catalog_db._run_statement
+    loop_thread = threading.current_thread()
+
+    def recorded(*args: Any) -> Any:
+        if threading.current_thread() is loop_thread:  # inline: the budget stops it, as ever
+            return run_statement(*args)
+        try:
+            result = run_statement(*args)
+        except sqlite3.Error as error:
+            ended.append(str(error))
+            raise
+        ended.append("rows")
+        return result
+
+    monkeypatch.setattr(catalog_db, "_run_statement", recorded)
+    monkeypatch.setattr(stats, "_count", slow_count)
+    monkeypatch.setattr(system, "STATS_TIMEOUT_S", 0.2)
+    api = await make_api()
+    assert "registry_catalog_stats_ok 0" in (await api.get("/metrics")).body
+    if db.dialect == "sqlite":  # the count was stopped, not left to run on the thread for seconds
+        assert "interrupted" in ended
+    body = (await api.get("/metrics")).body
+    assert slow == [True] and "registry_catalog_stats_ok 1" in body and "registry_catalog_repos 1" in body
+    await write(db, make_snapshot("other/model-GGUF"))
+    assert "registry_catalog_repos 2" in (await api.get("/metrics")).body
+    pool = db.engine.sync_engine.pool
+    assert pool.checkedout() == 0
+    if db.dialect == "sqlite":
+        for _ in range(pool.checkedin()):  # type: ignore[attr-defined]
+            record = pool._pool.get_nowait()  # type: ignore[attr-defined]
+            try:
+                assert not record.dbapi_connection._in_transaction()
+            finally:
+                pool._pool.put_nowait(record)  # type: ignore[attr-defined]
