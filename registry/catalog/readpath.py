@@ -254,7 +254,7 @@ class ReadConnection:
         adapt = raw.dbapi_connection
         if adapt is not None:
             await end_read(adapt)
-        if adapt is not None and adapt._in_transaction():  # not ended inline; never on the loop
+        if adapt is not None and adapt._in_transaction():  # not a read transaction; never on the loop
             await greenlet_spawn(raw.close)
         else:
             raw.close()  # back to the pool: nothing to roll back, no trip to the thread
@@ -271,7 +271,7 @@ class ReadSession:
         self._conn: ReadConnection | None = None
         self._real: AsyncSession | None = None
         # The file memo's generation read just before the snapshot began (None: no memo,
-        # or no snapshot yet): what `search.file_generation` answers for this session.
+        # or no snapshot yet): what `FileMemo.generation_for` answers for this session.
         self.snapshot_generation: int | None = None
 
     def get_bind(self) -> Engine:
