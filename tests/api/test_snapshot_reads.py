@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -30,24 +29,11 @@ BEFORE = make_snapshot(REPO, "rev1", artifacts=(artifact("model-Q4_K_M.gguf"), a
 AFTER = make_snapshot(REPO, "rev2", artifacts=(artifact("model-Q5_K_M.gguf"),))
 
 
-@pytest.fixture
-async def sqlite_db(sqlite_url: str) -> AsyncIterator[Database]:
-    database = Database.from_url(sqlite_url)
-    try:
-        yield database
-    finally:
-        await empty_tables(database)
-        await database.dispose()
-
-
-@pytest.fixture
-async def postgresql_db(postgresql_url: str) -> AsyncIterator[Database]:
-    database = Database.from_url(postgresql_url)
-    try:
-        yield database
-    finally:
-        await empty_tables(database)
-        await database.dispose()
+# The catalog's `db` fixture on one database only.
+ON_SQLITE = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+ON_POSTGRESQL = pytest.mark.parametrize(
+    "db_url", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
+)
 
 
 async def write(db: Database, snapshot: RepoSnapshot) -> None:
@@ -72,12 +58,10 @@ async def test_a_commit_while_a_session_reads_is_not_seen_by_it(db: Database) ->
     assert pool.checkedout() == 0
 
 
-async def test_reads_in_the_snapshot_run_inline_on_sqlite(
-    sqlite_db: Database, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@ON_SQLITE
+async def test_reads_in_the_snapshot_run_inline_on_sqlite(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
     """The read transaction does not send the reads to the connection's thread, and the
     connection goes back to the pool with it ended."""
-    db = sqlite_db
     await write(db, BEFORE)
     inline: list[str] = []
     run = catalog_db._InlineReads.run
@@ -98,9 +82,8 @@ async def test_reads_in_the_snapshot_run_inline_on_sqlite(
     assert not sqlite.in_transaction and not adapt._reading
 
 
-@pytest.mark.postgres
-async def test_postgresql_reads_at_repeatable_read_and_refuses_writes(postgresql_db: Database) -> None:
-    db = postgresql_db
+@ON_POSTGRESQL
+async def test_postgresql_reads_at_repeatable_read_and_refuses_writes(db: Database) -> None:
     await write(db, BEFORE)
     async with open_read_session(db.sessions) as session:
         level = (await session.execute(text("SHOW transaction_isolation"))).scalar_one()
