@@ -43,7 +43,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import event
 from sqlalchemy.connectors.asyncio import AsyncAdapt_dbapi_connection
@@ -230,7 +230,7 @@ class _InlineReads:
 
 
 async def run_statement(
-    adapt: AsyncAdapt_dbapi_connection, operation: str, parameters: Any, many: bool
+    adapt: _OneTripConnection, operation: str, parameters: Any, many: bool
 ) -> tuple[Any, list[Any], int, int | None]:
     """One statement on an aiosqlite connection of this module's engines: a read outside a
     transaction or in a read transaction inline (within the connection's budget), anything
@@ -239,13 +239,11 @@ async def run_statement(
     does; raises sqlite3's own errors."""
     aio = adapt._connection
     async with adapt._execute_mutex:
-        inline, reading = (adapt._inline, adapt._reading) if isinstance(adapt, _OneTripConnection) else (None, False)
-        if inline is not None and not many and (reading or not aio._conn.in_transaction) and _is_read(operation):
+        inline = adapt._inline
+        if inline is not None and not many and (adapt._reading or not aio._conn.in_transaction) and _is_read(operation):
             result = inline.run(aio._conn, operation, parameters)
             if result is not None:
                 return result
-        if not isinstance(adapt, _OneTripConnection):
-            return await _ThreadTurns.wait(aio._execute(lambda: _run_statement(aio._conn, operation, parameters, many)))
         done = adapt._thread_done = threading.Event()
 
         def run() -> tuple[Any, list[Any], int, int | None]:
@@ -264,12 +262,10 @@ async def run_statement(
             raise
 
 
-async def begin_read(adapt: object) -> None:
+async def begin_read(adapt: _OneTripConnection) -> None:
     """Open a read transaction on a connection of this module's SQLite engines: the reads
     until `end_read` see one snapshot of the file, the one of the first of them (WAL), and
     run inline as reads outside a transaction do. Nothing but reads may run in it."""
-    if not isinstance(adapt, _OneTripConnection):
-        raise TypeError(f"not a connection of a catalog SQLite engine: {type(adapt).__name__}")
     aio = adapt._connection
     async with adapt._execute_mutex:
         if adapt._inline is not None:
@@ -279,12 +275,12 @@ async def begin_read(adapt: object) -> None:
         adapt._reading = True
 
 
-async def end_read(adapt: object) -> None:
+async def end_read(adapt: _OneTripConnection) -> None:
     """End `begin_read`'s transaction: inline when reads are and the connection's thread
     is idle, else on that thread, after the statement it may still run (one of a cancelled
     request, interrupted by `run_statement`): inline, the call would wait on the loop's
     thread for SQLite's lock on the connection until that statement ends."""
-    if not isinstance(adapt, _OneTripConnection) or not adapt._reading:
+    if not adapt._reading:
         return
     adapt._reading = False
     aio = adapt._connection
@@ -348,7 +344,7 @@ class _OneTripCursor(AsyncAdapt_aiosqlite_cursor):
             self._adapt_connection._handle_exception(error)
 
     async def _run(self, operation: Any, parameters: Any, many: bool) -> None:
-        result = await run_statement(self._adapt_connection, operation, parameters, many)
+        result = await run_statement(cast(_OneTripConnection, self._adapt_connection), operation, parameters, many)
         self._description, rows, self._rowcount, self._lastrowid = result
         self._rows = collections.deque(rows)
 
@@ -396,6 +392,15 @@ class _OneTripConnection(AsyncAdapt_aiosqlite_connection):
             await_(_ThreadTurns.wait(call()))
         except Exception as error:
             self._handle_exception(error)
+
+
+OneTripConnection = _OneTripConnection  # the DB-API connections of `create_engine`'s SQLite engines
+
+
+def has_one_trip_connections(engine: AsyncEngine) -> bool:
+    """Whether the engine's connections are this module's (`create_engine` on aiosqlite):
+    what `run_statement`, `begin_read` and `end_read` take."""
+    return isinstance(engine.sync_engine.dialect.loaded_dbapi, _OneTripDBAPI)
 
 
 class _OneTripDBAPI(AsyncAdapt_aiosqlite_dbapi):

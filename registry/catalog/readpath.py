@@ -39,7 +39,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import exc
 from sqlalchemy.engine import Engine
@@ -47,7 +47,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, a
 from sqlalchemy.sql.cache_key import CacheKey
 from sqlalchemy.util.concurrency import greenlet_spawn
 
-from registry.catalog.db import begin_read, end_read, run_statement
+from registry.catalog.db import (
+    OneTripConnection,
+    begin_read,
+    end_read,
+    has_one_trip_connections,
+    run_statement,
+)
 from registry.catalog.search import FileMemo
 
 # Compiled shapes kept per engine (least recently used dropped first): as SQLAlchemy's own
@@ -283,7 +289,7 @@ class ReadSession:
             try:
                 memo = FileMemo.of(self)  # type: ignore[arg-type]
                 self.snapshot_generation = None if memo is None else memo.generation()
-                await begin_read(raw.dbapi_connection)
+                await begin_read(cast(OneTripConnection, raw.dbapi_connection))  # see uses_read_path
             except BaseException:
                 await greenlet_spawn(raw.close)
                 raise
@@ -332,12 +338,12 @@ def _sqlalchemy_has_what_this_needs() -> bool:
 
 def uses_read_path(engine: AsyncEngine) -> bool:
     """Whether requests on this engine read through `ReadSession`: SQLite through the
-    catalog's aiosqlite adapter, without echo (statements run here are not logged), with a
-    SQLAlchemy whose compiler offers what this module uses."""
+    catalog's aiosqlite adapter (`db.create_engine`), without echo (statements run here are
+    not logged), with a SQLAlchemy whose compiler offers what this module uses."""
     sync = engine.sync_engine
     if sync.dialect.name != "sqlite" or sync.dialect.driver != "aiosqlite" or sync.echo:
         return False
-    return _sqlalchemy_has_what_this_needs()
+    return has_one_trip_connections(engine) and _sqlalchemy_has_what_this_needs()
 
 
 __all__ = ["SHAPES_PER_ENGINE", "ReadConnection", "ReadSession", "Rows", "Scalars", "uses_read_path"]

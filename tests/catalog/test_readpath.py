@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import pytest
 from sqlalchemy import bindparam, exc, func, insert, literal, select, text
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 from registry.api import reads
 from registry.catalog import lineage, readpath
@@ -274,11 +274,14 @@ async def test_writes_are_not_taken(catalog: Database) -> None:
 def test_which_engines_read_through_the_path(sqlite_url: str) -> None:
     database = Database.from_url(sqlite_url)
     echoing = Database.from_url(sqlite_url, echo=True)
+    stock = create_async_engine(sqlite_url)  # aiosqlite, but not the catalog's adapter
     try:
         assert uses_read_path(database.engine)
         assert not uses_read_path(echoing.engine)  # its statements must be logged
+        assert not uses_read_path(stock)  # no read transactions, no inline reads
     finally:
         from tests.catalog.conftest import run_sync
 
         run_sync(database.dispose)
         run_sync(echoing.dispose)
+        run_sync(stock.dispose)
