@@ -2,25 +2,25 @@
 
 SQLAlchemy's `async with session` closes the session in a task of its own, shielded from
 cancellation. That task cost a turn of the event loop per request: the answer waited
-behind every other request ready to run. A read-only session on SQLite ends its read
-transaction on the loop's thread, no trip (see registry.catalog.db), so it is closed in the
-request's own task. On PostgreSQL closing it rolls back over the network, which a
-cancellation (at shutdown) must not cut short, so there it still runs shielded in a task.
-Writes keep `async with session.begin()`.
+behind every other request ready to run. Writes keep `async with session.begin()`.
 
-On SQLite the session is a `registry.catalog.readpath.ReadSession`: the catalog's SELECTs
-run on the driver without SQLAlchemy's execution machinery, a quarter of the API's CPU
-(see there). It offers what the read routes use of an AsyncSession and hands anything
-else to a real one, so it is passed on as one.
+The session is a `registry.catalog.readpath.ReadSession` on both databases: the catalog's
+SELECTs run on the driver without SQLAlchemy's execution machinery, a quarter of the API's
+CPU on SQLite and more on PostgreSQL (see there). It offers what the read routes use of an
+AsyncSession and hands anything else to a real one, so it is passed on as one. It is closed
+in the request's own task: on SQLite that ends a read transaction without a trip; on
+PostgreSQL it rolls back on the driver, and a cancellation that cuts that short has the
+connection closed and dropped from the pool rather than given back mid-ROLLBACK.
 
 Either way a request's reads see one snapshot of the catalog, so that an answer put
 together from several statements (an artifact and its shards, a repo and its artifacts, a
 lineage walk, facet counts and the generation they are kept under) is never part before and
 part after a crawl's commit: on SQLite the ReadSession's read transaction, on PostgreSQL a
 `REPEATABLE READ READ ONLY` transaction (at READ COMMITTED, the default, each statement
-reads a snapshot of its own). Both levels are set on the driver's connection object and
-sent with the BEGIN it sends anyway: no extra round trip. A read-only transaction at that
-level never fails for serialization, and a write in it is refused.
+reads a snapshot of its own). A read-only transaction at that level never fails for
+serialization, and a write in it is refused. An engine the read path does not take (echo
+on: its statements must be logged) reads through SQLAlchemy's session at the same level,
+set on the driver's connection and sent with the BEGIN: no extra round trip.
 """
 
 from __future__ import annotations
@@ -34,10 +34,7 @@ from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from registry.api.keys import SESSIONMAKER_KEY
-from registry.catalog.readpath import ReadSession, uses_read_path
-
-# The execution options of a read-only request's connection on PostgreSQL (see the module doc).
-SNAPSHOT_READ = {"isolation_level": "REPEATABLE READ", "postgresql_readonly": True}
+from registry.catalog.readpath import SNAPSHOT_READ, ReadSession, uses_read_path
 
 
 @contextlib.asynccontextmanager

@@ -1,34 +1,47 @@
-"""The read path of the API's requests on SQLite: the catalog's SELECTs straight on the driver.
+"""The read path of the API's requests: the catalog's SELECTs straight on the driver.
 
 A request that reads through an AsyncSession pays SQLAlchemy for far more than the query:
 the session, its connection and transaction, an execution context and a result object per
 statement. On the bench catalog a page of one indexed SELECT cost 262 us through a
 session, and the same statement 5 us in sqlite3; with SQLAlchemy's execution path at a
-quarter of the API's CPU, it set how many requests two cores could serve.
+quarter of the API's CPU, it set how many requests two cores could serve. On PostgreSQL a
+request of one SELECT cost 560-660 us of the API process's CPU through a session, 210-250
+us here (asyncpg itself: 75-105 us).
 
 `ReadSession` stands in for the AsyncSession of a read-only request. Its `connection()` is a
 `ReadConnection` on a pooled connection of the engine, whose `execute()` runs a Core SELECT
 the way SQLAlchemy's execution does, minus the machinery: the statement's shape is compiled
 once per engine (keyed by SQLAlchemy's own cache key, so equal shapes with different
 values share it), the values are bound with the shape's bind processors in its positional
-order, the statement runs through `db.run_statement` (inline on the event loop within the
-read budget, else on the connection's thread, as every SQLite statement here), and the rows
-come back through the shape's result processors (dates, JSON, booleans) as tuples that
-read like SQLAlchemy's rows (`row.path`, `row._mapping["path"]`, `row[0]`).
+order, the statement runs on the driver, and the rows come back through the shape's result
+processors (dates, JSON, booleans; on PostgreSQL chosen by the column types it describes, as
+SQLAlchemy chooses them) as tuples that read like SQLAlchemy's rows (`row.path`,
+`row._mapping["path"]`, `row[0]`). How a statement runs depends on the driver:
 
-The SELECTs of one ReadSession read one snapshot of the file: its connection opens a read
-transaction before the first (`db.begin_read`) and ends it at close, so a page put together
-from several statements (an artifact and its shards, a lineage walk) never mixes rows from
-before and after a commit made meanwhile. The file memo's generation (`search.FileMemo`) is
-read just before, and the session's memo lookups use it: counts found in this snapshot are
-kept under a generation no newer than the snapshot. (On PostgreSQL `api.sessions` reads in a
-REPEATABLE READ transaction, to the same end.)
+- SQLite, through the catalog's aiosqlite adapter (`db.create_engine`): `db.run_statement`,
+  inline on the event loop within the read budget, else on the connection's thread, as
+  every SQLite statement here.
+- PostgreSQL, through asyncpg: as SQLAlchemy's asyncpg cursor runs it, on the adapter's
+  prepared statements (shared with SQLAlchemy's use of the same connection) under its lock.
+
+The SELECTs of one ReadSession read one snapshot of the catalog. On SQLite its connection
+opens a read transaction before the first (`db.begin_read`) and ends it at close, so a page
+put together from several statements (an artifact and its shards, a lineage walk) never
+mixes rows from before and after a commit made meanwhile. The file memo's generation
+(`search.FileMemo`) is read just before, and the session's memo lookups use it: counts
+found in this snapshot are kept under a generation no newer than the snapshot. On
+PostgreSQL the connection begins a `REPEATABLE READ READ ONLY` transaction (one BEGIN, as
+SQLAlchemy's would be) and rolls it back at close; a write in it is refused. A connection
+whose state is unknown after a request (cancelled mid-statement, lost, a ROLLBACK that
+failed) is closed and dropped from the pool, as SQLAlchemy does with one.
 
 Anything else goes to SQLAlchemy, so nothing behaves differently: a statement that is not a
 cacheable SELECT runs on a real AsyncConnection, and every other session method (ORM `get`,
-`scalars`, ...) is a real AsyncSession's, opened on first use. sqlite3's errors are wrapped
-in SQLAlchemy's exception classes as its execution wraps them.
+`scalars`, ...) is a real AsyncSession's, opened on first use (on PostgreSQL read-only and
+at REPEATABLE READ too, in a transaction of its own). The driver's errors are wrapped in
+SQLAlchemy's exception classes as its execution wraps them.
 """
+
 
 from __future__ import annotations
 
@@ -59,12 +72,13 @@ from registry.catalog.search import FileMemo
 # Compiled shapes kept per engine (least recently used dropped first): as SQLAlchemy's own
 # compiled cache, which holds 500. The catalog's reads have a few hundred shapes.
 SHAPES_PER_ENGINE = 1024
+_UNREAD = object()  # a shape's column types before its first rows
 
 
 class _Shape:
     """One compiled SELECT: its SQL, how to bind values, how to read rows."""
 
-    __slots__ = ("binds", "compiled", "expands", "positions", "processed", "row_type", "sql")
+    __slots__ = ("binds", "coltypes", "compiled", "expands", "positions", "processed", "row_type", "sql")
 
     def __init__(self, compiled: Any) -> None:
         self.compiled = compiled
@@ -73,13 +87,22 @@ class _Shape:
         self.binds: Mapping[str, Any] = compiled._bind_processors
         # IN lists and literal values are rendered per execution (SQLAlchemy's "post compile")
         self.expands = bool(compiled.literal_execute_params or compiled.post_compile_params)
-        dialect = compiled.dialect
-        columns = compiled._result_columns
-        # (column index, result processor) of the columns that have one: a search hit has
-        # one among its 22 (its date), and the other values are taken as they are.
-        processors = [c.type._cached_result_processor(dialect, None) for c in columns]
-        self.processed = [(i, p) for i, p in enumerate(processors) if p is not None]
-        self.row_type = _row_type(tuple(c.keyname for c in columns))
+        self.row_type = _row_type(tuple(c.keyname for c in compiled._result_columns))
+        # computed at the first rows: PostgreSQL's processors depend on the types it describes
+        self.coltypes: object = _UNREAD
+        self.processed: list[tuple[int, Any]] = []
+
+    def _processors(self, coltypes: tuple[Any, ...] | None) -> list[tuple[int, Any]]:
+        """(column index, result processor) of the columns that have one, for the driver's
+        column types (PostgreSQL's type oids; SQLite's driver names none): a search hit has
+        one among its 22 (its date), and the other values are taken as they are. As
+        SQLAlchemy's result metadata, which asks each type for the processor of the type
+        the driver described."""
+        dialect = self.compiled.dialect
+        columns = self.compiled._result_columns
+        described = coltypes if coltypes is not None and len(coltypes) == len(columns) else (None,) * len(columns)
+        processors = [c.type._cached_result_processor(dialect, t) for c, t in zip(columns, described, strict=True)]
+        return [(i, p) for i, p in enumerate(processors) if p is not None]
 
     def bind(self, values: Mapping[str, Any] | None, key: Any) -> tuple[str, tuple[Any, ...]]:
         """The SQL and the positional arguments for these values and this statement's cache
@@ -97,7 +120,10 @@ class _Shape:
             binds = {**binds, **expanded.processors}
         return sql, tuple(binds[k](params[k]) if k in binds else params[k] for k in positions)
 
-    def read(self, raw: list[tuple[Any, ...]]) -> list[Any]:
+    def read(self, raw: Sequence[Sequence[Any]], coltypes: tuple[Any, ...] | None = None) -> list[Any]:
+        """Rows from the driver's; `coltypes` as the driver described the columns, if it does."""
+        if coltypes != self.coltypes:  # PostgreSQL's first rows of this shape (or a changed column)
+            self.processed, self.coltypes = self._processors(coltypes), coltypes
         make, processed = self.row_type, self.processed
         if not processed:
             return [make(r) for r in raw]
@@ -232,13 +258,19 @@ class Scalars(Rows):
 
 
 class ReadConnection:
-    """The connection of a `ReadSession`: SELECTs on the driver, the rest on SQLAlchemy."""
+    """The connection of a `ReadSession`: SELECTs on the driver, the rest on SQLAlchemy.
+    One subclass per driver: how a snapshot begins and ends, how a statement runs."""
 
     def __init__(self, session: ReadSession, raw: Any) -> None:
         self._session = session
-        self._raw = raw  # the pool's proxy; its dbapi_connection is db's aiosqlite adapter
+        self._raw = raw  # the pool's proxy of the driver's connection (SQLAlchemy's adapter)
         self._shapes = _shapes(session.bind.sync_engine)
-        self.dialect = session.bind.dialect
+        self.dialect: Any = session.bind.dialect
+
+    @classmethod
+    async def open(cls, session: ReadSession, raw: Any) -> ReadConnection:
+        """A connection on `raw` with its snapshot begun; `raw` goes back if that fails."""
+        raise NotImplementedError
 
     async def execute(self, statement: Any, parameters: Mapping[str, Any] | None = None) -> Any:
         found = self._shapes.get(statement, self.dialect)
@@ -247,11 +279,38 @@ class ReadConnection:
             return await conn.execute(statement, parameters)
         shape, key = found
         sql, args = shape.bind(parameters, key)
+        return Rows(await self._run(shape, sql, args))
+
+    async def _run(self, shape: _Shape, sql: str, args: tuple[Any, ...]) -> list[Any]:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+
+class _SQLiteConnection(ReadConnection):
+    """SQLite through the catalog's aiosqlite adapter (`db.create_engine`): statements inline
+    on the event loop within the read budget, else on the connection's thread
+    (`db.run_statement`); the snapshot is a read transaction, begun and ended without a trip
+    to the thread when it is free."""
+
+    @classmethod
+    async def open(cls, session: ReadSession, raw: Any) -> ReadConnection:
+        try:
+            memo = FileMemo.of(session)  # type: ignore[arg-type]
+            session.snapshot_generation = None if memo is None else memo.generation()
+            await begin_read(cast(OneTripConnection, raw.dbapi_connection))  # see uses_read_path
+        except BaseException:
+            await greenlet_spawn(raw.close)
+            raise
+        return cls(session, raw)
+
+    async def _run(self, shape: _Shape, sql: str, args: tuple[Any, ...]) -> list[Any]:
         try:
             _description, raw, _count, _rowid = await run_statement(self._raw.dbapi_connection, sql, args, False)
         except sqlite3.Error as error:
             raise exc.DBAPIError.instance(sql, args, error, sqlite3.Error) from error
-        return Rows(shape.read(raw))
+        return shape.read(raw)
 
     async def close(self) -> None:
         raw, self._raw = self._raw, None
@@ -266,16 +325,88 @@ class ReadConnection:
             raw.close()  # back to the pool: nothing to roll back, no trip to the thread
 
 
+class _PostgresConnection(ReadConnection):
+    """PostgreSQL through asyncpg: the snapshot is a `REPEATABLE READ READ ONLY` transaction
+    begun on the driver's connection (one BEGIN, as SQLAlchemy's would be), statements run
+    as SQLAlchemy's asyncpg cursor runs them (the adapter's prepared statements, under its
+    lock), and close rolls back on the driver, so the pool's own reset has nothing to do.
+    A connection whose state is unknown (cut off mid-statement by a cancellation, lost, or
+    a ROLLBACK that failed) is not given back: it is closed and the pool forgets it."""
+
+    def __init__(self, session: ReadSession, raw: Any, transaction: Any) -> None:
+        super().__init__(session, raw)
+        self._adapt = raw.dbapi_connection  # SQLAlchemy's asyncpg adapter
+        self._transaction = transaction
+        self._broken = False
+
+    @classmethod
+    async def open(cls, session: ReadSession, raw: Any) -> ReadConnection:
+        adapt = raw.dbapi_connection
+        try:
+            transaction = adapt._connection.transaction(isolation="repeatable_read", readonly=True)
+            await transaction.start()
+        except BaseException as error:
+            raw.invalidate()
+            if isinstance(error, Exception):
+                raise _translated(adapt, session.bind.dialect, "BEGIN", (), error)[0] from error
+            raise
+        return cls(session, raw, transaction)
+
+    async def _run(self, shape: _Shape, sql: str, args: tuple[Any, ...]) -> list[Any]:
+        adapt = self._adapt
+        try:
+            async with adapt._execute_mutex:
+                prepared, attributes = await adapt._prepare(sql, self.dialect._invalidate_schema_cache_asof)
+                raw = await prepared.fetch(*args)
+        except Exception as error:
+            translated, lost = _translated(adapt, self.dialect, sql, args, error)
+            self._broken = self._broken or lost
+            raise translated from error
+        except BaseException:
+            self._broken = True  # cancelled mid-statement: what the connection is doing is unknown
+            raise
+        return shape.read(raw, tuple(a.type.oid for a in attributes) if attributes else None)
+
+    async def close(self) -> None:
+        raw, self._raw = self._raw, None
+        if raw is None:
+            return
+        if self._broken:
+            raw.invalidate()
+            return
+        try:
+            await self._transaction.rollback()
+        except BaseException as error:
+            raw.invalidate()
+            if isinstance(error, Exception):
+                raise _translated(self._adapt, self.dialect, "ROLLBACK", (), error)[0] from error
+            raise
+        raw.close()  # back to the pool; its reset finds no transaction of the adapter's to end
+
+
+def _translated(adapt: Any, dialect: Any, sql: str, args: tuple[Any, ...], error: Exception) -> tuple[Exception, bool]:
+    """asyncpg's error as SQLAlchemy's execution raises it (the adapter's DB-API error,
+    wrapped in SQLAlchemy's class for it), and whether the connection was lost."""
+    try:
+        adapt._handle_exception(error)  # raises the DB-API error for a PostgreSQL one
+    except Exception as dbapi_error:
+        error = dbapi_error
+    lost = isinstance(error, adapt.dbapi.Error) and bool(dialect.is_disconnect(error, adapt, None))
+    translated = exc.DBAPIError.instance(sql, args, error, adapt.dbapi.Error, connection_invalidated=lost)
+    return translated, lost
+
+
 class ReadSession:
-    """The session of a read-only request on SQLite (see the module doc). It offers what
-    the catalog's reads use of an AsyncSession: `connection()`, `get_bind()` and `bind`;
-    any other attribute is a real AsyncSession's, opened on first use."""
+    """The session of a read-only request (see the module doc). It offers what the
+    catalog's reads use of an AsyncSession: `connection()`, `get_bind()`, `bind`, `info` and
+    `get_transaction()`; any other attribute is a real AsyncSession's, opened on first use."""
 
     def __init__(self, engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]) -> None:
         self.bind = engine
         self._sessions = sessions
         self._conn: ReadConnection | None = None
         self._real: AsyncSession | None = None
+        self.info: dict[str, Any] = {}
         # The file memo's generation read just before the snapshot began (None: no memo,
         # or no snapshot yet): what `FileMemo.generation_for` answers for this session.
         self.snapshot_generation: int | None = None
@@ -283,22 +414,24 @@ class ReadSession:
     def get_bind(self) -> Engine:
         return self.bind.sync_engine
 
+    def get_transaction(self) -> ReadConnection | None:
+        """What stands for the session's transaction: its connection, one snapshot."""
+        return self._conn
+
     async def connection(self) -> ReadConnection:
         if self._conn is None:
             raw = await self.bind.raw_connection()
-            try:
-                memo = FileMemo.of(self)  # type: ignore[arg-type]
-                self.snapshot_generation = None if memo is None else memo.generation()
-                await begin_read(cast(OneTripConnection, raw.dbapi_connection))  # see uses_read_path
-            except BaseException:
-                await greenlet_spawn(raw.close)
-                raise
-            self._conn = ReadConnection(self, raw)
+            kind = _SQLiteConnection if self.bind.dialect.name == "sqlite" else _PostgresConnection
+            self._conn = await kind.open(self, raw)
         return self._conn
 
     def real_session(self) -> AsyncSession:
         if self._real is None:
-            self._real = self._sessions()
+            if self.bind.dialect.name == "postgresql":
+                # read-only there too, though in a transaction (and a snapshot) of its own
+                self._real = self._sessions(bind=_snapshot_engine(self.bind))
+            else:
+                self._real = self._sessions()
         return self._real
 
     async def sqlalchemy_connection(self) -> AsyncConnection:
@@ -321,6 +454,19 @@ class ReadSession:
                 await real.close()
 
 
+# The execution options of a read-only request's connection on PostgreSQL when SQLAlchemy
+# runs it: the same snapshot isolation, sent with the BEGIN.
+SNAPSHOT_READ = {"isolation_level": "REPEATABLE READ", "postgresql_readonly": True}
+_SNAPSHOT_ENGINES: weakref.WeakKeyDictionary[AsyncEngine, AsyncEngine] = weakref.WeakKeyDictionary()
+
+
+def _snapshot_engine(engine: AsyncEngine) -> AsyncEngine:
+    found = _SNAPSHOT_ENGINES.get(engine)
+    if found is None:
+        found = _SNAPSHOT_ENGINES[engine] = engine.execution_options(**SNAPSHOT_READ)
+    return found
+
+
 @functools.cache
 def _sqlalchemy_has_what_this_needs() -> bool:
     """The parts of SQLAlchemy's compiler this module drives, as SQLAlchemy 2.0 and 2.1 have
@@ -336,14 +482,34 @@ def _sqlalchemy_has_what_this_needs() -> bool:
     return "params" not in CacheKey._fields or "_collected_params" in accepts
 
 
+@functools.cache
+def _asyncpg_adapter_has_what_this_needs() -> bool:
+    """The parts of SQLAlchemy's asyncpg adapter `_PostgresConnection` drives."""
+    try:
+        from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection, PGDialect_asyncpg
+    except ImportError:  # pragma: no cover - asyncpg is a dependency
+        return False
+    adapter = AsyncAdapt_asyncpg_connection
+    if not all(hasattr(adapter, name) for name in ("_prepare", "_handle_exception", "_execute_mutex", "_connection")):
+        return False
+    if list(inspect.signature(adapter._prepare).parameters) != ["self", "operation", "invalidate_timestamp"]:
+        return False
+    return hasattr(PGDialect_asyncpg, "_invalidate_schema_cache_asof")
+
+
 def uses_read_path(engine: AsyncEngine) -> bool:
     """Whether requests on this engine read through `ReadSession`: SQLite through the
-    catalog's aiosqlite adapter (`db.create_engine`), without echo (statements run here are
-    not logged), with a SQLAlchemy whose compiler offers what this module uses."""
+    catalog's aiosqlite adapter (`db.create_engine`) or PostgreSQL through asyncpg, without
+    echo (statements run here are not logged), with a SQLAlchemy whose compiler (and asyncpg
+    adapter) offer what this module uses."""
     sync = engine.sync_engine
-    if sync.dialect.name != "sqlite" or sync.dialect.driver != "aiosqlite" or sync.echo:
+    if sync.echo or not _sqlalchemy_has_what_this_needs():
         return False
-    return has_one_trip_connections(engine) and _sqlalchemy_has_what_this_needs()
+    if sync.dialect.name == "sqlite" and sync.dialect.driver == "aiosqlite":
+        return has_one_trip_connections(engine)
+    if sync.dialect.name == "postgresql" and sync.dialect.driver == "asyncpg":
+        return _asyncpg_adapter_has_what_this_needs()
+    return False
 
 
-__all__ = ["SHAPES_PER_ENGINE", "ReadConnection", "ReadSession", "Rows", "Scalars", "uses_read_path"]
+__all__ = ["SHAPES_PER_ENGINE", "SNAPSHOT_READ", "ReadConnection", "ReadSession", "Rows", "Scalars", "uses_read_path"]

@@ -46,7 +46,6 @@ from sqlalchemy import (
     literal_column,
     or_,
     select,
-    text,
     true,
     tuple_,
 )
@@ -497,8 +496,9 @@ async def _resolved(session: AsyncSession, q: SearchQuery) -> SearchQuery:
     ArtifactNotFound)."""
     if q.draft_for is None:
         return q
+    connection = await session.connection()
     target = (
-        await session.execute(
+        await connection.execute(
             select(Artifact.vocab_sha256, Artifact.vocab_size, Artifact.parameter_count).where(
                 Artifact.id == q.draft_for
             )
@@ -1408,7 +1408,7 @@ class FileMemo(_MemoEntries):
 # Engine -> its memo (None: not memoised); weak, so a disposed engine takes its memo along.
 _FILE_MEMOS: weakref.WeakKeyDictionary[Engine, FileMemo | None] = weakref.WeakKeyDictionary()
 _SNAPSHOT_MEMOS: weakref.WeakKeyDictionary[Engine, SnapshotMemo] = weakref.WeakKeyDictionary()
-_SNAPSHOT = text("SELECT txid_current_snapshot()::text")
+_SNAPSHOT = select(cast(func.txid_current_snapshot(), String))  # a SELECT: `readpath` runs it too
 _GENERATION_KEY = "registry.snapshot_generation"  # session.info: (transaction, generation)
 
 

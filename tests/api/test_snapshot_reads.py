@@ -85,8 +85,11 @@ async def test_reads_in_the_snapshot_run_inline_on_sqlite(db: Database, monkeypa
 @ON_POSTGRESQL
 async def test_postgresql_reads_at_repeatable_read_and_refuses_writes(db: Database) -> None:
     await write(db, BEFORE)
+    settings = select(func.current_setting("transaction_isolation"), func.current_setting("transaction_read_only"))
     async with open_read_session(db.sessions) as session:
-        level = (await session.execute(text("SHOW transaction_isolation"))).scalar_one()
+        conn = await session.connection()  # the read path's own
+        assert tuple((await conn.execute(settings)).one()) == ("repeatable read", "on")
+        level = (await session.execute(text("SHOW transaction_isolation"))).scalar_one()  # SQLAlchemy's
         read_only = (await session.execute(text("SHOW transaction_read_only"))).scalar_one()
         assert (level, read_only) == ("repeatable read", "on")
         with pytest.raises(exc.DBAPIError, match="read-only transaction"):

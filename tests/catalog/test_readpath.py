@@ -1,21 +1,24 @@
-"""The read path of requests on SQLite (registry.catalog.readpath): every catalog read gives
-through a ReadSession exactly what it gives through an AsyncSession, and the path's own
-parts (binding, rows, fallbacks, errors, the shape cache) do what SQLAlchemy does."""
+"""The read path of requests (registry.catalog.readpath), on SQLite and on PostgreSQL: every
+catalog read gives through a ReadSession exactly what it gives through an AsyncSession, and
+the path's own parts (binding, rows, fallbacks, errors, the shape cache, the connection's
+way back to the pool) do what SQLAlchemy does."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, cast
 
 import pytest
-from sqlalchemy import bindparam, exc, func, insert, literal, select, text
+from sqlalchemy import Float, bindparam, event, exc, func, insert, literal, select, text
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 from registry.api import reads
 from registry.catalog import lineage, readpath
 from registry.catalog.db import Database
-from registry.catalog.models import Artifact, Repo
+from registry.catalog.models import Artifact, Facts, Repo
 from registry.catalog.readpath import ReadSession, Rows, uses_read_path
 from registry.catalog.search import SearchQuery, descendant_repo_pks, facets, search
 from registry.catalog.services import upsert_repo_snapshot
@@ -24,8 +27,8 @@ from tests.catalog.test_search import _catalog
 
 
 @pytest.fixture
-async def catalog(sqlite_url: str) -> AsyncIterator[Database]:
-    database = Database.from_url(sqlite_url)
+async def catalog(db_url: str) -> AsyncIterator[Database]:
+    database = Database.from_url(db_url)
     try:
         for snap in _catalog():
             async with database.sessions() as session, session.begin():
@@ -183,6 +186,22 @@ async def test_rows_read_like_sqlalchemy_rows(catalog: Database) -> None:
     assert full is not None and expected is not None
     assert tuple(full) == tuple(expected)
     assert full.created_at.tzinfo is not None and isinstance(full.gated, bool)
+    # values whose processing depends on the type the driver names (PostgreSQL's numeric
+    # and float columns): the same Python types and values as SQLAlchemy's
+    typed = (
+        select(func.avg(Repo.likes).label("mean"), func.sum(Repo.likes), sql_cast(Repo.likes, Float), Facts.bits_per_weight)
+        .join(Artifact, Artifact.repo_pk == Repo.id)
+        .join(Facts, Facts.artifact_id == Artifact.id)
+        .group_by(Repo.likes, Facts.bits_per_weight)
+        .order_by(Repo.likes, Facts.bits_per_weight)
+    )
+
+    async def read(s: AsyncSession) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in (await (await s.connection()).execute(typed)).all()]
+
+    expected_rows, got_rows = await both(catalog, read)
+    assert got_rows == expected_rows and got_rows
+    assert [tuple(map(type, r)) for r in got_rows] == [tuple(map(type, r)) for r in expected_rows]
 
 
 async def test_result_methods_and_their_errors(catalog: Database) -> None:
@@ -225,18 +244,23 @@ async def test_what_the_path_does_not_run_goes_to_sqlalchemy(catalog: Database) 
     assert pool.checkedout() == 0  # both connections went back
 
 
-async def test_sqlite_errors_are_sqlalchemys(catalog: Database) -> None:
+async def test_driver_errors_are_sqlalchemys(catalog: Database) -> None:
     bad = select(Repo.repo_id).where(func.no_such_function(Repo.id) == 1)
     async with catalog.sessions() as session:
-        with pytest.raises(exc.OperationalError) as expected:
+        with pytest.raises(exc.DBAPIError) as expected:
             await (await session.connection()).execute(bad)
     lean = ReadSession(catalog.engine, catalog.sessions)
     try:
-        with pytest.raises(exc.OperationalError) as got:
+        with pytest.raises(exc.DBAPIError) as got:
             await (await lean.connection()).execute(bad)
     finally:
         await lean.close()
-    assert type(got.value.orig) is type(expected.value.orig) and "no_such_function" in str(got.value)
+    assert type(got.value) is type(expected.value) and type(got.value.orig) is type(expected.value.orig)
+    assert "no_such_function" in str(got.value) and not got.value.connection_invalidated
+    # the failed statement's transaction was ended: the connection went back, and reads
+    expected_ids, got_ids = await both(catalog, lambda s: _scalars(s, select(Repo.id)))
+    assert got_ids == expected_ids and len(got_ids) == 5
+    assert catalog.engine.sync_engine.pool.checkedout() == 0
 
 
 async def test_shapes_are_compiled_once_and_bounded(catalog: Database, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -285,3 +309,79 @@ def test_which_engines_read_through_the_path(sqlite_url: str) -> None:
         run_sync(database.dispose)
         run_sync(echoing.dispose)
         run_sync(stock.dispose)
+
+
+@pytest.mark.postgres
+def test_which_postgresql_engines_read_through_the_path(postgresql_url: str) -> None:
+    database = Database.from_url(postgresql_url)
+    echoing = Database.from_url(postgresql_url, echo=True)
+    try:
+        assert uses_read_path(database.engine)
+        assert not uses_read_path(echoing.engine)
+    finally:
+        from tests.catalog.conftest import run_sync
+
+        run_sync(database.dispose)
+        run_sync(echoing.dispose)
+
+
+ON_POSTGRESQL = pytest.mark.parametrize("db_url", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True)
+
+
+@ON_POSTGRESQL
+async def test_a_statement_cut_short_takes_its_connection_out_of_the_pool(catalog: Database) -> None:
+    """A request cancelled while PostgreSQL runs its statement: the connection, in the
+    middle of a statement, is closed and forgotten by the pool rather than given to the
+    next request; the next read gets a sound one."""
+    invalidated: list[object] = []
+    event.listen(catalog.engine.sync_engine.pool, "invalidate", lambda *args: invalidated.append(args[0]))
+    lean = ReadSession(catalog.engine, catalog.sessions)
+
+    async def slow() -> Any:
+        conn = await lean.connection()
+        return await conn.execute(select(func.pg_sleep(30)))
+
+    task = asyncio.create_task(slow())
+    await asyncio.sleep(0.3)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await lean.close()
+    assert len(invalidated) == 1 and catalog.engine.sync_engine.pool.checkedout() == 0
+    expected, got = await both(catalog, lambda s: _scalars(s, select(Repo.id)))
+    assert got == expected and len(got) == 5
+
+
+@ON_POSTGRESQL
+async def test_a_lost_connection_is_an_invalidated_error_and_leaves_the_pool(catalog: Database) -> None:
+    """The server ends the connection under a request (a restart, an administrator): the
+    statement fails with SQLAlchemy's error marked as a lost connection, and the pool drops
+    the connection instead of handing it to the next request."""
+    lean = ReadSession(catalog.engine, catalog.sessions)
+    try:
+        conn = await lean.connection()
+        pid = (await conn.execute(select(func.pg_backend_pid()))).scalar_one()
+        async with catalog.engine.connect() as other:
+            assert (await other.execute(select(func.pg_terminate_backend(pid)))).scalar_one()
+        with pytest.raises(exc.DBAPIError) as lost:
+            await conn.execute(select(Repo.id))
+    finally:
+        await lean.close()
+    assert lost.value.connection_invalidated
+    assert catalog.engine.sync_engine.pool.checkedout() == 0
+    expected, got = await both(catalog, lambda s: _scalars(s, select(Repo.id)))
+    assert got == expected and len(got) == 5
+
+
+@ON_POSTGRESQL
+async def test_postgresql_fallbacks_read_only_too(catalog: Database) -> None:
+    """What the path hands to SQLAlchemy (text, ORM) runs in a read-only snapshot as well,
+    though a transaction of its own."""
+    lean = ReadSession(catalog.engine, catalog.sessions)
+    try:
+        level = (await lean.execute(text("SHOW transaction_isolation"))).scalar_one()  # type: ignore[attr-defined]
+        with pytest.raises(exc.DBAPIError, match="read-only transaction"):
+            await lean.execute(text("UPDATE repos SET likes = 0"))  # type: ignore[attr-defined]
+    finally:
+        await lean.close()
+    assert level == "repeatable read" and catalog.engine.sync_engine.pool.checkedout() == 0
