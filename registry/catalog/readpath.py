@@ -346,7 +346,7 @@ class _PostgresConnection(ReadConnection):
             transaction = adapt._connection.transaction(isolation="repeatable_read", readonly=True)
             await transaction.start()
         except BaseException as error:
-            raw.invalidate()
+            await _discard(raw)
             if isinstance(error, Exception):
                 raise _translated(adapt, session.bind.dialect, "BEGIN", (), error)[0] from error
             raise
@@ -372,16 +372,23 @@ class _PostgresConnection(ReadConnection):
         if raw is None:
             return
         if self._broken:
-            raw.invalidate()
+            await _discard(raw)
             return
         try:
             await self._transaction.rollback()
         except BaseException as error:
-            raw.invalidate()
+            await _discard(raw)
             if isinstance(error, Exception):
                 raise _translated(self._adapt, self.dialect, "ROLLBACK", (), error)[0] from error
             raise
         raw.close()  # back to the pool; its reset finds no transaction of the adapter's to end
+
+
+async def _discard(raw: Any) -> None:
+    """Close the connection and have the pool forget it, as SQLAlchemy does with one it
+    finds broken: a graceful close, which first lets asyncpg send the server the cancel of a
+    statement cut off (else it runs on, to its end, on the server)."""
+    await greenlet_spawn(raw.invalidate)
 
 
 def _translated(adapt: Any, dialect: Any, sql: str, args: tuple[Any, ...], error: Exception) -> tuple[Exception, bool]:

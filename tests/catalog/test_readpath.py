@@ -348,6 +348,16 @@ async def test_a_statement_cut_short_takes_its_connection_out_of_the_pool(catalo
         await task
     await lean.close()
     assert len(invalidated) == 1 and catalog.engine.sync_engine.pool.checkedout() == 0
+    # and the server was told: the statement does not sleep on to its end there
+    sleeping = select(func.count()).select_from(text("pg_stat_activity")).where(
+        text("query LIKE '%pg_sleep%' AND state = 'active' AND pid <> pg_backend_pid()")
+    )
+    async with catalog.engine.connect() as other:
+        for _ in range(50):
+            if (await other.execute(sleeping)).scalar_one() == 0:
+                break
+            await asyncio.sleep(0.1)
+        assert (await other.execute(sleeping)).scalar_one() == 0
     expected, got = await both(catalog, lambda s: _scalars(s, select(Repo.id)))
     assert got == expected and len(got) == 5
 
