@@ -57,6 +57,8 @@ from typing import Any, cast
 from sqlalchemy import exc
 from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.pool import Pool
+from sqlalchemy.pool.base import _ConnectionFairy
 from sqlalchemy.sql.cache_key import CacheKey
 from sqlalchemy.util.concurrency import greenlet_spawn
 
@@ -338,6 +340,7 @@ class _PostgresConnection(ReadConnection):
         self._adapt = raw.dbapi_connection  # SQLAlchemy's asyncpg adapter
         self._transaction = transaction
         self._broken = False
+        self._lost: BaseException | None = None  # the error that found the connection gone
 
     @classmethod
     async def open(cls, session: ReadSession, raw: Any) -> ReadConnection:
@@ -346,10 +349,12 @@ class _PostgresConnection(ReadConnection):
             transaction = adapt._connection.transaction(isolation="repeatable_read", readonly=True)
             await transaction.start()
         except BaseException as error:
-            await _discard(raw)
-            if isinstance(error, Exception):
-                raise _translated(adapt, session.bind.dialect, "BEGIN", (), error)[0] from error
-            raise
+            if not isinstance(error, Exception):
+                await _discard(raw)
+                raise
+            translated, lost = _translated(adapt, session.bind.dialect, "BEGIN", (), error)
+            await _discard(raw, translated if lost else None)
+            raise translated from error
         return cls(session, raw, transaction)
 
     async def _run(self, shape: _Shape, sql: str, args: tuple[Any, ...]) -> list[Any]:
@@ -360,7 +365,8 @@ class _PostgresConnection(ReadConnection):
                 raw = await prepared.fetch(*args)
         except Exception as error:
             translated, lost = _translated(adapt, self.dialect, sql, args, error)
-            self._broken = self._broken or lost
+            if lost:
+                self._broken, self._lost = True, translated
             raise translated from error
         except BaseException:
             self._broken = True  # cancelled mid-statement: what the connection is doing is unknown
@@ -372,23 +378,31 @@ class _PostgresConnection(ReadConnection):
         if raw is None:
             return
         if self._broken:
-            await _discard(raw)
+            await _discard(raw, self._lost)
             return
         try:
             await self._transaction.rollback()
         except BaseException as error:
-            await _discard(raw)
-            if isinstance(error, Exception):
-                raise _translated(self._adapt, self.dialect, "ROLLBACK", (), error)[0] from error
-            raise
+            if not isinstance(error, Exception):
+                await _discard(raw)
+                raise
+            translated, lost = _translated(self._adapt, self.dialect, "ROLLBACK", (), error)
+            await _discard(raw, translated if lost else None)
+            raise translated from error
         raw.close()  # back to the pool; its reset finds no transaction of the adapter's to end
 
 
-async def _discard(raw: Any) -> None:
+async def _discard(raw: Any, lost: BaseException | None = None) -> None:
     """Close the connection and have the pool forget it, as SQLAlchemy does with one it
     finds broken: a graceful close, which first lets asyncpg send the server the cancel of a
-    statement cut off (else it runs on, to its end, on the server)."""
-    await greenlet_spawn(raw.invalidate)
+    statement cut off (else it runs on, to its end, on the server). A connection found
+    gone (`lost`: the server restarted, say) also retires every connection the pool made
+    before it, which are likely gone too: they reconnect at their next checkout instead of
+    failing a request each."""
+    if lost is None:
+        await greenlet_spawn(raw.invalidate)
+    else:
+        await greenlet_spawn(raw._pool._invalidate, raw, lost)
 
 
 def _translated(adapt: Any, dialect: Any, sql: str, args: tuple[Any, ...], error: Exception) -> tuple[Exception, bool]:
@@ -500,6 +514,8 @@ def _asyncpg_adapter_has_what_this_needs() -> bool:
     if not all(hasattr(adapter, name) for name in ("_prepare", "_handle_exception", "_execute_mutex", "_connection")):
         return False
     if list(inspect.signature(adapter._prepare).parameters) != ["self", "operation", "invalidate_timestamp"]:
+        return False
+    if not hasattr(Pool, "_invalidate") or not hasattr(_ConnectionFairy, "_pool"):
         return False
     return hasattr(PGDialect_asyncpg, "_invalidate_schema_cache_asof")
 

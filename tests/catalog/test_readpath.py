@@ -384,6 +384,38 @@ async def test_a_lost_connection_is_an_invalidated_error_and_leaves_the_pool(cat
 
 
 @ON_POSTGRESQL
+async def test_after_a_lost_connection_the_pool_reconnects_the_others(catalog: Database) -> None:
+    """The server restarted: every pooled connection is dead. The first request to find one
+    fails, and has the pool retire all connections made before (as SQLAlchemy's own execution
+    does), so the next requests reconnect instead of failing one by one."""
+    sessions = [ReadSession(catalog.engine, catalog.sessions) for _ in range(3)]
+    try:
+        pids = [(await (await s.connection()).execute(select(func.pg_backend_pid()))).scalar_one() for s in sessions]
+    finally:
+        for lean in sessions:
+            await lean.close()
+    assert len(set(pids)) == 3 and catalog.engine.sync_engine.pool.checkedin() >= 3
+    admin = Database.from_url(catalog.engine.url.render_as_string(hide_password=False))  # a pool of its own
+    try:
+        async with admin.engine.connect() as other:
+            for pid in pids:
+                assert (await other.execute(select(func.pg_terminate_backend(pid)))).scalar_one()
+    finally:
+        await admin.dispose()
+    for attempt in range(4):
+        lean = ReadSession(catalog.engine, catalog.sessions)
+        try:
+            got = await _scalars(cast(AsyncSession, lean), select(Repo.id))
+        except exc.DBAPIError as error:
+            assert error.connection_invalidated and attempt == 0, attempt  # one request only
+        else:
+            assert len(got) == 5
+        finally:
+            await lean.close()
+    assert catalog.engine.sync_engine.pool.checkedout() == 0
+
+
+@ON_POSTGRESQL
 async def test_postgresql_fallbacks_read_only_too(catalog: Database) -> None:
     """What the path hands to SQLAlchemy (text, ORM) runs in a read-only snapshot as well,
     though a transaction of its own."""
