@@ -39,7 +39,9 @@ Anything else goes to SQLAlchemy, so nothing behaves differently: a statement th
 cacheable SELECT runs on a real AsyncConnection, and every other session method (ORM `get`,
 `scalars`, ...) is a real AsyncSession's, opened on first use (on PostgreSQL read-only and
 at REPEATABLE READ too, in a transaction of its own). The driver's errors are wrapped in
-SQLAlchemy's exception classes as its execution wraps them.
+SQLAlchemy's exception classes and handled as its execution handles them: on PostgreSQL a
+lost connection retires the pool's older connections, and a schema change under a prepared
+statement has the statements prepared anew.
 """
 
 
@@ -412,6 +414,10 @@ def _translated(adapt: Any, dialect: Any, sql: str, args: tuple[Any, ...], error
         adapt._handle_exception(error)  # raises the DB-API error for a PostgreSQL one
     except Exception as dbapi_error:
         error = dbapi_error
+    if isinstance(error, adapt.dbapi.InvalidCachedStatementError | adapt.dbapi.InternalServerError):
+        # the schema changed under a prepared statement: prepare anew from now on (as
+        # SQLAlchemy's execution context does on these errors)
+        dialect._invalidate_schema_cache()
     lost = isinstance(error, adapt.dbapi.Error) and bool(dialect.is_disconnect(error, adapt, None))
     translated = exc.DBAPIError.instance(sql, args, error, adapt.dbapi.Error, connection_invalidated=lost)
     return translated, lost
@@ -507,7 +513,11 @@ def _sqlalchemy_has_what_this_needs() -> bool:
 def _asyncpg_adapter_has_what_this_needs() -> bool:
     """The parts of SQLAlchemy's asyncpg adapter `_PostgresConnection` drives."""
     try:
-        from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection, PGDialect_asyncpg
+        from sqlalchemy.dialects.postgresql.asyncpg import (
+            AsyncAdapt_asyncpg_connection,
+            AsyncAdapt_asyncpg_dbapi,
+            PGDialect_asyncpg,
+        )
     except ImportError:  # pragma: no cover - asyncpg is a dependency
         return False
     adapter = AsyncAdapt_asyncpg_connection
@@ -517,7 +527,9 @@ def _asyncpg_adapter_has_what_this_needs() -> bool:
         return False
     if not hasattr(Pool, "_invalidate") or not hasattr(_ConnectionFairy, "_pool"):
         return False
-    return hasattr(PGDialect_asyncpg, "_invalidate_schema_cache_asof")
+    if not all(hasattr(PGDialect_asyncpg, name) for name in ("_invalidate_schema_cache_asof", "_invalidate_schema_cache")):
+        return False
+    return all(hasattr(AsyncAdapt_asyncpg_dbapi, name) for name in ("InvalidCachedStatementError", "InternalServerError"))
 
 
 def uses_read_path(engine: AsyncEngine) -> bool:

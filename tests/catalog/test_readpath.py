@@ -416,6 +416,38 @@ async def test_after_a_lost_connection_the_pool_reconnects_the_others(catalog: D
 
 
 @ON_POSTGRESQL
+async def test_a_schema_change_under_a_prepared_statement_costs_one_request(catalog: Database) -> None:
+    """A migration changes a column's type while the API runs: PostgreSQL refuses the
+    statements prepared before it. The request that meets the refusal fails, as it does
+    through SQLAlchemy, and has the prepared statements renewed, so the next ones read."""
+    likes = select(Repo.likes).order_by(Repo.id)
+    lean = ReadSession(catalog.engine, catalog.sessions)
+    try:
+        before = (await (await lean.connection()).execute(likes)).scalars().all()
+    finally:
+        await lean.close()
+    admin = Database.from_url(catalog.engine.url.render_as_string(hide_password=False))
+    try:
+        async with admin.engine.begin() as conn:
+            await conn.execute(text("ALTER TABLE repos ALTER COLUMN likes TYPE bigint"))
+        failures = 0
+        for _ in range(3):
+            lean = ReadSession(catalog.engine, catalog.sessions)
+            try:
+                after = (await (await lean.connection()).execute(likes)).scalars().all()
+            except exc.DBAPIError as error:
+                failures += 1
+                assert "schema" in str(error) or "result type" in str(error), error
+            finally:
+                await lean.close()
+        assert failures <= 1 and after == before
+    finally:
+        async with admin.engine.begin() as conn:
+            await conn.execute(text("ALTER TABLE repos ALTER COLUMN likes TYPE integer"))
+        await admin.dispose()
+
+
+@ON_POSTGRESQL
 async def test_postgresql_fallbacks_read_only_too(catalog: Database) -> None:
     """What the path hands to SQLAlchemy (text, ORM) runs in a read-only snapshot as well,
     though a transaction of its own."""
