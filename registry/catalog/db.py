@@ -245,9 +245,12 @@ async def run_statement(
             if result is not None:
                 return result
         done = adapt._thread_done = threading.Event()
+        dropped = threading.Event()  # set when nobody waits for a read's rows any more
 
         def run() -> tuple[Any, list[Any], int, int | None]:
             try:
+                if dropped.is_set():  # cancelled while still queued for the thread
+                    raise sqlite3.OperationalError("interrupted")
                 return _run_statement(aio._conn, operation, parameters, many)
             finally:
                 done.set()
@@ -257,7 +260,9 @@ async def run_statement(
         except asyncio.CancelledError:
             if not many and _is_read(operation):
                 # Nobody waits for the rows any more (a timeout, a client gone): SQLite
-                # stops the read at its next step instead of running it to its end.
+                # stops the read at its next step instead of running it to its end, and
+                # one still waiting for its turn on the thread does not start.
+                dropped.set()
                 aio._conn.interrupt()
             raise
 

@@ -11,10 +11,13 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import event, text
+from sqlalchemy.util.concurrency import greenlet_spawn
 
+from registry.catalog import db as catalog_db
 from registry.catalog.db import Database, _InlineReads, longer_inline_reads
 from registry.config import load_settings
 
@@ -171,3 +174,38 @@ async def test_a_statement_on_the_connection_thread_finishes_while_the_loop_is_b
     assert turns < BUSY_TURNS  # done while the loop was still busy
     # The handler ran while the loop's thread read (and stopped the read), never on the other.
     assert handler_threads == ({threading.get_ident()} if inline_read_ms else set())
+
+
+async def test_a_read_cancelled_while_it_waits_for_the_thread_never_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read queued behind other work on the connection's thread, whose request is then
+    cancelled (a timeout, a client gone), does not start once its turn comes: nobody would
+    read its rows."""
+    db = Database.from_url(f"sqlite+aiosqlite:///{tmp_path / 'r.db'}", inline_read_ms=0)
+    ran: list[str] = []
+    run = catalog_db._run_statement
+
+    def recorded(conn: Any, operation: str, *args: Any) -> Any:
+        ran.append(operation)
+        return run(conn, operation, *args)
+
+    raw = await db.engine.raw_connection()
+    monkeypatch.setattr(catalog_db, "_run_statement", recorded)  # connected: its pragmas are not counted
+    try:
+        adapt = raw.dbapi_connection
+        gate = threading.Event()
+        busy = asyncio.ensure_future(adapt._connection._execute(gate.wait, 10))  # the thread's current work
+        read = asyncio.create_task(catalog_db.run_statement(adapt, "SELECT 'dropped'", (), False))
+        await asyncio.sleep(0.05)
+        read.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await read
+        gate.set()
+        assert await busy
+        result = await catalog_db.run_statement(adapt, "SELECT 'next'", (), False)
+        assert result[1] == [("next",)]  # the connection reads on
+    finally:
+        await greenlet_spawn(raw.close)
+        await db.dispose()
+    assert ran == ["SELECT 'next'"]
