@@ -5,16 +5,24 @@ built by `error_response` alone. Handlers raise `ApiError` subclasses (which car
 status); routing errors from aiohttp, domain errors from the catalog and anything
 unexpected are mapped here (catalog errors carry their own status and code), so no handler formats an error itself and no traceback ever
 reaches a client.
+
+A catalog database that cannot serve right now (down, restarting, unreachable, out of
+connections, its pool exhausted, its file locked) is a 503 with `Retry-After`, naming the
+database as the component: a client or a load balancer may retry, and nothing was wrong
+with the request. Anything else unexpected is a 500 with the request id.
 """
 
 from __future__ import annotations
 
 import logging
+import socket
+import sqlite3
 from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
+from sqlalchemy import exc as sa_exc
 
 from registry.api.keys import REQUEST_ID_KEY
 from registry.api.responses import json_response
@@ -185,6 +193,47 @@ def _from_catalog(request: web.Request, exc: CatalogError) -> web.Response:
     return error_response(exc.status, exc.code, exc.message, details)
 
 
+# SQLSTATEs of a server that cannot serve now: connection exceptions (class 08), shutting
+# down or starting up (57P01-57P03), too many connections (53300).
+_UNAVAILABLE_SQLSTATES = frozenset({"08000", "08001", "08003", "08004", "08006", "57P01", "57P02", "57P03", "53300"})
+DATABASE_RETRY_AFTER_S = 2
+
+
+def database_unavailable(exc: BaseException) -> bool:
+    """Whether `exc` says the catalog database cannot serve right now, rather than that
+    something failed: the connection was lost, none could be made (refused, reset, name
+    not resolved), the server is shutting down or full, no pooled connection came free
+    within the pool's timeout, or SQLite's file stayed locked past its busy timeout."""
+    if isinstance(exc, sa_exc.TimeoutError):  # the pool: all connections busy for pool_timeout
+        return True
+    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:  # SQLAlchemy's error, the driver's, its cause
+        seen.add(id(cause))
+        if isinstance(cause, ConnectionError | socket.gaierror):
+            return True
+        if getattr(cause, "sqlstate", None) in _UNAVAILABLE_SQLSTATES:
+            return True
+        if isinstance(cause, sqlite3.OperationalError) and str(cause).startswith(("database is locked", "database is busy")):
+            return True
+        cause = getattr(cause, "orig", None) or cause.__cause__
+    return False
+
+
+def _unavailable(request: web.Request, exc: BaseException) -> web.Response:
+    # The cause goes to the log, not the client: it may name hosts or credentials.
+    log.warning("catalog database unavailable: %r", exc, extra={"request_id": request.get(REQUEST_ID_KEY, "-")})
+    return error_response(
+        503,
+        "unavailable",
+        "the catalog database is not available right now; retry shortly",
+        {"component": "database"},
+        {"Retry-After": str(DATABASE_RETRY_AFTER_S)},
+    )
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
@@ -198,4 +247,6 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             raise
         return _from_http_exception(request, exc)
     except Exception as exc:
+        if database_unavailable(exc):
+            return _unavailable(request, exc)
         return _unexpected(request, exc)

@@ -37,7 +37,12 @@ _ERROR_TEXT = {
 _ERROR_HEADERS = {
     "308": {"headers": {"Location": {"description": "The same request for the repo's id now.",
                                      "schema": {"type": "string"}}}},
+    "503": {"headers": {"Retry-After": {"description": "Seconds to wait before retrying, when the component is "
+                                                       "expected back (the catalog database).",
+                                        "schema": {"type": "string"}}}},
 }  # fmt: skip
+# Operations that answer without the catalog database; every other one may find it unavailable (503).
+_NO_DATABASE = frozenset({"healthz", "openapi", "metrics"})
 
 
 @dataclass(frozen=True)
@@ -153,6 +158,8 @@ def _operation(op: Operation, api: ApiSettings) -> dict[str, Any]:
     if headers := {**op.headers, **(_ETAG if read else {})}:
         ok["headers"] = {name: {"description": text, "schema": {"type": "string"}} for name, text in headers.items()}
     errors = {"400", "500", *op.errors}
+    if op.operation_id not in _NO_DATABASE:
+        errors.add("503")
     secured = op.write or (api.private_reads and not op.public)
     if secured:
         errors.add("401")

@@ -145,3 +145,75 @@ async def test_every_route_has_a_not_found_or_method_error(make_api: MakeApi) ->
         reply = await api.request("PATCH", path, headers=AUTH)
         assert reply.status == 405, (path, reply.body)
         assert_envelope(reply.body, "method_not_allowed")
+
+
+async def test_an_unreachable_database_is_503_with_retry_after(
+    aiohttp_client: AioClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every read route over a database that refuses connections (down, restarting): 503
+    naming the database, with Retry-After, the cause in the log only, never a 500."""
+    broken = Database.from_url("postgresql+asyncpg://nobody@127.0.0.1:1/nothing")  # port 1 refuses at once
+    try:
+        app = create_app(settings_with(), broken.sessions)
+        client = ApiClient(await aiohttp_client(app), app)
+        paths = ["/v1/artifacts?q=llama", "/v1/facets", "/v1/artifacts/1", "/v1/repos/org/name",
+                 "/v1/repos/org/name/lineage", f"/v1/files/{'a' * 64}", "/v1/crawls", "/v1/jobs"]  # fmt: skip
+        with caplog.at_level(logging.WARNING, logger="registry.api"):
+            replies = [await client.get(path) for path in paths]
+    finally:
+        await broken.dispose()
+    for path, reply in zip(paths, replies, strict=True):
+        assert reply.status == 503, (path, reply.body)
+        assert_envelope(reply.body, "unavailable")
+        assert reply.body["error"]["details"] == {"component": "database"}
+        assert reply.headers["Retry-After"] == "2"
+        assert "127.0.0.1" not in json.dumps(reply.body)
+    assert sum("catalog database unavailable" in r.getMessage() for r in caplog.records) == len(paths)
+
+
+@SQLITE_ONLY
+async def test_no_free_connection_in_time_is_503(aiohttp_client: AioClient, db_url: str) -> None:
+    """Every pooled connection busy for longer than the pool's timeout: the request is told
+    to come back (503), not failed as a server error."""
+    small = Database.from_url(db_url, pool_size=1, max_overflow=0, pool_timeout=0.2)
+    held = await small.engine.raw_connection()  # the pool's only connection, taken
+    try:
+        app = create_app(settings_with(), small.sessions)
+        client = ApiClient(await aiohttp_client(app), app)
+        busy = await client.get("/v1/artifacts")
+        held.close()
+        free = await client.get("/v1/artifacts")
+    finally:
+        await small.dispose()
+    assert busy.status == 503 and busy.headers["Retry-After"] == "2"
+    assert_envelope(busy.body, "unavailable")
+    assert free.status == 200
+
+
+def test_what_counts_as_the_database_being_unavailable() -> None:
+    import sqlite3
+
+    from sqlalchemy import exc as sa_exc
+
+    from registry.api.errors import database_unavailable
+
+    def wrapped(orig: BaseException, **kw: bool) -> sa_exc.DBAPIError:
+        return sa_exc.DBAPIError("SELECT 1", None, orig, **kw)  # type: ignore[arg-type]
+
+    class ServerError(Exception):  # a driver's error carrying PostgreSQL's SQLSTATE
+        def __init__(self, sqlstate: str) -> None:
+            super().__init__(sqlstate)
+            self.sqlstate = sqlstate
+
+    assert database_unavailable(ConnectionRefusedError(111, "refused"))
+    assert database_unavailable(wrapped(ConnectionResetError()))
+    assert database_unavailable(wrapped(Exception("gone"), connection_invalidated=True))
+    assert database_unavailable(sa_exc.TimeoutError("QueuePool limit"))
+    assert database_unavailable(wrapped(ServerError("57P03")))  # the server is starting up
+    assert database_unavailable(wrapped(ServerError("53300")))  # too many connections
+    assert database_unavailable(wrapped(sqlite3.OperationalError("database is locked")))
+    # failures of the request or of the code: still 500s
+    assert not database_unavailable(wrapped(ServerError("42P01")))  # no such table
+    assert not database_unavailable(wrapped(sqlite3.OperationalError("no such table: repos")))
+    assert not database_unavailable(RuntimeError("boom"))
+    assert not database_unavailable(wrapped(Exception("syntax")))
