@@ -273,7 +273,8 @@ class ReadConnection:
 
     @classmethod
     async def open(cls, session: ReadSession, raw: Any) -> ReadConnection:
-        """A connection on `raw` with its snapshot begun; `raw` goes back if that fails."""
+        """A connection on `raw` with its snapshot begun; if that fails, `raw` goes back to
+        the pool (SQLite) or is closed and dropped from it (PostgreSQL)."""
         raise NotImplementedError
 
     async def execute(self, statement: Any, parameters: Mapping[str, Any] | None = None) -> Any:
