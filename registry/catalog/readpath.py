@@ -82,7 +82,7 @@ _UNREAD = object()  # a shape's column types before its first rows
 class _Shape:
     """One compiled SELECT: its SQL, how to bind values, how to read rows."""
 
-    __slots__ = ("binds", "coltypes", "compiled", "expands", "positions", "processed", "row_type", "sql")
+    __slots__ = ("binds", "coltypes", "compiled", "described", "expands", "positions", "processed", "row_type", "sql")
 
     def __init__(self, compiled: Any) -> None:
         self.compiled = compiled
@@ -94,6 +94,7 @@ class _Shape:
         self.row_type = _row_type(tuple(c.keyname for c in compiled._result_columns))
         # computed at the first rows: PostgreSQL's processors depend on the types it describes
         self.coltypes: object = _UNREAD
+        self.described: object = _UNREAD  # the driver's description the processors were chosen for
         self.processed: list[tuple[int, Any]] = []
 
     def _processors(self, coltypes: tuple[Any, ...] | None) -> list[tuple[int, Any]]:
@@ -124,10 +125,15 @@ class _Shape:
             binds = {**binds, **expanded.processors}
         return sql, tuple(binds[k](params[k]) if k in binds else params[k] for k in positions)
 
-    def read(self, raw: Sequence[Sequence[Any]], coltypes: tuple[Any, ...] | None = None) -> list[Any]:
-        """Rows from the driver's; `coltypes` as the driver described the columns, if it does."""
-        if coltypes != self.coltypes:  # PostgreSQL's first rows of this shape (or a changed column)
-            self.processed, self.coltypes = self._processors(coltypes), coltypes
+    def read(self, raw: Sequence[Sequence[Any]], described: Sequence[Any] | None = None) -> list[Any]:
+        """Rows from the driver's. `described`: the driver's description of the columns, if it
+        gives one (asyncpg's attributes, kept with its prepared statement: the same object
+        for every run of it), whose types' oids choose PostgreSQL's processors."""
+        if described is not self.described:  # the first rows of this SQL, or it was prepared anew
+            coltypes = None if described is None else tuple(a.type.oid for a in described)
+            if coltypes != self.coltypes:
+                self.processed, self.coltypes = self._processors(coltypes), coltypes
+            self.described = described
         make, processed = self.row_type, self.processed
         if not processed:
             return [make(r) for r in raw]
@@ -352,12 +358,10 @@ class _PostgresConnection(ReadConnection):
             transaction = adapt._connection.transaction(isolation="repeatable_read", readonly=True)
             await transaction.start()
         except BaseException as error:
-            if not isinstance(error, Exception):
-                await _discard(raw)
+            failure = await _discarded(raw, session.bind.dialect, "BEGIN", error)
+            if failure is error:
                 raise
-            translated, lost = _translated(adapt, session.bind.dialect, "BEGIN", (), error)
-            await _discard(raw, translated if lost else None)
-            raise translated from error
+            raise failure from error
         return cls(session, raw, transaction)
 
     async def _run(self, shape: _Shape, sql: str, args: tuple[Any, ...]) -> list[Any]:
@@ -374,7 +378,7 @@ class _PostgresConnection(ReadConnection):
         except BaseException:
             self._broken = True  # cancelled mid-statement: what the connection is doing is unknown
             raise
-        return shape.read(raw, tuple(a.type.oid for a in attributes) if attributes else None)
+        return shape.read(raw, attributes or None)
 
     async def close(self) -> None:
         raw, self._raw = self._raw, None
@@ -386,12 +390,10 @@ class _PostgresConnection(ReadConnection):
         try:
             await self._transaction.rollback()
         except BaseException as error:
-            if not isinstance(error, Exception):
-                await _discard(raw)
+            failure = await _discarded(raw, self.dialect, "ROLLBACK", error)
+            if failure is error:
                 raise
-            translated, lost = _translated(self._adapt, self.dialect, "ROLLBACK", (), error)
-            await _discard(raw, translated if lost else None)
-            raise translated from error
+            raise failure from error
         raw.close()  # back to the pool; its reset finds no transaction of the adapter's to end
 
 
@@ -406,6 +408,18 @@ async def _discard(raw: Any, lost: BaseException | None = None) -> None:
         await greenlet_spawn(raw.invalidate)
     else:
         await greenlet_spawn(raw._pool._invalidate, raw, lost)
+
+
+async def _discarded(raw: Any, dialect: Any, sql: str, error: BaseException) -> BaseException:
+    """After `error` at `sql` (a BEGIN or ROLLBACK of the connection's own), the connection
+    is in no known state: discard it, and answer what to raise (SQLAlchemy's error for a
+    driver's; a cancellation as it is)."""
+    if not isinstance(error, Exception):
+        await _discard(raw)
+        return error
+    translated, lost = _translated(raw.dbapi_connection, dialect, sql, (), error)
+    await _discard(raw, translated if lost else None)
+    return translated
 
 
 def _translated(adapt: Any, dialect: Any, sql: str, args: tuple[Any, ...], error: Exception) -> tuple[Exception, bool]:
