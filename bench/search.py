@@ -33,7 +33,15 @@ from sqlalchemy import func, insert, make_url, select, text
 from registry.catalog import lineage, migrate
 from registry.catalog.db import Database, create_engine
 from registry.catalog.models import Artifact, Facts, LineageEdge, QuantMix, Repo, Shard
-from registry.catalog.search import SearchQuery, facets, search
+from registry.catalog.search import (
+    FACET_NAMES,
+    FACETS,
+    MORE_FACETS,
+    SearchQuery,
+    count_facets,
+    facets,
+    search,
+)
 from registry.catalog.services import size_bucket
 from registry.gguf.facts_model import modality_mask
 from registry.safety.capabilities import mask as capability_mask
@@ -41,6 +49,7 @@ from registry.safety.capabilities import mask as capability_mask
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "bench"
 TARGET_MS = 50.0
+MORE = tuple(MORE_FACETS)
 POPULAR = "meta-llama/Llama-3.1-8B"
 
 ARCHITECTURES = [("llama", 40), ("qwen2", 20), ("gemma2", 8), ("mistral", 6), ("phi3", 5), ("qwen3", 5),
@@ -324,10 +333,10 @@ async def queries(db: Database) -> list[tuple[str, Callable[[], Awaitable[Any]]]
 
         return call
 
-    def faceting(q: SearchQuery) -> Callable[[], Awaitable[Any]]:
+    def faceting(q: SearchQuery, names: tuple[str, ...] = FACETS) -> Callable[[], Awaitable[Any]]:
         async def call() -> Any:
             async with db.sessions() as session:
-                return await facets(session, q)
+                return await facets(session, q, names)
 
         return call
 
@@ -442,17 +451,38 @@ async def queries(db: Database) -> list[tuple[str, Callable[[], Awaitable[Any]]]
         ("facets: text 'instruct'", faceting(SearchQuery(text="instruct"))),
         ("facets: fits 8 GiB at 32K", faceting(SearchQuery(max_memory=8 << 30, memory_context=32768))),
         ("facets: drafts for the biggest llama", faceting(SearchQuery(draft_for=big_llama))),
+        ("facets: kind, verification, capability", faceting(SearchQuery(), MORE)),
+        ("facets: all seven, capability=tools", faceting(SearchQuery(capability="tools"), FACET_NAMES)),
     ]
     # fmt: on
 
 
-async def measure(db: Database, runs: int) -> list[tuple[str, float, float]]:
+def recounts(db: Database) -> list[tuple[str, Callable[[], Awaitable[Any]]]]:
+    """Facet counts taken afresh, as after every commit (the queries above find them kept)."""
+
+    def counting(q: SearchQuery, names: tuple[str, ...]) -> Callable[[], Awaitable[Any]]:
+        async def call() -> Any:
+            async with db.sessions() as session:
+                return await count_facets(session, q, names)
+
+        return call
+
+    filters = {"no filter": SearchQuery(), "architecture=llama": SearchQuery(architecture="llama"),
+               "capability=tools": SearchQuery(capability="tools"), "text 'instruct'": SearchQuery(text="instruct"),
+               "author=bartowski": SearchQuery(author="bartowski")}  # fmt: skip
+    return [(f"{name}: {label}", counting(q, names)) for name, q in filters.items()
+            for label, names in (("default", FACETS), (",".join(MORE), MORE))]  # fmt: skip
+
+
+async def measure(
+    db: Database, runs: int, calls: list[tuple[str, Callable[[], Awaitable[Any]]]]
+) -> list[tuple[str, float, float]]:
     # As `registry serve` does after start-up: long-lived objects are frozen so that full
     # collections do not walk them (they, not the queries, made the slowest runs slow).
     gc.collect()
     gc.freeze()
     results = []
-    for name, call in await queries(db):
+    for name, call in calls:
         for _ in range(3):
             await call()
         times = []
@@ -466,14 +496,14 @@ async def measure(db: Database, runs: int) -> list[tuple[str, float, float]]:
     return results
 
 
-def report(dialect: str, rows: list[tuple[str, float, float]], extra: str) -> bool:
+def report(dialect: str, rows: list[tuple[str, float, float]], extra: str, *, target: bool = True) -> bool:
     print(f"\n{dialect} ({extra})")
-    print(f"  {'query':<38} {'p50 ms':>8} {'p99 ms':>8}")
+    print(f"  {'query':<50} {'p50 ms':>8} {'p99 ms':>8}")
     ok = True
     for name, p50, p99 in rows:
-        flag = "" if p99 < TARGET_MS else "  over target"
+        flag = "" if p99 < TARGET_MS or not target else "  over target"
         ok = ok and not flag
-        print(f"  {name:<38} {p50:8.2f} {p99:8.2f}{flag}")
+        print(f"  {name:<50} {p50:8.2f} {p99:8.2f}{flag}")
     return ok
 
 
@@ -518,11 +548,15 @@ async def run(args: argparse.Namespace) -> int:
         print(f"preparing {dialect} ...", file=sys.stderr)
         db = await prepare(url, args)
         try:
-            results = await measure(db, args.runs)
+            results = await measure(db, args.runs, await queries(db))
+            fresh = await measure(db, max(5, args.runs // 10), recounts(db))
         finally:
             await db.dispose()
         extra = f"{args.artifacts:,} artifacts, {args.repos:,} repos, {args.runs} runs per query"
         all_ok = report(dialect, results, extra) and all_ok
+        report(f"{dialect}, facet counts taken afresh", fresh,
+               f"once per filter set after each commit, not held to the target; {max(5, args.runs // 10)} runs",
+               target=False)  # fmt: skip
     print(f"\ntarget p99 < {TARGET_MS:.0f} ms on every query: {'met' if all_ok else 'MISSED'}")
     return 0 if all_ok else 1
 

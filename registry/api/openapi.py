@@ -97,7 +97,7 @@ def operations(api: ApiSettings) -> list[Operation]:
                   ok_schema="Artifact", query=artifacts.DETAIL_PARAMS,
                   path_params=(("id", _ID, "Artifact id."),), errors=("404", "501")),
         Operation("get", "/v1/facets", "facets", "Counts per facet under the given filters.", "artifacts",
-                  ok_schema="Facets", query=artifacts.FILTER_PARAMS, errors=("404",)),
+                  ok_schema="Facets", query=(*artifacts.FILTER_PARAMS, artifacts.FACETS_PARAM), errors=("404",)),
         Operation("get", "/v1/repos/{org}/{name}", "get_repo",
                   "A repo with its artifacts and direct lineage edges.", "repos",
                   ok_schema="RepoDetail", path_params=_REPO_PATH, errors=("308", "404")),

@@ -304,7 +304,13 @@ FACET_COUNTS: Schema = {**COUNTS, "description": "Artifacts per value, in the sp
                         "`unknown`: no value."}
 FACETS = obj({
     "facets": obj({"architecture": FACET_COUNTS, "license": FACET_COUNTS, "file_type": FACET_COUNTS,
-                   "size_bucket": COUNTS}),
+                   "size_bucket": COUNTS, "kind": COUNTS,
+                   "capability": {**COUNTS, "description": "Artifacts per capability of their chat templates; "
+                                  "one counts under each it has."},
+                   "verification": {**COUNTS, "description": "Artifacts per status of their latest verification; "
+                                    "`unknown`: never verified."}},
+                  required=[]) | {"description": "The facets asked for (`facets`), in that order; by default "
+                                                 "architecture, license, file_type and size_bucket."},
     "filters": {**ANY_OBJECT, "description": "The filters the counts were taken under, as applied: architecture, license, file type and size label in the spelling the facets show."},
 })  # fmt: skip
 

@@ -51,7 +51,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Engine
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute, aliased
 
 from registry.catalog import search_index
@@ -143,7 +143,16 @@ SORTS: dict[str, tuple[InstrumentedAttribute[Any] | None, bool]] = {
     "memory": (None, False),
 }
 SORT_ALIASES = {"modified": "last_modified", "params": "parameter_count", "size": "file_size"}
-FACETS = ("architecture", "license", "file_type", "size_bucket")
+FACETS = ("architecture", "license", "file_type", "size_bucket")  # what facets() counts unless asked otherwise
+# Counted only when asked for: columns outside the covering facet indexes. A capability is
+# a bit of a mask, so an artifact counts once under each capability its templates have.
+# In the order of their covering index's columns, the order they are grouped in.
+MORE_FACETS = {
+    "kind": Artifact.kind,
+    "verification": Artifact.verification_status,
+    "capability": Artifact.chat_template_capabilities,
+}
+FACET_NAMES = (*FACETS, *MORE_FACETS)
 # An author: the owner part of repo ids, a user or organisation name as the hub allows it
 # (the one crawl requests take too); `local` for the catalog's local folders.
 AUTHOR_PATTERN = REPO_PART
@@ -1186,27 +1195,49 @@ def _item(row: Sequence[Any], memory_context: int) -> SearchItem:
     return SearchItem(*fields)
 
 
-async def facets(session: AsyncSession, q: SearchQuery) -> dict[str, dict[str, int]]:
-    """Counts per architecture, license, file type and size bucket under the query's filters,
-    each value in its folded spelling (case variants of one value count together).
+async def facets(
+    session: AsyncSession, q: SearchQuery, names: Sequence[str] = FACETS
+) -> dict[str, dict[str, int]]:
+    """Counts per value of each facet named (`FACET_NAMES`; by default architecture, license,
+    file type and size bucket) under the query's filters, each value in its folded spelling
+    (case variants of one value count together), the facets in the order named.
 
     PostgreSQL: one scan with GROUPING SETS; SQLite has none (see `_sqlite_facet_rows`).
     NULL counts as "unknown", together with a value so named (the hub's license list has
-    `unknown`). The counts are kept per filter set until the next commit to a SQLite file
-    (see `FileMemo`), or on PostgreSQL until a transaction that wrote ends (see
-    `SnapshotMemo`): a browsing UI asks for the same few facet sets on every page, and the
-    unfiltered ones read the whole catalog.
+    `unknown`); except capabilities, where an artifact counts under each one it has and
+    nowhere when it has none or was not probed. The counts are kept per filter set until
+    the next commit to a SQLite file (see `FileMemo`), or on PostgreSQL until a transaction
+    that wrote ends (see `SnapshotMemo`): a browsing UI asks for the same few facet sets on
+    every page, and the unfiltered ones read the whole catalog.
     """
+    names = facet_names(names)
     q = await _resolved(session, _normalised(q))
     # The generation is read before counting: a commit meanwhile makes the entry stale.
     memo, generation = await memo_generation(session)
-    if memo is None:
-        return await _count_facets(session, q)
-    if (hit := memo.facets(q, generation)) is not None:
+    if memo is not None and (hit := memo.facets(q, generation, names)) is not None:
         return hit
-    counts = await _count_facets(session, q)
-    memo.put_facets(q, generation, counts)
-    return counts
+    counts = await _count_facets(session, q, names)
+    if memo is not None:
+        memo.put_facets(q, generation, counts)
+    return {name: counts[name] for name in names}
+
+
+async def count_facets(
+    session: AsyncSession, q: SearchQuery, names: Sequence[str] = FACETS
+) -> dict[str, dict[str, int]]:
+    """`facets` counted afresh, past the memo: what a request pays once after each commit."""
+    names = facet_names(names)
+    counts = await _count_facets(session, await _resolved(session, _normalised(q)), names)
+    return {name: counts[name] for name in names}
+
+
+def facet_names(names: Sequence[str]) -> tuple[str, ...]:
+    """The facets named, each once, in order; an unknown or no name: InvalidQuery."""
+    unknown = [n for n in names if n not in FACET_NAMES]
+    if unknown or not names:
+        what = f"unknown facet {unknown[0]!r}" if unknown else "no facet named"
+        raise InvalidQuery(what, parameter="facets", allowed=list(FACET_NAMES))
+    return tuple(dict.fromkeys(names))
 
 
 async def memo_generation(session: AsyncSession) -> tuple[_MemoEntries | None, object]:
@@ -1219,27 +1250,53 @@ async def memo_generation(session: AsyncSession) -> tuple[_MemoEntries | None, o
     return None, None
 
 
-async def _count_facets(session: AsyncSession, q: SearchQuery) -> dict[str, dict[str, int]]:
+async def _count_facets(
+    session: AsyncSession, q: SearchQuery, names: tuple[str, ...]
+) -> dict[str, dict[str, int]]:
     where = (await _filters(session, q, all_matches=True)).where
-    out: dict[str, dict[str, int]] = {name: {} for name in FACETS}
-    columns = [getattr(Artifact, name) for name in FACETS]
-    if session.get_bind().dialect.name == "postgresql":
-        await (await session.connection()).execute(_CUSTOM_PLANS)
-        flags = [func.grouping(c) for c in columns]
-        stmt = select(*flags, *columns, func.count()).where(*where)
-        stmt = stmt.group_by(func.grouping_sets(*(tuple_(c) for c in columns)))
-        for row in (await (await session.connection()).execute(stmt)).all():
-            i = list(row[: len(FACETS)]).index(0)  # the facet this row groups by
-            counts, key = out[FACETS[i]], _facet_key(row[len(FACETS) + i])
-            counts[key] = counts.get(key, 0) + row[-1]  # NULL and a value named "unknown"
-    else:
-        for facet, value, n in await _sqlite_facet_rows(session, q, where, columns):
-            counts = out[facet]
-            key = _facet_key(value)
-            counts[key] = counts.get(key, 0) + n
-    return {
-        name: dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))) for name, counts in out.items()
-    }
+    out: dict[str, dict[str, int]] = {name: {} for name in FACET_NAMES}
+    connection = await session.connection()
+    postgres = session.get_bind().dialect.name == "postgresql"
+    if postgres:
+        await connection.execute(_CUSTOM_PLANS)
+    if base := any(name in FACETS for name in names):
+        columns = [getattr(Artifact, name) for name in FACETS]
+        if postgres:
+            flags = [func.grouping(c) for c in columns]
+            stmt = select(*flags, *columns, func.count()).where(*where)
+            stmt = stmt.group_by(func.grouping_sets(*(tuple_(c) for c in columns)))
+            for row in (await connection.execute(stmt)).all():
+                i = list(row[: len(FACETS)]).index(0)  # the facet this row groups by
+                counts, key = out[FACETS[i]], _facet_key(row[len(FACETS) + i])
+                counts[key] = counts.get(key, 0) + row[-1]  # NULL and a value named "unknown"
+        else:
+            for facet, value, n in await _sqlite_facet_rows(session, q, where, columns):
+                counts = out[facet]
+                key = _facet_key(value)
+                counts[key] = counts.get(key, 0) + n
+    if more := [name for name in MORE_FACETS if name in names]:
+        await _count_more_facets(connection, where, more, out)
+    # Every facet counted, the four of the covering indexes together even when fewer were asked for.
+    counted = [name for name in FACET_NAMES if (name in FACETS and base) or name in more]
+    return {name: dict(sorted(out[name].items(), key=lambda kv: (-kv[1], kv[0]))) for name in counted}
+
+
+async def _count_more_facets(
+    connection: AsyncConnection, where: list[ColumnElement[bool]], names: list[str], out: dict[str, dict[str, int]]
+) -> None:
+    """The `MORE_FACETS` named, from one GROUP BY over their columns together: kinds,
+    capability masks and verification statuses are few, so their combinations are too."""
+    columns = [MORE_FACETS[name] for name in names]
+    stmt = select(*columns, func.count()).select_from(Artifact).where(*where).group_by(*columns)
+    for *values, n in await connection.execute(stmt):
+        for name, value in zip(names, values, strict=True):
+            counts = out[name]
+            if name == "capability":
+                for capability in from_mask(value) if value is not None else ():
+                    counts[capability] = counts.get(capability, 0) + n
+            else:
+                key = _facet_key(value)
+                counts[key] = counts.get(key, 0) + n
 
 
 class _MemoEntries:
@@ -1256,15 +1313,20 @@ class _MemoEntries:
         self._families: OrderedDict[tuple[str, int], tuple[object, str | list[int]]] = OrderedDict()
         self._family_size = 0
 
-    def facets(self, q: SearchQuery, generation: object) -> dict[str, dict[str, int]] | None:
+    def facets(self, q: SearchQuery, generation: object, names: Sequence[str]) -> dict[str, dict[str, int]] | None:
+        """The counts of the facets named, if all were found in this generation."""
         found = self._facets.get(q)
-        if found is None or found[0] != generation:
+        if found is None or found[0] != generation or any(name not in found[1] for name in names):
             return None
         self._facets.move_to_end(q)
-        return {name: dict(counts) for name, counts in found[1].items()}  # callers may change theirs
+        return {name: dict(found[1][name]) for name in names}  # callers may change theirs
 
     def put_facets(self, q: SearchQuery, generation: object, counts: dict[str, dict[str, int]]) -> None:
-        self._facets[q] = (generation, {name: dict(c) for name, c in counts.items()})
+        """Keep these counts, with those of other facets found in the same generation."""
+        kept = self._facets.get(q)
+        merged = dict(kept[1]) if kept is not None and kept[0] == generation else {}
+        merged.update({name: dict(c) for name, c in counts.items()})
+        self._facets[q] = (generation, merged)
         self._facets.move_to_end(q)
         while len(self._facets) > self.FACET_ENTRIES:
             self._facets.popitem(last=False)
@@ -1484,4 +1546,7 @@ def _facet_key(value: str | None) -> str:
     return value if value is not None else "unknown"
 
 
-__all__ = ["SearchItem", "SearchPage", "SearchQuery", "decode_cursor", "encode_cursor", "facets", "search"]
+__all__ = [
+    "FACETS", "FACET_NAMES", "MORE_FACETS", "SearchItem", "SearchPage", "SearchQuery", "count_facets", "decode_cursor",
+    "encode_cursor", "facet_names", "facets", "search",
+]  # fmt: skip

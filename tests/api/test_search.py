@@ -221,6 +221,30 @@ async def test_facets_count_under_the_filters(api: ApiClient) -> None:
     assert bad.status == 400 and bad.body["error"]["details"]["parameter"] == "sort"
 
 
+async def test_facets_asked_for(api: ApiClient) -> None:
+    """`facets` names the facets to count, in the order the answer lists them."""
+    default = (await api.get("/v1/facets")).body["facets"]
+    assert list(default) == ["architecture", "license", "file_type", "size_bucket"]
+    reply = await api.get("/v1/facets?facets=verification,kind,architecture,kind")
+    assert reply.status == 200, reply.body
+    assert list(reply.body["facets"]) == ["verification", "kind", "architecture"]
+    assert reply.body["facets"]["architecture"] == default["architecture"]
+    assert reply.body["facets"]["kind"] == {"model": INDEXED_ARTIFACTS}
+    assert reply.body["facets"]["verification"] == {"unknown": INDEXED_ARTIFACTS}
+    assert "facets" not in reply.body["filters"]
+    # Not probed: no capability to count under.
+    assert (await api.get("/v1/facets?facets=capability")).body["facets"] == {"capability": {}}
+    for bad, message in (("size", "unknown facet 'size'"), ("kind,,license", "unknown facet ''"),
+                         (" ", "must not be empty"), ("x" * 129, "longer than 128")):  # fmt: skip
+        reply = await api.get("/v1/facets", params={"facets": bad})
+        assert reply.status == 400, bad
+        error = reply.body["error"]
+        assert error["details"]["parameter"] == "facets" and message in error["message"], error
+    allowed = (await api.get("/v1/facets?facets=size")).body["error"]["details"]["allowed"]
+    assert allowed == ["architecture", "license", "file_type", "size_bucket", "kind", "verification", "capability"]
+    assert (await api.get("/v1/artifacts?facets=kind")).status == 400  # a parameter of /v1/facets only
+
+
 async def test_facets_count_case_variants_together(api: ApiClient, insert: Callable[..., Awaitable[None]]) -> None:
     """A file that writes its values in other cases counts with the others; its page keeps
     the file's own spelling in `facts`."""

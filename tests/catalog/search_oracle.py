@@ -393,14 +393,20 @@ class Oracle:
         ordered += sorted(last, key=lambda r: int(r.item["id"]), reverse=descending)
         return [{**r.item, "memory": r.memory_item(q.memory_context)} for r in ordered]
 
-    def facets(self, q: SearchQuery) -> dict[str, list[tuple[str, int]]]:
-        """Counts per facet value (None as "unknown"), most first, then by value."""
+    def facets(self, q: SearchQuery, names: Sequence[str] = FACETS) -> dict[str, list[tuple[str, int]]]:
+        """Counts per facet value (None as "unknown"), most first, then by value; an
+        artifact under each capability it has, and under none when it has none."""
         matched = self.matches(q)
         out = {}
-        for name in FACETS:
-            values = Counter(
-                (r.size_bucket if name == "size_bucket" else r.item[name]) or "unknown" for r in matched
-            )
+        for name in names:
+            values: Counter[str] = Counter()
+            for r in matched:
+                if name == "capability":
+                    values.update(r.capabilities or ())
+                elif name == "size_bucket":
+                    values[r.size_bucket or "unknown"] += 1
+                else:
+                    values[r.item[name] or "unknown"] += 1
             out[name] = sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))
         return out
 

@@ -82,6 +82,17 @@ async def test_kinds_are_stored_filtered_and_shown(db: Database, models: Path) -
         assert (await search(session, SearchQuery(kind="model", architecture="clip"))).items == []
         counts = await facets(session, SearchQuery(kind="model"))
         assert counts["architecture"] == {"llama": 1}
+        # Counted on request: one file of each kind; the unreadable file has none.
+        counts = await facets(session, SearchQuery(), ("kind",))
+        assert counts == {"kind": {k: 1 for k in sorted(KINDS)}}
+        counts = await facets(session, SearchQuery(status="all"), ("kind", "verification"))
+        assert counts == {"kind": {**{k: 1 for k in sorted(KINDS)}, "unknown": 1}, "verification": {"unknown": 6}}
+        # SmolLM2's chat template is the only one: its capabilities count once each.
+        [smol] = (await search(session, SearchQuery(kind="model"))).items
+        assert smol.chat_template_capabilities
+        counts = await facets(session, SearchQuery(), ("capability", "architecture"))
+        assert counts["capability"] == dict.fromkeys(sorted(smol.chat_template_capabilities), 1)
+        assert counts["architecture"] == {"llama": 4, "clip": 1}
         with pytest.raises(InvalidQuery) as info:
             await search(session, SearchQuery(kind="adapter"))
         assert info.value.details == {"parameter": "kind", "allowed": list(KINDS)}
@@ -101,6 +112,10 @@ async def test_api_kind(api: ApiClient) -> None:
     assert detail.body["kind"] == "lora" and detail.body["facts"]["kind"] == "lora"
     facet = await api.get("/v1/facets?kind=mmproj")
     assert facet.status == 200 and facet.body["facets"]["architecture"] == {"clip": 1}
+    kinds = await api.get("/v1/facets?facets=kind,license&architecture=llama")
+    assert kinds.status == 200 and list(kinds.body["facets"]) == ["kind", "license"]
+    assert kinds.body["facets"]["kind"] == {"imatrix": 1, "lora": 1, "model": 1, "vocab": 1}
+    assert kinds.body["filters"] == {"architecture": "llama", "status": "indexed"}
     bad = await api.get("/v1/artifacts?kind=adapter")
     assert bad.status == 400 and bad.body["error"]["details"]["parameter"] == "kind"
 

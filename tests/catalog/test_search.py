@@ -784,10 +784,10 @@ async def test_facet_counts_are_kept_until_a_write_and_never_miss_one_in_flight(
     counted = 0
     count_facets = search_module._count_facets
 
-    async def counting(session: Any, q: SearchQuery) -> dict[str, dict[str, int]]:
+    async def counting(session: Any, q: SearchQuery, names: tuple[str, ...]) -> dict[str, dict[str, int]]:
         nonlocal counted
         counted += 1
-        return await count_facets(session, q)
+        return await count_facets(session, q, names)
 
     monkeypatch.setattr(search_module, "_count_facets", counting)
 
@@ -810,6 +810,15 @@ async def test_facet_counts_are_kept_until_a_write_and_never_miss_one_in_flight(
     assert "phi3" not in during and after["phi3"] == 1
     settled = counted
     assert await architectures() == after and counted == settled
+    # Facets counted on request join those kept; asked again, in any order, none is recounted.
+    async with catalog.sessions() as session:
+        kinds = await facets(session, SearchQuery(), ("kind", "verification"))
+        assert counted == settled + 1 and kinds["kind"] == {"model": sum(after.values())}
+        both = await facets(session, SearchQuery(), ("verification", "architecture", "kind"))
+        assert both == {"verification": kinds["verification"], "architecture": after, "kind": kinds["kind"]}
+        assert counted == settled + 1
+        await facets(session, SearchQuery(), ("capability",))
+        assert counted == settled + 2
 
 
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)  # SQLite reads PRAGMA data_version

@@ -161,11 +161,36 @@ async def search_artifacts(request: web.Request) -> web.Response:
     return page_response(request, items, page.next_cursor, args["limit"])
 
 
+_ONE_FACET = f"({'|'.join(catalog_search.FACET_NAMES)})"
+MAX_FACET_LIST = 128
+
+
+def _facet_list(name: str, raw: str) -> tuple[str, ...]:
+    wanted = [n.strip() for n in text(MAX_FACET_LIST)(name, raw).split(",")]
+    allowed = list(catalog_search.FACET_NAMES)
+    if unknown := [n for n in wanted if n not in allowed]:
+        raise InvalidParameter(name, f"unknown facet {unknown[0]!r}: {name} names some of {', '.join(allowed)}",
+                               allowed=allowed)  # fmt: skip
+    return catalog_search.facet_names(wanted)
+
+
+FACETS_PARAM = Param(
+    "facets", _facet_list,
+    {"type": "string", "maxLength": MAX_FACET_LIST, "pattern": f"^{_ONE_FACET}(,{_ONE_FACET})*$"},
+    "The facets to count, comma-separated, in the order the answer lists them. Besides the four counted by "
+    "default: `kind` (what the file is), `capability` (what its chat templates can do: an artifact counts under "
+    "each one it has, and nowhere when it has none or was not probed) and `verification` (its latest "
+    "verification's status; `unknown`: never verified).",
+    default=catalog_search.FACETS, default_doc=",".join(catalog_search.FACETS),
+)  # fmt: skip
+
+
 @routes.get("/v1/facets", name="facets")
 async def facets(request: web.Request) -> web.Response:
-    args = parse_query(request, FILTER_PARAMS)
+    args = parse_query(request, (*FILTER_PARAMS, FACETS_PARAM))
+    names = args.pop("facets")
     async with read_session(request) as session:
-        counts = await catalog_search.facets(session, _query(args))
+        counts = await catalog_search.facets(session, _query(args), names)
     # As applied: the folded filters are the facet keys they select (`Mit` -> `mit`).
     filters = folded({name: value for name, value in args.items() if value is not None})
     if "author" in filters:
