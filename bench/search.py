@@ -469,7 +469,9 @@ def recounts(db: Database) -> list[tuple[str, Callable[[], Awaitable[Any]]]]:
 
     filters = {"no filter": SearchQuery(), "architecture=llama": SearchQuery(architecture="llama"),
                "capability=tools": SearchQuery(capability="tools"), "text 'instruct'": SearchQuery(text="instruct"),
-               "author=bartowski": SearchQuery(author="bartowski")}  # fmt: skip
+               "author=bartowski": SearchQuery(author="bartowski"), "kind=model": SearchQuery(kind="model"),
+               "with projector": SearchQuery(with_projector=True),
+               "fits 8 GiB at 32K": SearchQuery(max_memory=8 << 30, memory_context=32768)}  # fmt: skip
     return [(f"{name}: {label}", counting(q, names)) for name, q in filters.items()
             for label, names in (("default", FACETS), (",".join(MORE), MORE))]  # fmt: skip
 
