@@ -461,7 +461,14 @@ def _add_search(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument("--all", action="store_true",
                    help="every match, page after page (--limit per page, from --cursor if given), as JSON Lines: "
                    "one hit per line, as in --json's items")  # fmt: skip
+    p.add_argument("--facets", nargs="?", const=_DEFAULT_FACETS, metavar="NAMES",
+                   help="count the matches per value instead of listing them, as GET /v1/facets does: per "
+                   f"{_DEFAULT_FACETS.replace(',', ', ')}, or the facets named (comma-separated), those and kind, "
+                   "verification, capability; with --json: {\"facets\": {name: {value: count}}}")  # fmt: skip
     return "search", _cmd_search
+
+
+_DEFAULT_FACETS = "architecture,license,file_type,size_bucket"  # catalog.search.FACETS (not imported at start-up)
 
 
 def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
@@ -469,8 +476,11 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     import json
 
     from registry.catalog.db import Database
-    from registry.catalog.search import SearchQuery, search
+    from registry.catalog.search import SearchQuery, facets, search
 
+    if args.facets is not None and (args.all or args.cursor):
+        print("registry: search: --facets counts every match: it takes no --all or --cursor", file=sys.stderr)
+        return EXIT_USAGE
     query = SearchQuery(
         text=args.text, author=args.author, repo=args.repo, architecture=args.architecture, license=args.license, file_type=args.file_type,
         tensor_type=args.tensor_type, min_params=args.min_params, max_params=args.max_params,
@@ -496,10 +506,22 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
                 return EXIT_OK
             q = dataclasses.replace(q, cursor=page.next_cursor)
 
+    async def counts(db: Database) -> int:
+        names = [name.strip() for name in args.facets.split(",")]
+        async with db.sessions() as session:
+            found = await facets(session, query, names)
+        if args.json:
+            print(json.dumps({"facets": found}, ensure_ascii=False))
+        else:
+            sys.stdout.write(_facets_table(found))
+        return EXIT_OK
+
     async def work() -> int:
         async with Database.from_settings(settings) as db:
             if not await _catalog_set_up(db, "search"):
                 return EXIT_ERROR
+            if args.facets is not None:
+                return await counts(db)
             if args.all:
                 return await every_page(db)
             async with db.sessions() as session:
@@ -545,6 +567,16 @@ def _memory(memory: dict[str, int] | None) -> str:
     tokens = memory["tokens"]
     at = f"{tokens >> 10}K" if tokens >= 1024 and tokens % 1024 == 0 else f"{tokens:,}"
     return f"{_file_size(memory['bytes']).replace(' ', '')}@{at}"
+
+
+def _facets_table(counts: dict[str, dict[str, int]]) -> str:
+    """Each facet's name, then its values with their counts, most first."""
+    out = []
+    for name, values in counts.items():
+        out.append(name.upper())
+        width = max((len(v) for v in values), default=0)
+        out += [f"  {value.ljust(width)}  {n:>9,}" for value, n in values.items()] or ["  (none)"]
+    return "\n".join(out) + "\n"
 
 
 def _search_table(items: Sequence[SearchItem]) -> str:

@@ -184,6 +184,35 @@ def test_search_filters_match_in_any_case(url: str, models: Path, capsys: pytest
     assert code == 0 and "apache-2.0" in out and "SmolLM2" in out
 
 
+def test_search_facets(url: str, models: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The sample models: SmolLM2 (llama, apache-2.0, Q4_1, 135M), gemma 3 (gemma3, gemma, Q4_K_M, 270M)."""
+    run(capsys, "index", str(models))
+    code, out, err = run(capsys, "search", "--facets")
+    assert code == 0, err
+    assert out.splitlines()[:3] == ["ARCHITECTURE", "  gemma3          1", "  llama           1"]
+    assert [line for line in out.splitlines() if not line.startswith(" ")] == [
+        "ARCHITECTURE", "LICENSE", "FILE_TYPE", "SIZE_BUCKET"]  # fmt: skip
+    code, out, _ = run(capsys, "search", "--facets", "kind,file_type", "--status", "all", "--json")
+    assert code == 0
+    assert json.loads(out) == {"facets": {"kind": {"model": 2, "unknown": 1}, "file_type": {
+        "Q4_1": 1, "Q4_K_M": 1, "unknown": 1}}}  # fmt: skip
+    code, out, _ = run(capsys, "search", "--facets", "license", "--architecture", "LLAMA", "--json")
+    assert json.loads(out) == {"facets": {"license": {"apache-2.0": 1}}}
+    code, out, _ = run(capsys, "search", "--facets", "verification,capability", "--kind", "vocab")
+    assert out == "VERIFICATION\n  (none)\nCAPABILITY\n  (none)\n"
+    code, _, err = run(capsys, "search", "--facets", "kind,sizes")
+    assert code == 2 and "invalid_query: unknown facet 'sizes'" in err
+    code, _, err = run(capsys, "search", "--facets", "--all")
+    assert code == 2 and "--facets" in err
+
+
+def test_search_facets_default_is_the_catalogs() -> None:
+    from registry import cli
+    from registry.catalog.search import FACETS
+
+    assert ",".join(FACETS) == cli._DEFAULT_FACETS
+
+
 def test_search_errors(url: str, models: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "search")
     assert code == 1 and "registry db upgrade" in err
