@@ -1219,11 +1219,26 @@ async def facets(
     q = await _resolved(session, _normalised(q))
     # The generation is read before counting: a commit meanwhile makes the entry stale.
     memo, generation = await memo_generation(session)
-    if memo is not None and (hit := memo.facets(q, generation, names)) is not None:
+    if memo is None:
+        counts = await _count_facets(session, q, names)
+        return {name: counts[name] for name in names}
+    if (hit := memo.facets(q, generation, names)) is not None:
         return hit
-    counts = await _count_facets(session, q, names)
-    if memo is not None:
-        memo.put_facets(q, generation, counts)
+    # After a commit, every request for the same counts would count them at once (a browsing
+    # UI's clients, each page): those arriving while one counts wait for its answer instead.
+    if (counting := memo.counting(q, generation, names)) is not None:
+        shared = await asyncio.shield(counting)
+        if shared is not None:
+            return {name: dict(shared[name]) for name in names}
+        # it failed or was cancelled: count here
+    key = memo.start_counting(q, generation, _counted(names))
+    try:
+        counts = await _count_facets(session, q, names)
+    except BaseException:
+        memo.end_counting(q, key, None)
+        raise
+    memo.put_facets(q, generation, counts)
+    memo.end_counting(q, key, counts)
     return {name: counts[name] for name in names}
 
 
@@ -1278,7 +1293,7 @@ async def _count_facets(
     connection = await session.connection()
     if postgres:
         await connection.execute(_CUSTOM_PLANS)
-    if base := any(name in FACETS for name in names):
+    if any(name in FACETS for name in names):
         columns = [getattr(Artifact, name) for name in FACETS]
         if postgres:
             flags = [func.grouping(c) for c in columns]
@@ -1295,9 +1310,14 @@ async def _count_facets(
                 counts[key] = counts.get(key, 0) + n
     if more := [name for name in MORE_FACETS if name in names]:
         await _count_more_facets(connection, await where(_OUTSIDE_MORE_FACETS_INDEX), more, out)
-    # Every facet counted, the four of the covering indexes together even when fewer were asked for.
-    counted = [name for name in FACET_NAMES if (name in FACETS and base) or name in more]
-    return {name: dict(sorted(out[name].items(), key=lambda kv: (-kv[1], kv[0]))) for name in counted}
+    return {name: dict(sorted(out[name].items(), key=lambda kv: (-kv[1], kv[0]))) for name in _counted(names)}
+
+
+def _counted(names: Sequence[str]) -> tuple[str, ...]:
+    """The facets `_count_facets` counts for these: the four of the covering indexes together
+    even when fewer were asked for."""
+    base = any(name in FACETS for name in names)
+    return tuple(name for name in FACET_NAMES if (name in FACETS and base) or name in names)
 
 
 async def _count_more_facets(
@@ -1329,6 +1349,9 @@ class _MemoEntries:
     def __init__(self) -> None:
         self._stats: tuple[object, object] | None = None  # (generation, the catalog's counts: stats.py)
         self._facets: OrderedDict[SearchQuery, tuple[object, dict[str, dict[str, int]]]] = OrderedDict()
+        # Counts under way: (generation, the facets counted, their answer to come). A memo
+        # serves one event loop's sessions (an engine's connections belong to one loop).
+        self._counting: dict[SearchQuery, list[tuple[object, frozenset[str], asyncio.Future[Any]]]] = {}
         self._families: OrderedDict[tuple[str, int], tuple[object, str | list[int]]] = OrderedDict()
         self._family_size = 0
 
@@ -1339,6 +1362,33 @@ class _MemoEntries:
             return None
         self._facets.move_to_end(q)
         return {name: dict(found[1][name]) for name in names}  # callers may change theirs
+
+    def counting(
+        self, q: SearchQuery, generation: object, names: Sequence[str]
+    ) -> asyncio.Future[dict[str, dict[str, int]] | None] | None:
+        """The answer of a count of these facets under way in this generation, if any:
+        the counts, or None when that count failed."""
+        loop = asyncio.get_running_loop()
+        for found, counted, future in self._counting.get(q, ()):
+            if found == generation and all(name in counted for name in names) and future.get_loop() is loop:
+                return future
+        return None
+
+    def start_counting(self, q: SearchQuery, generation: object, names: Sequence[str]) -> object:
+        """Say that these facets are being counted; the key to `end_counting` with."""
+        future: asyncio.Future[dict[str, dict[str, int]] | None] = asyncio.get_running_loop().create_future()
+        entry = (generation, frozenset(names), future)
+        self._counting.setdefault(q, []).append(entry)
+        return entry
+
+    def end_counting(self, q: SearchQuery, key: object, counts: dict[str, dict[str, int]] | None) -> None:
+        """Hand the counts (None: the count failed) to whoever waits for them."""
+        assert isinstance(key, tuple)
+        key[2].set_result(counts)
+        under_way = self._counting[q]
+        under_way.remove(key)
+        if not under_way:
+            del self._counting[q]
 
     def put_facets(self, q: SearchQuery, generation: object, counts: dict[str, dict[str, int]]) -> None:
         """Keep these counts, with those of other facets found in the same generation."""

@@ -16,6 +16,7 @@ from registry.catalog import migrate
 from registry.catalog.db import Database, create_engine
 from registry.catalog.errors import InvalidCursor, InvalidQuery
 from registry.catalog.search import (
+    FACETS,
     SORTS,
     SearchPage,
     SearchQuery,
@@ -819,6 +820,86 @@ async def test_facet_counts_are_kept_until_a_write_and_never_miss_one_in_flight(
         assert counted == settled + 1
         await facets(session, SearchQuery(), ("capability",))
         assert counted == settled + 2
+
+
+async def test_requests_for_counts_under_way_wait_for_them(catalog: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a commit, the requests asking for counts that one is taking wait for its answer
+    instead of counting too; one that asks for other facets counts them itself. A count that
+    fails or is cancelled leaves its waiters to count for themselves, never stuck."""
+    import asyncio
+
+    import registry.catalog.search as search_module
+
+    count_facets = search_module._count_facets
+    calls: list[tuple[str, ...]] = []
+    release = asyncio.Event()
+    fail: list[BaseException] = []
+
+    async def held(session: Any, q: SearchQuery, names: tuple[str, ...]) -> dict[str, dict[str, int]]:
+        calls.append(names)
+        if len(calls) == 1:
+            await release.wait()  # the first count stays under way until released
+            if fail:
+                raise fail[0]
+        return await count_facets(session, q, names)
+
+    monkeypatch.setattr(search_module, "_count_facets", held)
+
+    async def ask(*names: str) -> dict[str, dict[str, int]]:
+        async with catalog.sessions() as session:
+            return await facets(session, SearchQuery(), names or FACETS)
+
+    commits: list[str] = []
+
+    async def commit() -> None:
+        commits.append(f"new/Phi-{len(commits)}-GGUF")
+        other = Database.from_url(catalog.engine.url.render_as_string(hide_password=False))
+        try:
+            async with other.sessions() as session, session.begin():
+                await upsert_repo_snapshot(session, make_snapshot(commits[-1], artifacts=(
+                    artifact("phi.gguf", make_facts(architecture="phi3")),)))  # fmt: skip
+        finally:
+            await other.dispose()
+
+    async def settle() -> None:
+        for _ in range(20):  # let the others reach their wait
+            await asyncio.sleep(0.01)
+
+    # One counts; four more ask for the same or fewer of the four, one for `kind`.
+    await commit()
+    first = asyncio.create_task(ask())
+    await settle()
+    others = [asyncio.create_task(ask(*names)) for names in ((), (), ("license", "architecture"), ("size_bucket",))]
+    kinds = asyncio.create_task(ask("kind"))
+    await settle()
+    assert len(calls) == 2 and calls[1] == ("kind",)  # only the one asking for other facets counted
+    release.set()
+    whole = await first
+    answers = await asyncio.wait_for(asyncio.gather(*others), 60)
+    assert answers[0] == answers[1] == whole and whole["architecture"]["phi3"] == 1
+    assert answers[2] == {"license": whole["license"], "architecture": whole["architecture"]}
+    assert answers[3] == {"size_bucket": whole["size_bucket"]}
+    assert (await kinds)["kind"] == {"model": sum(whole["architecture"].values())}
+    assert len(calls) == 2
+
+    for failure in (RuntimeError("the database went away"), None):  # None: the first is cancelled
+        await commit()
+        calls.clear()
+        release.clear()
+        fail[:] = [failure] if failure is not None else []
+        first = asyncio.create_task(ask())
+        await settle()
+        waiting = [asyncio.create_task(ask()) for _ in range(3)]
+        await settle()
+        assert len(calls) == 1
+        if failure is None:
+            first.cancel()
+        release.set()
+        with pytest.raises(RuntimeError if failure is not None else asyncio.CancelledError):
+            await first
+        answers = await asyncio.wait_for(asyncio.gather(*waiting), 60)  # a hang fails, not blocks
+        assert answers[0] == answers[1] == answers[2] and answers[0]["architecture"]["phi3"] == len(commits)
+        assert 2 <= len(calls) <= 4  # the waiters counted: at least one, one each at most
 
 
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)  # SQLite reads PRAGMA data_version
