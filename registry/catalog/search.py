@@ -1292,16 +1292,13 @@ async def _count_facets(
     # as the sort by memory reads them, so a filter matching a big share of the catalog is
     # checked on a scan of the table instead of being the way in (kind=model: 88,000
     # matches fetched through the kind index took twice a scan's time).
-    plain = (await _filters(session, q, all_matches=True)).where
-    scan = plain if postgres else None
+    built: dict[bool, list[ColumnElement[bool]]] = {}  # each WHERE built once, when first needed
 
     async def where(uncovered: tuple[str, ...]) -> list[ColumnElement[bool]]:
-        nonlocal scan
-        if not any(getattr(q, name) is not None for name in uncovered):
-            return plain
-        if scan is None:
-            scan = (await _filters(session, q, sort_all=True)).where
-        return scan
+        scan = not postgres and any(getattr(q, name) is not None for name in uncovered)
+        if scan not in built:
+            built[scan] = (await _filters(session, q, all_matches=not scan, sort_all=scan)).where
+        return built[scan]
 
     out: dict[str, dict[str, int]] = {name: {} for name in FACET_NAMES}
     connection = await session.connection()
@@ -1311,7 +1308,7 @@ async def _count_facets(
         columns = [getattr(Artifact, name) for name in FACETS]
         if postgres:
             flags = [func.grouping(c) for c in columns]
-            stmt = select(*flags, *columns, func.count()).where(*plain)
+            stmt = select(*flags, *columns, func.count()).where(*await where(()))
             stmt = stmt.group_by(func.grouping_sets(*(tuple_(c) for c in columns)))
             for row in (await connection.execute(stmt)).all():
                 i = list(row[: len(FACETS)]).index(0)  # the facet this row groups by
