@@ -397,6 +397,7 @@ async def queries(db: Database) -> list[tuple[str, Callable[[], Awaitable[Any]]]
         ("llama + Q4_K_M, sort memory", searching(SearchQuery(architecture="llama", file_type="Q4_K_M",
                                                               sort="memory"))),
         ("sort memory, every match", searching(SearchQuery(sort="memory"))),
+        ("sort memory at 32K, every match", searching(SearchQuery(sort="memory", memory_context=32768))),
         ("descendant_of + fits 8 GiB", searching(SearchQuery(descendant_of=POPULAR, max_memory=8 << 30))),
         ("drafts for the biggest llama", searching(SearchQuery(draft_for=big_llama))),
         ("drafts for it, sort params asc", searching(SearchQuery(draft_for=big_llama, sort="parameter_count:asc"))),

@@ -93,8 +93,10 @@ async def _copy_table(src: AsyncConnection, dst: AsyncConnection, table: Table) 
     position = tuple_(*key) if len(key) > 1 else key[0]
     last: tuple[Any, ...] | None = None
     copied = 0
+    # The columns the database computes (artifacts.memory_at_default) the target computes again.
+    given = [c for c in table.c if c.computed is None]
     while True:
-        stmt = select(table).order_by(*key).limit(BATCH)
+        stmt = select(*given).order_by(*key).limit(BATCH)
         if last is not None:
             stmt = stmt.where(position > (tuple_(*last) if len(key) > 1 else last[0]))
         rows = [dict(r._mapping) for r in (await src.execute(stmt)).all()]

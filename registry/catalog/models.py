@@ -20,6 +20,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     CheckConstraint,
+    Computed,
     Float,
     ForeignKey,
     Index,
@@ -79,6 +80,27 @@ def _key_of(column: str) -> Any:
         return None if value is None else repo_key(value)  # None: the NOT NULL refuses the row
 
     return default
+
+
+# The context a search sizes the KV cache for when it names none (search.MEMORY_CONTEXT):
+# what local runners commonly start with.
+DEFAULT_MEMORY_CONTEXT = 4096
+
+
+def memory_at_sql(context: int) -> str:
+    """SQL for the bytes an artifact needs at `context` tokens: its file size plus its KV
+    cache there, or at its own context_length when that is shorter (sliding-window layers
+    keeping at most their window); NULL without an estimate. In double precision and added
+    up in this order, as `search.memory_needed` does for any context: the same value."""
+    used = f"CASE WHEN context_length > 0 AND context_length < {context} THEN context_length ELSE {context} END"
+    window = (
+        f"CASE WHEN kv_sliding_window IS NOT NULL AND kv_sliding_window < ({used})"
+        f" THEN kv_sliding_window ELSE ({used}) END"
+    )
+    return (
+        f"CAST(file_size AS FLOAT) + CAST(kv_bytes_per_token AS FLOAT) * CAST({used} AS FLOAT)"
+        f" + CAST(COALESCE(kv_swa_bytes_per_token, 0) AS FLOAT) * CAST({window} AS FLOAT)"
+    )
 
 
 def _one_of(column: str, values: tuple[str, ...], name: str) -> CheckConstraint:
@@ -158,6 +180,11 @@ class Artifact(Base):
     kv_bytes_per_token: Mapped[int | None] = mapped_column(BigInteger)
     kv_swa_bytes_per_token: Mapped[int | None] = mapped_column(BigInteger)
     kv_sliding_window: Mapped[int | None] = mapped_column(BigInteger)
+    # What the artifact needs at DEFAULT_MEMORY_CONTEXT tokens (`memory_at_sql`), computed by
+    # the database from the columns above (SQLite: a virtual column, only its index stores it;
+    # PostgreSQL: stored), so that the sort by memory and the memory filter at the default
+    # context walk an index instead of computing it for every match. NULL without an estimate.
+    memory_at_default: Mapped[float | None] = mapped_column(Float, Computed(memory_at_sql(DEFAULT_MEMORY_CONTEXT)))
     # The vocabulary key (`registry.gguf.vocab`) and the token count, for the draft-model
     # filter: same key, at most 128 tokens apart. NULL: no token list, error rows, rows
     # indexed before the key, until a forced re-index.
@@ -231,6 +258,7 @@ class Artifact(Base):
         Index(None, "last_modified", "id"),
         Index(None, "parameter_count", "id"),
         Index(None, "file_size", "id"),
+        Index(None, "memory_at_default", "id"),
         Index(None, "sort_name", "id"),
         # Facet counts read only these covering indexes (SQLite: one ordered pass per facet).
         Index(None, "status", "architecture", "license", "file_type", "size_bucket"),

@@ -61,6 +61,7 @@ from registry.catalog.folding import FOLDS, ascii_lower, fold
 from registry.catalog.lineage import MAX_DEPTH
 from registry.catalog.models import (
     ARTIFACT_STATUSES,
+    DEFAULT_MEMORY_CONTEXT,
     REPO_ID_LENGTH,
     REPO_PART,
     Artifact,
@@ -168,8 +169,9 @@ _OUTSIDE_MORE_FACETS_INDEX = (
 )  # fmt: skip
 STATUSES = (*ARTIFACT_STATUSES, "all")
 # The context the memory filter sizes the KV cache for when the query names none: what local
-# runners commonly start with.
-MEMORY_CONTEXT = 4096
+# runners commonly start with. At this context the artifacts' own `memory_at_default`
+# column (computed by the database, indexed) serves the sort by memory and the filter.
+MEMORY_CONTEXT = DEFAULT_MEMORY_CONTEXT
 MAX_MEMORY_CONTEXT = 1 << 40
 HINT_TTL_S = 60.0  # how long a probe's "common or rare" answer steers plans
 HINT_ENTRIES = 4096
@@ -491,8 +493,15 @@ def _column_predicates(q: SearchQuery) -> list[_Predicate]:
     if q.memory_context is not None and not 1 <= q.memory_context <= MAX_MEMORY_CONTEXT:
         raise InvalidQuery(f"memory_context must be between 1 and {MAX_MEMORY_CONTEXT} tokens")
     if (budget := q.max_memory) is not None:
-        # Implied by the memory filter (the file alone must fit), and an indexed way in to it.
-        preds.append(_Predicate(Artifact.file_size, ("file_size", "<=", budget), lambda c: c <= budget))
+        if _at_default_memory_context(q):
+            # The filter itself, on the indexed column that holds it (a double, as in SQL).
+            bound = literal(float(budget), Float)
+            preds.append(
+                _Predicate(Artifact.memory_at_default, ("memory_at_default", "<=", budget), lambda c: c <= bound)
+            )
+        else:
+            # Implied by the memory filter (the file alone must fit), and an indexed way in to it.
+            preds.append(_Predicate(Artifact.file_size, ("file_size", "<=", budget), lambda c: c <= budget))
     if q.draft_for is not None:
         if q.draft is None:
             raise RuntimeError("draft_for is looked up by _resolved before a query is planned")
@@ -521,6 +530,20 @@ async def _resolved(session: AsyncSession, q: SearchQuery) -> SearchQuery:
     if target is None:
         raise ArtifactNotFound(f"no artifact {q.draft_for}", parameter="draft_for")
     return dataclasses.replace(q, draft=DraftTarget(*target))
+
+
+def _at_default_memory_context(q: SearchQuery) -> bool:
+    """Whether the query sizes memory at MEMORY_CONTEXT, which `memory_at_default` holds."""
+    return q.memory_context is None or q.memory_context == MEMORY_CONTEXT
+
+
+def _sort_column(q: SearchQuery) -> InstrumentedAttribute[Any] | None:
+    """The column whose index holds the query's order: the sort's own, or for the sort by
+    memory at the default context `memory_at_default`; None for memory at any other."""
+    column = parse_sort(q.sort)[1]
+    if column is None and _at_default_memory_context(q):
+        return Artifact.memory_at_default
+    return column
 
 
 def memory_at(
@@ -798,7 +821,7 @@ async def _filters(
     # Along the sort index, a common range of the sort column itself bounds the walk: SQLite
     # seeks to one end and stops past the other. Checked row by row (`+file_size`), sizes of
     # 4-6 GB sorted by size walked down from the biggest file: 16-17 ms a page, not ~1.
-    sort_column = parse_sort(q.sort)[1]
+    sort_column = _sort_column(q)
     steered = [
         _clause(p, unindexed=m and (filter_way_in or p.column is not sort_column))
         for p, m in zip(preds, many, strict=True)
@@ -955,9 +978,8 @@ async def _where(
     way in: fetching and sorting all of their artifacts for one page cost ~100 ms.
     `family`: the family's repos as `_family_pks` gave them (default: asked for here)."""
     where = list(where)
-    if q.max_memory is not None:
-        context = q.memory_context if q.memory_context is not None else MEMORY_CONTEXT
-        where.append(memory_needed(context) <= literal(float(q.max_memory), Float))
+    if q.max_memory is not None and not _at_default_memory_context(q):  # else a column predicate
+        where.append(memory_needed(q.memory_context or MEMORY_CONTEXT) <= literal(float(q.max_memory), Float))
     if q.draft is not None and q.draft.vocab_size is not None:
         size = q.draft.vocab_size
         where.append(Artifact.vocab_size.between(size - MAX_SIZE_DIFFERENCE, size + MAX_SIZE_DIFFERENCE))
@@ -1078,19 +1100,35 @@ async def search(session: AsyncSession, q: SearchQuery, *, with_total: bool = Fa
         raise InvalidQuery(f"limit must be between 1 and {MAX_LIMIT}")
     sort, column, descending = parse_sort(q.sort)
     memory_context = q.memory_context if q.memory_context is not None else MEMORY_CONTEXT
-    if column is None:  # by memory: no index holds the order, every match is sorted
+    stmt: Select[Any] | None
+    tail: tuple[_Plan, int | None] | None = None  # by memory at the default context: see below
+    after = None
+    if column is None:
         sort = f"{sort}@{memory_context}"  # a cursor holds for the context it sorted at
-        plan = await _filters(session, q, sort_all=True)
         after = decode_cursor(q.cursor, sort) if q.cursor else None
-        stmt = _memory_page(memory_context, descending, plan.where, after, q.limit)
-    else:
+    if column is not None:
         plan = await _filters(session, q)
         stmt = _sorted_page(column, descending, plan, q, sort)
+    elif memory_context == MEMORY_CONTEXT:
+        # The artifacts with an estimate along `memory_at_default`'s index like any sort, then
+        # (when the page is not full) those without one, by id: last in either direction.
+        plan = await _filters(session, q)
+        estimated = dataclasses.replace(plan, where=[*plan.where, _HAS_MEMORY_AT_DEFAULT])
+        past_estimates = after is not None and after[0] is None  # the cursor is among the rest
+        stmt = None if past_estimates else _sorted_page(Artifact.memory_at_default, descending, estimated, q, sort)
+        if q.max_memory is None:  # else none of the rest can match
+            tail = (plan, after[1] if past_estimates and after is not None else None)
+    else:  # by memory at another context: no index holds the order, every match is sorted
+        plan = await _filters(session, q, sort_all=True)
+        stmt = _memory_page(memory_context, descending, plan.where, after, q.limit)
     # Core execution on the session's connection: plain rows, no ORM result machinery.
     conn = await session.connection()
     if conn.dialect.name == "postgresql":
         await conn.execute(_CUSTOM_PLANS)
-    rows = (await conn.execute(stmt)).all()
+    rows = list((await conn.execute(stmt)).all()) if stmt is not None else []
+    if tail is not None and len(rows) <= q.limit:
+        rest_plan, after_id = tail
+        rows += (await conn.execute(_without_estimate(descending, rest_plan, after_id, q.limit + 1 - len(rows)))).all()
     hits = rows[: q.limit]
     next_cursor = None
     if len(rows) > q.limit:
@@ -1115,6 +1153,24 @@ def _sorted_page(
     key = tuple_(_unindexed(column), _unindexed(Artifact.id)) if sorted_ else tuple_(column, Artifact.id)
     after = tuple_(literal(value, column.type), literal(id_, Artifact.id.type))
     return _page(column, descending, plan, [*plan.where, key < after if descending else key > after], q.limit)
+
+
+_HAS_MEMORY_AT_DEFAULT = Artifact.memory_at_default.is_not(None)
+
+
+def _without_estimate(descending: bool, plan: _Plan, after_id: int | None, limit: int) -> Select[Any]:
+    """The matches without a memory estimate, by id (after `after_id` when given): the end
+    of a sort by memory at the default context, in either direction. The index of
+    `memory_at_default` holds them together, in id order."""
+    id_col = _unindexed(Artifact.id) if plan.sorted_matches else Artifact.id
+    where = [*plan.where, Artifact.memory_at_default.is_(None)]
+    if after_id is not None:
+        bound = literal(after_id, Artifact.id.type)
+        where.append(id_col < bound if descending else id_col > bound)
+    stmt: Select[Any] = (
+        _hits("memory_at_default").where(*where).order_by(id_col.desc() if descending else id_col.asc()).limit(limit)
+    )
+    return stmt
 
 
 def _memory_page(

@@ -623,7 +623,7 @@ FILTER_VALUES: dict[str, st.SearchStrategy[Any]] = {
     # A row's index, which `Oracle.bind` turns into its artifact id once the catalog is written.
     "draft_for": st.integers(0, 40),
 }
-MEMORY_CONTEXTS = (None, None, None, 1, 512, 2048, 8192, 65_536, 1 << 40)
+MEMORY_CONTEXTS = (None, None, None, 1, 512, 2048, 4096, 4096, 8192, 65_536, 1 << 40)
 # Letters that one case folding or another takes for the same (Python's lower() keeps them apart).
 FOLD_VARIANTS = str.maketrans({"ς": "σ", "σ": "ς", "ſ": "s", "s": "ſ", "ǆ": "ǅ", "k": "\u212a", "ß": "ss"})
 

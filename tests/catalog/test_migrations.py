@@ -34,7 +34,15 @@ from registry.catalog import migrate
 from registry.catalog.db import Database, create_engine
 from registry.catalog.errors import SchemaMismatch
 from registry.catalog.models import Artifact, Base
-from registry.catalog.search import MEMORY_SORT_INDEX, SearchQuery, facets, search
+from registry.catalog.search import (
+    MEMORY_CONTEXT,
+    MEMORY_SORT_INDEX,
+    SearchQuery,
+    facets,
+    memory_at,
+    memory_needed,
+    search,
+)
 from registry.catalog.search_index import FTS_TABLE, TRGM_INDEX
 from registry.catalog.services import upsert_repo_snapshot
 from registry.catalog.types import Json
@@ -482,6 +490,78 @@ async def test_the_memory_sort_index_is_made_on_sqlite_only(empty_db_url: str) -
         await engine.dispose()
 
 
+BEFORE_MEMORY_AT_DEFAULT = "a8e3f1c9d2b6"
+# (file_size, context_length, kv_bytes_per_token, kv_swa_bytes_per_token, kv_sliding_window):
+# a plain model, a short one, sliding windows, no estimate, and values a hostile header
+# gives (products past 2**63, negative and zero lengths).
+MEMORY_ROWS = {
+    "plain.gguf": (4_000_000_000, 131_072, 131_072, None, None),
+    "short.gguf": (300_000_000, 2048, 23_040, 0, None),
+    "swa.gguf": (253_113_024, 32_768, 3072, 15_360, 512),
+    "wide-window.gguf": (1000, 32_768, 10, 7, 100_000),
+    "none.gguf": (2_000_000, 4096, None, None, None),
+    "hostile.gguf": (2**63 - 1, -5, 2**63 - 1, 2**63 - 1, -(2**62)),
+    "zero.gguf": (0, 0, 0, 0, 0),
+}
+
+
+async def test_memory_at_default_is_computed_for_rows_written_before_it(empty_db_url: str) -> None:
+    """b7d2e4f6a9c1 adds `memory_at_default`, computed by the database from the row: equal
+    to what the sort by memory computes at the default context (`memory_needed`, in SQL)
+    and to each hit's exact `memory` below 2**53 bytes, hostile values included; a changed
+    row follows at once; the downgrade drops the column and its index, and rows written
+    before the upgrade get it."""
+    db = Database.from_url(empty_db_url)
+    try:
+        await migrate.upgrade(db.engine)
+        async with db.sessions() as session, session.begin():
+            await upsert_repo_snapshot(session, make_snapshot(artifacts=tuple(
+                artifact(path, make_facts(kv_cache=KVCache(layers=1, bytes_per_token=1))) for path in MEMORY_ROWS
+            )))  # fmt: skip
+        async with db.engine.begin() as conn:
+            for path, (size, context, per_token, swa, window) in MEMORY_ROWS.items():
+                await conn.execute(update(Artifact).where(Artifact.path == path).values(
+                    file_size=size, context_length=context, kv_bytes_per_token=per_token,
+                    kv_swa_bytes_per_token=swa, kv_sliding_window=window,
+                ))  # fmt: skip
+
+        async def stored() -> dict[str, tuple[float | None, float | None]]:
+            async with db.engine.connect() as conn:
+                rows = await conn.execute(select(Artifact.path, Artifact.memory_at_default, memory_needed(MEMORY_CONTEXT)))
+                return {path: (at_default, needed) for path, at_default, needed in rows}
+
+        async def names() -> tuple[set[str], set[str]]:
+            async with db.engine.connect() as conn:
+                columns = await conn.run_sync(lambda c: {col["name"] for col in inspect(c).get_columns("artifacts")})
+                indexes = await conn.run_sync(lambda c: {i["name"] or "" for i in inspect(c).get_indexes("artifacts")})
+            return columns, indexes
+
+        computed = await stored()
+        assert set(computed) == set(MEMORY_ROWS)
+        for path, (at_default, needed) in computed.items():
+            size, context, per_token, swa, window = MEMORY_ROWS[path]
+            assert at_default == needed, path  # the same double, NULL alike
+            exact = memory_at(size, context, per_token, swa, window, MEMORY_CONTEXT)
+            assert (at_default is None) == (exact is None), path
+            if exact is not None and abs(exact["bytes"]) < 2**53:
+                assert at_default == exact["bytes"], path
+        assert computed["plain.gguf"][0] == 4_000_000_000 + 131_072 * 4096
+        assert computed["short.gguf"][0] == 300_000_000 + 23_040 * 2048
+        assert computed["swa.gguf"][0] == 253_113_024 + 3072 * 4096 + 15_360 * 512
+        assert computed["none.gguf"] == (None, None)
+        await migrate.downgrade(db.engine, BEFORE_MEMORY_AT_DEFAULT)
+        columns, indexes = await names()
+        assert "memory_at_default" not in columns and "kv_bytes_per_token" in columns
+        assert not any("memory_at_default" in name for name in indexes)
+        await migrate.upgrade(db.engine)
+        await migrate.check(db.engine)
+        assert await stored() == computed
+        assert "ix_artifacts_memory_at_default_id" in (await names())[1]
+    finally:
+        await empty_tables(db)
+        await db.dispose()
+
+
 async def test_check_detects_drift(empty_db_url: str) -> None:
     """The drift check is not vacuous: an index missing from the database fails it."""
     engine = create_engine(empty_db_url)
@@ -682,6 +762,8 @@ def _fill_every_table(conn: Connection) -> dict[str, int]:
         for n in (1, 2):
             row: dict[str, object] = {}
             for column in table.c:
+                if model_table.c[column.name].computed is not None:
+                    continue  # the database computes it
                 if (table.name, column.name) in allowed:
                     row[column.name] = allowed[(table.name, column.name)]
                 elif column.foreign_keys:

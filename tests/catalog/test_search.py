@@ -15,6 +15,7 @@ from sqlalchemy import inspect
 from registry.catalog import migrate
 from registry.catalog.db import Database, create_engine
 from registry.catalog.errors import InvalidCursor, InvalidQuery
+from registry.catalog.models import Artifact
 from registry.catalog.search import (
     FACETS,
     SORTS,
@@ -28,6 +29,7 @@ from registry.catalog.search import (
 from registry.catalog.services import upsert_repo_snapshot
 from registry.catalog.snapshot import ArtifactRecord, RepoSnapshot
 from registry.gguf.facts_model import QuantMixEntry
+from registry.gguf.kvcache import KVCache
 from tests.catalog.conftest import TempDatabases
 from tests.catalog.factories import artifact, error_artifact, make_facts, make_snapshot
 
@@ -488,13 +490,13 @@ async def test_a_filter_the_default_sort_index_holds_is_common_sooner(
 async def test_sorting_every_match_checks_big_filters_on_a_scan(
     catalog: Database, monkeypatch: pytest.MonkeyPatch, kwargs: dict[str, object], scanned: set[str], indexed: set[str]
 ) -> None:
-    """By memory every match is read and sorted: on SQLite a filter matching more than
-    1 / SCAN_SHARE of the catalog is checked on a scan of the table (`+column`), a rarer one
-    is the way in, and filters that are each big but not together stay indexed. The pages
-    are the same whichever way in."""
+    """By memory at a context other than the default every match is read and sorted: on
+    SQLite a filter matching more than 1 / SCAN_SHARE of the catalog is checked on a scan of
+    the table (`+column`), a rarer one is the way in, and filters that are each big but not
+    together stay indexed. The pages are the same whichever way in."""
     from registry.catalog import search as search_module
 
-    query = {**kwargs, "sort": "memory"}
+    query = {**kwargs, "sort": "memory", "memory_context": 8192}
     reference = await _all_pages(catalog, query)
     assert reference
     monkeypatch.setattr(search_module, "COMMON_ROWS", 0)
@@ -511,13 +513,15 @@ async def test_sorting_every_match_checks_big_filters_on_a_scan(
 
 
 async def test_sqlite_sorts_by_memory_on_its_narrow_index(catalog: Database) -> None:
-    """SQLite reads what the sort by memory needs from MEMORY_SORT_INDEX, not from the
-    table's rows; PostgreSQL has no such index (it was slower there)."""
+    """At a context other than the default, SQLite reads what the sort by memory needs from
+    MEMORY_SORT_INDEX, not from the table's rows; PostgreSQL has no such index (it was
+    slower there)."""
     from registry.catalog import search as search_module
 
     async with catalog.sessions() as session:
-        plan = await search_module._filters(session, SearchQuery(sort="memory"), sort_all=True)
-        stmt = search_module._memory_page(4096, False, plan.where, None, 5)
+        query = SearchQuery(sort="memory", memory_context=8192)
+        plan = await search_module._filters(session, query, sort_all=True)
+        stmt = search_module._memory_page(8192, False, plan.where, None, 5)
         conn = await session.connection()
         indexes = await conn.run_sync(lambda c: {i["name"] for i in inspect(c).get_indexes("artifacts")})
         if catalog.dialect == "sqlite":
@@ -526,7 +530,67 @@ async def test_sqlite_sorts_by_memory_on_its_narrow_index(catalog: Database) -> 
             assert any(f"COVERING INDEX {search_module.MEMORY_SORT_INDEX}" in step for step in steps), steps
         else:
             assert search_module.MEMORY_SORT_INDEX not in indexes
-    assert [i.id for i in (await run(catalog, sort="memory", limit=50)).items] == [1, 2, 3, 4, 5, 6, 7]
+    assert [i.id for i in (await run(catalog, sort="memory", limit=50, memory_context=8192)).items] == [
+        1, 2, 3, 4, 5, 6, 7,
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("descending", [False, True])
+async def test_by_memory_at_the_default_context_walks_its_index(
+    catalog: Database, descending: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At the default context the sort by memory reads the database's own
+    `memory_at_default` (on SQLite, its status common as in a real catalog, by walking its
+    index, no sort; the statement adds up nothing itself): the hits by their `memory`, then
+    those without an estimate by id, in either direction, and cursors crossing from the one
+    to the other."""
+    from registry.catalog import search as search_module
+
+    monkeypatch.setattr(search_module, "COMMON_ROWS", 0)
+
+    async with catalog.sessions() as session, session.begin():
+        # Sized at 4,096 tokens, or their own shorter context; two alike (then by id).
+        await upsert_repo_snapshot(session, make_snapshot("x/sized", artifacts=tuple(
+            artifact(f"{n}.gguf", make_facts(context_length=context, kv_cache=KVCache(
+                layers=1, bytes_per_token=per_token, swa_layers=1, swa_bytes_per_token=swa, sliding_window=512,
+            )), size=size)
+            for n, (size, context, per_token, swa) in enumerate([
+                (5000, 8192, 10, 0), (1000, 1024, 100, 7), (5000, 8192, 10, 0), (100, 4096, 1, 1000), (9, 2, 3, 4),
+            ])
+        )))  # fmt: skip
+    sort = "memory:desc" if descending else "memory"
+    async with catalog.sessions() as session:
+        plan = await search_module._filters(session, SearchQuery(sort=sort))
+        estimated = dataclasses.replace(plan, where=[*plan.where, search_module._HAS_MEMORY_AT_DEFAULT])
+        stmt = search_module._sorted_page(Artifact.memory_at_default, descending, estimated, SearchQuery(sort=sort),
+                                          f"{sort}@4096")  # fmt: skip
+        conn = await session.connection()
+        sql = str(stmt.compile(conn.sync_connection, compile_kwargs={"literal_binds": True}))
+        assert "kv_bytes_per_token" not in sql.split("FROM")[1] and "memory_at_default" in sql
+        if catalog.dialect == "sqlite":
+            steps = [row[-1] for row in await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}")]
+            assert any("ix_artifacts_memory_at_default_id" in step for step in steps), steps
+            assert not any("TEMP B-TREE" in step for step in steps), steps  # walked in order, not sorted
+    items = (await run(catalog, limit=50)).items
+    with_memory = sorted((i for i in items if i.memory is not None), key=lambda i: (i.memory["bytes"], i.id),
+                         reverse=descending)  # fmt: skip
+    without = sorted((i.id for i in items if i.memory is None), reverse=descending)
+    expected = [i.id for i in with_memory] + without
+    assert len(with_memory) == 5 and len(without) == 7  # the catalog's own have no estimate
+    assert [i.memory["bytes"] for i in with_memory if i.memory is not None][:: -1 if descending else 1] == [
+        9 + 3 * 2 + 4 * 2, 5000 + 10 * 4096, 5000 + 10 * 4096, 1000 + 100 * 1024 + 7 * 512, 100 + 4096 + 1000 * 512,
+    ]  # fmt: skip
+    assert [i.id for i in (await run(catalog, sort=sort, limit=50)).items] == expected
+    for limit in (1, 2, 3, 7):
+        walked, cursor = [], None
+        while True:
+            page = await run(catalog, sort=sort, limit=limit, cursor=cursor)
+            walked += [i.id for i in page.items]
+            if (cursor := page.next_cursor) is None:
+                break
+        assert walked == expected, limit
+    fits = (await run(catalog, sort=sort, limit=50, max_memory=with_memory[3].memory["bytes"])).items
+    assert [i.id for i in fits] == [i.id for i in with_memory if i.memory["bytes"] <= with_memory[3].memory["bytes"]]
 
 
 def _where_sql(catalog: Database, where: list[Any]) -> str:
