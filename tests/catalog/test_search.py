@@ -17,6 +17,7 @@ from registry.catalog.db import Database, create_engine
 from registry.catalog.errors import InvalidCursor, InvalidQuery
 from registry.catalog.models import Artifact
 from registry.catalog.search import (
+    FACET_NAMES,
     FACETS,
     SORTS,
     SearchPage,
@@ -1082,3 +1083,64 @@ async def test_postgres_plans_a_search_with_its_values_and_only_that_transaction
             assert (await session.execute(show)).scalar_one() == "force_custom_plan"
     finally:
         await db.dispose()
+
+
+@pytest.mark.parametrize("few", [True, False])
+async def test_facets_of_models_are_every_kind_less_the_others(
+    db: Database, monkeypatch: pytest.MonkeyPatch, few: bool
+) -> None:
+    """`kind=model` facets, with no other filter outside the facet columns, are counted as
+    the facets without the kind filter less those of the artifacts of other kinds when those
+    are few: the same counts as read directly (each value's count, values of no model
+    left out, NULL as unknown), memoised or afresh, before and after a commit."""
+    from registry.catalog import search as search_module
+
+    def files(repo: int) -> tuple[ArtifactRecord, ...]:
+        return (
+            artifact(f"m{repo}-q4.gguf", make_facts(kind="model", file_type="Q4_K_M", license=None if repo % 3 else "mit")),
+            artifact(f"m{repo}-q8.gguf", make_facts(kind="model", file_type="Q8_0", architecture=f"a{repo % 4}")),
+            artifact(f"mmproj{repo}.gguf", make_facts(kind="mmproj", architecture="clip", file_type="F16")),
+            artifact(f"lora{repo}.gguf", make_facts(kind="lora", file_type="Q8_0", license="mit")),
+            error_artifact(f"broken{repo}.gguf"),
+        )
+
+    async def write(repo: int) -> None:
+        async with db.sessions() as session, session.begin():
+            await upsert_repo_snapshot(session, make_snapshot(f"org/r{repo}", artifacts=files(repo)))
+
+    for repo in range(6):
+        await write(repo)
+    if not few:  # every other kind counts as many: read directly
+        monkeypatch.setattr(search_module, "COMMON_ROWS", 0)
+        monkeypatch.setattr(search_module, "SCAN_SHARE", 10**9)
+    taken: list[tuple[SearchQuery, bool]] = []
+    decide = search_module._other_kinds_are_few
+
+    async def spy(session: Any, q: SearchQuery) -> SearchQuery | None:
+        others = await decide(session, q)
+        if q.kind is not None:  # not the counts without it, which this asks for in turn
+            taken.append((q, others is not None))
+        return others
+
+    async def direct(session: Any, q: SearchQuery) -> None:
+        return None
+
+    queries = [SearchQuery(kind="model"), SearchQuery(kind="model", status="all"),
+               SearchQuery(kind="model", architecture="a1"), SearchQuery(kind="model", license="mit", status="all"),
+               SearchQuery(kind="model", status="error")]  # fmt: skip
+    for round_ in range(2):
+        for q in queries:
+            monkeypatch.setattr(search_module, "_other_kinds_are_few", direct)
+            async with db.sessions() as session:
+                expected = await search_module.count_facets(session, q, FACET_NAMES)
+            monkeypatch.setattr(search_module, "_other_kinds_are_few", spy)
+            async with db.sessions() as session:
+                assert await search_module.count_facets(session, q, FACET_NAMES) == expected, q
+                assert await facets(session, q, FACET_NAMES) == expected, q
+                assert await facets(session, q, FACET_NAMES) == expected, q  # from the memo
+        if round_ == 0:
+            await write(6)  # a commit: counted again
+    assert expected["kind"] == {}  # status=error: no model
+    # Without the threshold only a filter that no other kind matches (`a1`) subtracts: nothing.
+    assert len(taken) == 4 * len(queries)
+    assert all(t == (few or q.architecture == "a1") for q, t in taken), taken
