@@ -1366,12 +1366,13 @@ async def _count_facets(
     columns = [getattr(Artifact, name) for name in FACETS]
     if not any(name in FACETS for name in names):
         pass
-    elif (others := await _other_kinds_are_few(session, q)) is not None:
+    elif (few := await _other_kinds_are_few(session, q)) is not None:
         # All kinds less the few others: the counts without the kind filter come from the
         # covering indexes (or the memo), the others' from the kind's own index.
+        others, other_kinds = few
         every = await (facets(session, others) if memoised else count_facets(session, others))
         # Shaped as under the kind filter: the few matches read once, grouped four times.
-        other = _rows_counts(await _facet_rows(session, q, await _other_kinds(session, others), columns))
+        other = _rows_counts(await _facet_rows(session, q, other_kinds, columns))
         for facet in FACETS:
             less = other.get(facet, {})
             out[facet] = {key: n - less.get(key, 0) for key, n in every[facet].items() if n > less.get(key, 0)}
@@ -1416,13 +1417,16 @@ def _rows_counts(rows: Iterable[tuple[str, str, int]]) -> dict[str, dict[str, in
 _OTHER_KINDS = or_(Artifact.kind < "model", Artifact.kind > "model", Artifact.kind.is_(None))
 
 
-async def _other_kinds_are_few(session: AsyncSession, q: SearchQuery) -> SearchQuery | None:
+async def _other_kinds_are_few(
+    session: AsyncSession, q: SearchQuery
+) -> tuple[SearchQuery, list[ColumnElement[bool]]] | None:
     """For a query whose only filter outside the facets' covering indexes is `kind=model`
     (what a UI that lists models asks for), the query without it when the artifacts of
     other kinds that it matches are few (at most COMMON_ROWS, or 1 / SCAN_SHARE of the
     catalog): then the facets are those counts less the others'. Counted directly, all of
     a catalog's models were read from the table: bench.search's 88,000 took 161 ms on SQLite
-    and 85 ms on PostgreSQL. None when that does not hold."""
+    and 85 ms on PostgreSQL. With the query, the WHERE of those others (`_other_kinds`);
+    None when that does not hold."""
     if q.kind != "model" or any(getattr(q, name) is not None for name in _NON_FACET_FILTERS if name != "kind"):
         return None
     others = dataclasses.replace(q, kind=None)
@@ -1430,7 +1434,7 @@ async def _other_kinds_are_few(session: AsyncSession, q: SearchQuery) -> SearchQ
     where = await _other_kinds(session, others)
     if await _matches_many(session, ("other kinds", others), lambda: and_(*where), share):
         return None
-    return others
+    return others, where
 
 
 async def _other_kinds(session: AsyncSession, others: SearchQuery) -> list[ColumnElement[bool]]:

@@ -1116,11 +1116,11 @@ async def test_facets_of_models_are_every_kind_less_the_others(
     taken: list[tuple[SearchQuery, bool]] = []
     decide = search_module._other_kinds_are_few
 
-    async def spy(session: Any, q: SearchQuery) -> SearchQuery | None:
-        others = await decide(session, q)
+    async def spy(session: Any, q: SearchQuery) -> tuple[SearchQuery, list[Any]] | None:
+        few = await decide(session, q)
         if q.kind is not None:  # not the counts without it, which this asks for in turn
-            taken.append((q, others is not None))
-        return others
+            taken.append((q, few is not None))
+        return few
 
     async def direct(session: Any, q: SearchQuery) -> None:
         return None
