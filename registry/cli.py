@@ -32,6 +32,9 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 INT64_MAX = 2**63 - 1  # the largest number a catalog column or query parameter holds
 INT32_MAX = 2**31 - 1  # the largest an integer (not bigint) column holds, e.g. expert_count
+# catalog.lineage.MAX_DEPTH, the deepest tree walk (tests keep the two equal): importing the
+# catalog to read it would load SQLAlchemy into every command, `inspect` and `--help` too
+MAX_DEPTH = 10
 
 
 def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
@@ -162,12 +165,12 @@ _HUB_PATH = re.compile(r"^[\w.-]+/[\w.-]+/.+\.gguf$", re.IGNORECASE)
 def _remote_url(path: str, revision: str, settings: Settings) -> str | None:
     """The URL to read for PATH: itself for http(s), a /resolve/ URL for a hub path that is
     not a local file, None for a local file."""
-    from registry.hub.http import resolve_url
-
     if path.startswith(("http://", "https://")):
         return path
     if os.path.exists(path) or not _HUB_PATH.match(path):
         return None
+    from registry.hub.http import resolve_url  # aiohttp: only for a file to fetch
+
     org, name, file = path.split("/", 2)
     return resolve_url(settings.hub.endpoint, f"{org}/{name}", revision, file)
 
@@ -599,8 +602,6 @@ def _search_table(items: Sequence[SearchItem]) -> str:
 
 
 def _add_tree(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
-    from registry.catalog.lineage import MAX_DEPTH
-
     p = sub.add_parser(
         "tree",
         help="show the model tree around a repo: what it was made from and what was made from it",

@@ -277,3 +277,33 @@ def test_text_lineage_experts_and_templates(tmp_path: Path) -> None:
     )
     assert ["base model", base] in rows
     assert ["", "Other"] in rows
+
+
+def test_help_and_a_local_inspect_load_neither_the_catalog_nor_the_http_client(smollm2_path: Path) -> None:
+    # Every command builds the whole parser; `inspect` of a local file needs no database and
+    # no network. Loading SQLAlchemy and aiohttp there had cost each call ~1 s of start-up.
+    probe = (
+        "import sys\n"
+        "from registry import cli\n"
+        "cli._build_parser()\n"
+        "parser_loads = sorted(m for m in ('sqlalchemy', 'aiohttp') if m in sys.modules)\n"
+        "code = cli.main(['inspect', sys.argv[1]])\n"
+        "inspect_loads = sorted(m for m in ('sqlalchemy', 'aiohttp') if m in sys.modules)\n"
+        "print('PROBE', code, parser_loads, inspect_loads)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+    r = subprocess.run([sys.executable, "-c", probe, str(smollm2_path)], capture_output=True, text=True,
+                       cwd=ROOT, env=env, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "135M, 134,515,008 parameters" in r.stdout
+    assert r.stdout.splitlines()[-1] == "PROBE 0 [] []"
+
+
+def test_the_tree_depth_bound_is_the_catalogs() -> None:
+    from registry.catalog import lineage
+
+    assert cli.MAX_DEPTH == lineage.MAX_DEPTH
+    parser, _ = cli._build_parser()
+    assert parser.parse_args(["tree", "a/b", "--depth", str(lineage.MAX_DEPTH)]).depth == lineage.MAX_DEPTH
+    with pytest.raises(SystemExit):
+        parser.parse_args(["tree", "a/b", "--depth", str(lineage.MAX_DEPTH + 1)])
