@@ -13,6 +13,10 @@ For each sample model, on the same file and the same number of threads:
 - generation (tokens/s): `--tokens` greedy tokens one at a time after a short prompt.
 - perplexity of the smoke paragraph (whole text in one context, BOS as the vocabulary
   says), and each side's peak RSS for the speed runs.
+- the same speed runs with every weight matrix kept quantized (`load_model(...,
+  max_weight_bytes=0)`, what a verification does for a model whose float32 weights do
+  not fit under `verify.memory_cap_bytes`): tokens/s and peak RSS against llama.cpp's,
+  which also reads its weights from the mapped file.
 
 Each side's speed runs in a fresh process of its own (llama.cpp's in the peer virtualenv, `make refvenv`),
 so that peak RSS is that side's alone. Targets: generation at least 0.2x llama.cpp's
@@ -74,8 +78,9 @@ print(json.dumps({"pp": pp, "tg": tg, "perplexity": math.exp(nll), "tokens": len
 """
 
 
-def _ours_speed(path: str, n_tokens: int) -> dict[str, Any]:
-    """Our side of the speed runs (in a fresh process: see main)."""
+def _ours_speed(path: str, n_tokens: int, *, kept: bool = False) -> dict[str, Any]:
+    """Our side of the speed runs (in a fresh process: see main); `kept`: every weight
+    matrix kept quantized."""
     import math
     import resource
 
@@ -87,7 +92,7 @@ def _ours_speed(path: str, n_tokens: int) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     mf = open_model_file(path)
-    model, tok = load_model(mf), load_tokenizer(mf)
+    model, tok = load_model(mf, max_weight_bytes=0 if kept else None), load_tokenizer(mf)
     load = time.perf_counter() - t0
     ids = tok.encode(SMOKE_TEXT)
     t1 = time.perf_counter()
@@ -102,7 +107,8 @@ def _ours_speed(path: str, n_tokens: int) -> dict[str, Any]:
         nxt = int(np.argmax(model.forward([nxt], cache)[-1]))
     tg = n_tokens / (time.perf_counter() - t2)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"pp": pp, "tg": tg, "perplexity": ppl, "tokens": len(ids), "load": load, "rss": rss}
+    return {"pp": pp, "tg": tg, "perplexity": ppl, "tokens": len(ids), "load": load, "rss": rss,
+            "kept_matrices": model.kept_matrices}  # fmt: skip
 
 
 def _child_json(cmd: list[str], env: dict[str, str]) -> dict[str, Any]:
@@ -149,6 +155,7 @@ def bench_model(name: str, path: Path, sha256: str, threads: int, n_tokens: int)
     env = {**os.environ, "OPENBLAS_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
     verify_s, v = asyncio.run(_verify_through_hub(path, sha256))
     ours = _child_json([sys.executable, "-m", "bench.verify", "--ours-speed", str(path), str(n_tokens)], env)
+    kept = _child_json([sys.executable, "-m", "bench.verify", "--ours-speed", str(path), str(n_tokens), "kept"], env)
     ref = _child_json(
         [
             str(peer_venv() / "bin" / "python"),
@@ -179,6 +186,13 @@ def bench_model(name: str, path: Path, sha256: str, threads: int, n_tokens: int)
     print(_row("  of which download+hash (s)", f"{v['timings']['download'] + v['timings']['hash']:.2f}", "-"))
     print(_row("peak RSS, verify child (MB)", f"{(v['peak_rss_bytes'] or 0) / 1e6:.0f}", "-"))
     print(_row("peak RSS, speed run (MB)", f"{ours['rss'] / 1e6:.0f}", f"{ref['rss'] / 1e6:.0f}"))
+    print(f"  weights kept quantized ({kept['kept_matrices']} matrices dequantized at each use):")
+    print(_row("  generation tokens/s", _fmt_rate(kept["tg"]), _fmt_rate(ref["tg"]), f"{kept['tg'] / ref['tg']:.2f}x"))
+    print(_row("  prompt processing tokens/s", _fmt_rate(kept["pp"]), _fmt_rate(ref["pp"]),
+               f"{kept['pp'] / ref['pp']:.2f}x"))  # fmt: skip
+    print(_row("  perplexity (smoke text)", f"{kept['perplexity']:.3f}", f"{ref['perplexity']:.3f}"))
+    print(_row("  peak RSS, speed run (MB)", f"{kept['rss'] / 1e6:.0f}", f"{ref['rss'] / 1e6:.0f}",
+               f"{kept['rss'] / ref['rss']:.2f}x"))  # fmt: skip
     print(f"  verification: {v['status']} {v['reason'] or ''} ({v['bytes_downloaded']} bytes downloaded)")
     peak = max(ours["rss"], v["peak_rss_bytes"] or 0)
     checks = [
@@ -199,7 +213,7 @@ def bench_model(name: str, path: Path, sha256: str, threads: int, n_tokens: int)
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--ours-speed"]:
-        print(json.dumps(_ours_speed(argv[1], int(argv[2]))))
+        print(json.dumps(_ours_speed(argv[1], int(argv[2]), kept=argv[3:] == ["kept"])))
         return 0
     parser = argparse.ArgumentParser(prog="python -m bench.verify", description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)

@@ -953,6 +953,9 @@ def _verify_text(target: str, r: dict[str, Any]) -> str:
     if r["generated_text"] is not None:
         lines.append(f"  generated   {r['prompt']!r} -> {r['generated_text']!r}")
     lines.append(f"  downloaded  {r['bytes_downloaded']} bytes; peak RSS {r['peak_rss_bytes'] or 0} bytes")
+    if r.get("kept_matrices"):
+        lines.append(f"  weights     {r['kept_matrices']} matrices kept quantized, dequantized at each use "
+                     "(their float32 is above what verify.memory_cap_bytes leaves)")  # fmt: skip
     lines.append("  timings     " + ", ".join(f"{k} {v:.2f}s" for k, v in r["timings"].items()))
     return "\n".join(lines)
 
@@ -1249,20 +1252,23 @@ def _cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     import time
 
     from registry.gguf.errors import GGUFError
+    from registry.hub.local import shard_paths
     from registry.runner import RunnerError, greedy_generate, load_model, load_tokenizer, perplexity
-    from workers.verify_checks import CheckFailed, open_model_file
+    from workers.verify_checks import CheckFailed, mapped_bytes, open_model_file, weight_budget
 
     try:
         text = _read_text(args.text_file) if args.action == "perplexity" else None
         mf = open_model_file(args.path, _limits(settings))
+        # float32 weights up to what physical memory allows; the rest dequantized at each use
+        budget = weight_budget(0, mapped_bytes(shard_paths(args.path)))
         tokenizer = load_tokenizer(mf)
         ids = tokenizer.encode(args.text if args.action == "tokenize" else text or args.prompt)
         if args.action == "tokenize":
             doc: dict[str, Any] = {"tokens": ids}
         elif args.action == "perplexity":
-            doc = {"perplexity": perplexity(load_model(mf), ids), "tokens": len(ids)}
+            doc = {"perplexity": perplexity(load_model(mf, max_weight_bytes=budget), ids), "tokens": len(ids)}
         else:
-            eos, model = tokenizer.vocab.eos_id, load_model(mf)
+            eos, model = tokenizer.vocab.eos_id, load_model(mf, max_weight_bytes=budget)
             t0 = time.perf_counter()
             out = greedy_generate(model, ids, args.n, stop=() if eos is None else (eos,))
             elapsed = time.perf_counter() - t0

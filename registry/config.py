@@ -226,8 +226,10 @@ class VerifySettings:
     memory_cap_bytes: int = _setting(
         8 * 1024**3,
         "Address-space limit (RLIMIT_AS) of the child process that dequantizes and runs a model. "
-        "Memory maps count against it, so leave room for the file size plus the float32 weights. 0 sets no "
-        "cap. 0 or more.",
+        "Memory maps count against it. The smoke run holds weight matrices as float32 within the cap less the "
+        "file size and a quarter of the cap (at least 1 GiB), and dequantizes the rest at each use: slower, "
+        "but a model larger than the cap as float32 still runs in its file size plus about 0.5 GB. "
+        "0 sets no cap (physical memory bounds the float32 weights then). 0 or more.",
     )
     perplexity_threshold: float = _setting(
         100.0, "A model whose perplexity on the built-in English paragraph is above this fails."

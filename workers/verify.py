@@ -95,6 +95,7 @@ class VerifyResult:
             "sha256": self.sha256,
             "bytes_downloaded": self.bytes_downloaded,
             "peak_rss_bytes": r.peak_rss_bytes,
+            "kept_matrices": r.kept_matrices,
             "timings": self.timings,
             "architecture": r.architecture,
             "tensors_checked": r.tensors_checked,
@@ -125,6 +126,7 @@ def child_request(paths: Sequence[Path], settings: Settings) -> dict[str, Any]:
             "n_generate": v.n_generate,
             "chunk_bytes": v.chunk_bytes,
             "threads": v.threads,
+            "memory_cap_bytes": v.memory_cap_bytes,
             "limits": {
                 "max_kv_count": p.max_kv_count,
                 "max_tensor_count": p.max_tensor_count,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import math
+import os
 import resource
 import threading
 import time
@@ -95,6 +96,9 @@ class CheckOptions:
     # Threads dequantizing tensors at once; 0: one per CPU this process may use (at most
     # parallel.MAX_THREADS).
     threads: int = 0
+    # The address-space cap the checks run under (0: none, physical memory bounds them):
+    # what decides how many weight matrices the forward pass may hold as float32.
+    memory_cap_bytes: int = 0
     limits: Limits = field(default_factory=Limits)
     text: str = SMOKE_TEXT
     prompt: str = SMOKE_PROMPT
@@ -131,6 +135,9 @@ class CheckReport:
     tokens_per_second: float | None = None
     timings: dict[str, float] = field(default_factory=dict)
     peak_rss_bytes: int | None = None
+    # Weight matrices the forward pass kept quantized, dequantizing them at each use,
+    # because their float32 did not fit in weight_budget (0: all held as float32).
+    kept_matrices: int = 0
 
     def fail(self, reason: Reason, message: str) -> None:
         self.status, self.reason, self.message = status_for(reason), str(reason), message
@@ -375,9 +382,12 @@ class ShardedModelFile(ModelFile):
         f = self._files.get(name)
         return f.tensor_info(name) if f is not None else super().tensor_info(name)
 
-    def tensor(self, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    def tensor_infos(self) -> list[TensorInfo]:
+        return [f.tensor_info(name) for name, f in self._files.items()]
+
+    def _tensor_bytes(self, name: str, shape: tuple[int, ...] | None) -> tuple[TensorInfo, np.ndarray, bool]:
         f = self._files.get(name)
-        return f.tensor(name, shape) if f is not None else super().tensor(name, shape)
+        return f._tensor_bytes(name, shape) if f is not None else super()._tensor_bytes(name, shape)
 
 
 def _open(path: Path, limits: Limits) -> ModelFile:
@@ -396,10 +406,37 @@ def open_model_file(path: str | Path, limits: Limits | None = None) -> ModelFile
     return files[0] if len(files) == 1 else ShardedModelFile(files)
 
 
-def _smoke(files: list[ModelFile], opts: CheckOptions, report: CheckReport) -> None:
+# Memory the forward pass leaves to everything but its float32 weights (the interpreter,
+# numpy and BLAS, activations, logits, the KV cache): a quarter of the limit, at least this.
+MIN_RESERVE = 1 << 30
+
+
+def physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):  # not reported: assume a small machine
+        return 4 << 30
+
+
+def weight_budget(memory_cap: int, mapped_bytes: int) -> int:
+    """Float32 bytes of weight matrices the forward pass may hold (load_model's
+    max_weight_bytes): the cap (or, without one, physical memory) less the mapped model
+    files and a reserve; the matrices beyond it stay quantized and are dequantized at each
+    use, so that a model whose float32 weights are larger than memory still runs."""
+    limit = memory_cap if memory_cap > 0 else physical_memory()
+    return max(0, limit - mapped_bytes - max(MIN_RESERVE, limit // 4))
+
+
+def mapped_bytes(paths: Sequence[str | Path]) -> int:
+    return sum(Path(p).stat().st_size for p in paths)
+
+
+def _smoke(files: list[ModelFile], opts: CheckOptions, report: CheckReport, mapped: int) -> None:
     with _stage(report, "load"):
         mf = files[0] if len(files) == 1 else ShardedModelFile(files)
-        model = load_model(mf)  # architecture first: an unknown one is skipped, whatever the tokenizer
+        # architecture first: an unknown one is skipped, whatever the tokenizer
+        model = load_model(mf, max_weight_bytes=weight_budget(opts.memory_cap_bytes, mapped))
+        report.kept_matrices = model.kept_matrices
         tokenizer = load_tokenizer(mf)
     smoke = run_smoke(model, tokenizer, text=opts.text, prompt=opts.prompt, n_generate=opts.n_generate)
     report.timings["perplexity"] = round(smoke.perplexity_seconds, 4)
@@ -448,7 +485,7 @@ def _check(paths: Sequence[Path], opts: CheckOptions, report: CheckReport) -> No
             f"{report.nonfinite_values} NaN/Inf weights in {len(bad)} tensors, first {bad[0]!r}",
         )
     try:
-        _smoke(files, opts, report)
+        _smoke(files, opts, report, mapped_bytes(paths))
     except RunnerError as exc:
         raise _runner_failure(exc) from None
 

@@ -129,8 +129,8 @@ def read_layer(
     def t(name: str, shape: tuple[int, ...]) -> np.ndarray:
         return mf.tensor(p + name, shape)
 
-    def lin(*parts: tuple[str, tuple[int, ...]]) -> ops.Linear:
-        return ops.Linear([(t(name, shape), mf.rounding(p + name)) for name, shape in parts])
+    def lin(*parts: tuple[str, tuple[int, int]]) -> ops.Linear:
+        return ops.Linear([(mf.matrix(p + name, shape), mf.rounding(p + name)) for name, shape in parts])
 
     layer = Layer(
         attn_norm=t("attn_norm.weight", (e,)),
@@ -168,10 +168,10 @@ def build(
     swa_layers: tuple[bool, ...] = (),
 ) -> Transformer:
     """Assemble the model; `output.weight` missing means tied embeddings."""
-    embd = mf.tensor("token_embd.weight", (d.n_vocab, d.n_embd))
+    embd = mf.matrix("token_embd.weight", (d.n_vocab, d.n_embd))
     if mf.has_tensor("output.weight"):
         output = ops.Linear(
-            [(mf.tensor("output.weight", (d.n_vocab, d.n_embd)), mf.rounding("output.weight"))]
+            [(mf.matrix("output.weight", (d.n_vocab, d.n_embd)), mf.rounding("output.weight"))]
         )
     else:
         output = ops.Linear([(embd, mf.rounding("token_embd.weight"))])

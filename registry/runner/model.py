@@ -82,7 +82,7 @@ class Transformer:
     def __init__(
         self,
         config: Config,
-        token_embd: np.ndarray,
+        token_embd: ops.Weight,
         layers: list[Layer],
         output_norm: np.ndarray,
         output: ops.Linear,
@@ -97,6 +97,8 @@ class Transformer:
         # Round matmul inputs, K/V and attention operands as ggml's CPU backend does
         # (see ops.round_activations); off, the pass is plain float32 math.
         self.ggml_rounding = ggml_rounding
+        # Weight matrices left quantized and dequantized on each use (load_model).
+        self.kept_matrices = 0
 
     @property
     def n_vocab(self) -> int:
@@ -122,7 +124,8 @@ class Transformer:
         t, start = ids.size, cache.n
         if start + t > cache.n_ctx:
             raise ContextOverflow(start + t, cache.n_ctx)
-        x = self.token_embd[ids].astype(np.float32, copy=True)
+        e = self.token_embd
+        x = e[ids].astype(np.float32, copy=True) if isinstance(e, np.ndarray) else e.take(ids)
         if c.embed_scale is not None:
             x *= np.float32(c.embed_scale)
         pos = np.arange(start, start + t)
@@ -211,12 +214,29 @@ def supported_architectures() -> tuple[str, ...]:
     return tuple(sorted(_loaders()))
 
 
-def load_model(mf: ModelFile, *, ggml_rounding: bool = True) -> Transformer:
-    """Dequantize every weight once and build the forward pass for the file's architecture."""
+def load_model(
+    mf: ModelFile, *, ggml_rounding: bool = True, max_weight_bytes: int | None = None
+) -> Transformer:
+    """Build the forward pass for the file's architecture, every weight dequantized once.
+
+    With `max_weight_bytes`, weight matrices are dequantized (in the order they are
+    loaded: layer by layer, then embeddings and output) while their float32 bytes stay
+    within it, and the rest are kept
+    quantized (weights.KeptMatrix): the same values, in about the file's size plus the
+    budget, but every forward pass dequantizes those again. `Transformer.kept_matrices`
+    counts them.
+    """
     arch = mf.arch
     loader = _loaders().get(arch)
     if loader is None:
         raise UnsupportedArchitecture(arch)
-    model = loader(mf)
+    if max_weight_bytes is not None and max_weight_bytes < 0:
+        raise ValueError(f"max_weight_bytes must be 0 or more, got {max_weight_bytes}")
+    mf.float32_budget, mf.kept_matrices = max_weight_bytes, 0
+    try:
+        model = loader(mf)
+    finally:
+        kept, mf.float32_budget = mf.kept_matrices, None
     model.ggml_rounding = ggml_rounding
+    model.kept_matrices = kept
     return model

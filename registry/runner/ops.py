@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -216,24 +217,51 @@ def round_activations(x: np.ndarray, kind: Rounding) -> np.ndarray:
     return (q * d.astype(np.float16).astype(np.float32)).reshape(rows, n)
 
 
+class QuantMatrix(Protocol):
+    """A weight matrix kept in its file's quantized bytes (weights.KeptMatrix): used a piece
+    of rows at a time, never held whole as float32."""
+
+    shape: tuple[int, int]
+
+    def matmul_t(self, x: np.ndarray) -> np.ndarray:
+        """x @ W.T, float32 (rows of x, rows of W)."""
+        ...
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """W[rows], float32."""
+        ...
+
+
+Weight = np.ndarray | QuantMatrix
+
+
 class Linear:
     """y = x @ W.T for W stacked from row blocks, each with its own input rounding.
 
     Blocks with the same rounding are fused into one matrix: one BLAS call per group.
+    Blocks kept quantized (QuantMatrix) are not fused: each is multiplied a piece at a
+    time, so the layer never holds its float32 weights whole.
     """
 
-    def __init__(self, parts: list[tuple[np.ndarray, Rounding]]) -> None:
-        groups: list[tuple[list[np.ndarray], Rounding]] = []
+    def __init__(self, parts: list[tuple[Weight, Rounding]]) -> None:
+        groups: list[tuple[list[Weight], Rounding]] = []
         for w, kind in parts:
-            if groups and groups[-1][1] == kind:
+            fusable = isinstance(w, np.ndarray)
+            if fusable and groups and groups[-1][1] == kind and isinstance(groups[-1][0][-1], np.ndarray):
                 groups[-1][0].append(w)
             else:
                 groups.append(([w], kind))
-        self.groups: list[tuple[np.ndarray, Rounding]] = [
-            (ws[0] if len(ws) == 1 else np.concatenate(ws), kind) for ws, kind in groups
+        self.groups: list[tuple[Weight, Rounding]] = [
+            (ws[0] if len(ws) == 1 else np.concatenate(ws), kind) for ws, kind in groups  # type: ignore[arg-type]
         ]
         self.out_features = sum(w.shape[0] for w, _ in self.groups)
 
     def __call__(self, x: np.ndarray, ggml_rounding: bool) -> np.ndarray:
-        outs = [(round_activations(x, kind) if ggml_rounding else x) @ w.T for w, kind in self.groups]
+        rounded: dict[Rounding, np.ndarray] = {}
+        outs = []
+        for w, kind in self.groups:
+            if kind not in rounded:
+                rounded[kind] = round_activations(x, kind) if ggml_rounding else x
+            xr = rounded[kind]
+            outs.append(xr @ w.T if isinstance(w, np.ndarray) else w.matmul_t(xr))
         return outs[0] if len(outs) == 1 else np.concatenate(outs, axis=-1)

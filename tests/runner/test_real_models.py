@@ -13,7 +13,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from registry.runner import SMOKE_TEXT, Tokenizer, Transformer, greedy_generate, perplexity, run_smoke
+from registry.runner import (
+    SMOKE_TEXT,
+    ModelFile,
+    Tokenizer,
+    Transformer,
+    greedy_generate,
+    load_model,
+    perplexity,
+    run_smoke,
+)
+from registry.runner.weights import KeptMatrix
 from tests.runner.conftest import reference
 
 MODELS = ("smollm2", "gemma3")
@@ -152,3 +162,39 @@ def test_weights_shapes_and_tying(sample_model: tuple[str, Transformer]) -> None
         assert c.swa_layers == tuple(il % 6 != 5 for il in range(c.n_layer))
         assert c.rope_swa is not None and c.rope_swa.base == 10000.0 and c.rope.base == 1e6
         assert c.embed_scale == pytest.approx(math.sqrt(c.n_embd))
+
+
+def test_gemma3_kept_quantized_runs_like_its_float32_self(gemma3_file: ModelFile, gemma3_model: Transformer) -> None:
+    """With no float32 budget every weight matrix stays in the file's bytes (a 253 MB file
+    whose float32 weights take 1.1 GB): each is dequantized a piece at a time when used,
+    to the same values, so the logits differ from the float32 model's only by the order
+    BLAS sums in, and the greedy tokens are llama.cpp's."""
+    kept = load_model(gemma3_file, max_weight_bytes=0)
+    c = kept.config
+    assert kept.kept_matrices == 7 * c.n_layer + 1  # q k v o gate up down per layer, tied embeddings
+    assert isinstance(kept.token_embd, KeptMatrix) and kept.output.groups[0][0] is kept.token_embd
+    ids = np.array([2, 506, 5279, 529, 236761, c.n_vocab - 1])
+    np.testing.assert_array_equal(kept.token_embd.take(ids), gemma3_model.token_embd[ids])
+    case = reference("gemma3")["greedy"]["capital"]
+    ours = kept.forward(case["prompt_tokens"], kept.new_cache(64), all_logits=True)
+    theirs = gemma3_model.forward(case["prompt_tokens"], gemma3_model.new_cache(64), all_logits=True)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-3, atol=1e-3 * float(np.abs(theirs).max()))
+    assert greedy_generate(kept, case["prompt_tokens"], len(case["greedy"])) == case["greedy"]
+
+
+def test_a_partial_budget_keeps_only_what_does_not_fit(smollm2_file: ModelFile, smollm2_model: Transformer) -> None:
+    embd = smollm2_model.token_embd
+    # everything but the tied embeddings (the last matrix loaded, 113 MB of float32) fits
+    layers = sum(
+        w.nbytes for layer in smollm2_model.layers for lin in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down)
+        for w, _ in lin.groups
+    )  # fmt: skip
+    model = load_model(smollm2_file, max_weight_bytes=layers + embd.nbytes - 1)
+    assert model.kept_matrices == 1 and isinstance(model.token_embd, KeptMatrix)
+    assert all(isinstance(w, np.ndarray) for layer in model.layers for w, _ in layer.wqkv.groups)
+    whole = load_model(smollm2_file, max_weight_bytes=layers + embd.nbytes)
+    assert whole.kept_matrices == 0 and isinstance(whole.token_embd, np.ndarray)
+    tokens = reference("smollm2")["greedy"]["capital"]["prompt_tokens"]
+    np.testing.assert_array_equal(
+        whole.forward(tokens, whole.new_cache(64)), smollm2_model.forward(tokens, smollm2_model.new_cache(64))
+    )

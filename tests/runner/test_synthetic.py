@@ -59,6 +59,33 @@ def test_logits_match_float64_reference(name: str, dtype: type[np.floating], tmp
     np.testing.assert_allclose(ours, ref, rtol=2e-4, atol=2e-4 * np.abs(ref).max())
 
 
+def _weight_matrices(spec: Spec) -> int:
+    return 7 * spec.n_layer + (1 if spec.tied else 2)
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+def test_kept_quantized_matrices_match_float64_reference(name: str, dtype: type[np.floating], tmp_path: Path) -> None:
+    spec, path = _build(name, tmp_path, dtype)
+    mf = ModelFile.from_buffer(np.memmap(path, mode="r"))
+    model = load_model(mf, ggml_rounding=False, max_weight_bytes=0)
+    assert model.kept_matrices == _weight_matrices(spec)
+    ours = model.forward(TOKENS, model.new_cache(32), all_logits=True)
+    ref = reference64.logits(spec, TOKENS)
+    np.testing.assert_allclose(ours, ref, rtol=2e-4, atol=2e-4 * np.abs(ref).max())
+    # decoding one token at a time looks its embedding row up in the quantized bytes
+    cache = model.new_cache(32)
+    steps = [model.forward(TOKENS[:3], cache, all_logits=True)] + [model.forward([t], cache) for t in TOKENS[3:]]
+    np.testing.assert_allclose(np.concatenate(steps), ours, rtol=1e-4, atol=1e-4)
+    assert mf.float32_budget is None  # the budget is load_model's, not left on the file
+
+
+def test_a_negative_weight_budget_is_refused(tmp_path: Path) -> None:
+    _, path = _build("llama", tmp_path)
+    with pytest.raises(ValueError, match="max_weight_bytes"):
+        load_model(ModelFile.from_buffer(np.memmap(path, mode="r")), max_weight_bytes=-1)
+
+
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_kv_cache_decode_equals_full_pass(name: str, tmp_path: Path) -> None:
     _, path = _build(name, tmp_path, seed=1)
