@@ -137,6 +137,17 @@ def child_request(paths: Sequence[Path], settings: Settings) -> dict[str, Any]:
     }
 
 
+# How a child that died of the cap says so on stderr: Python's MemoryError, the C library
+# (mmap, thread stacks), and OpenBLAS, which exits the process when it cannot get its
+# buffers (seen with caps of 300-320 MB on SmolLM2) instead of raising.
+_OUT_OF_MEMORY = (
+    "MemoryError",
+    "Cannot allocate memory",
+    "pthread_create failed",
+    "OpenBLAS error: Memory allocation",
+)
+
+
 async def run_checks(paths: Sequence[Path], settings: Settings) -> CheckReport:
     """`workers.verify_checks.check_files` in a child process, killed when time is up."""
     timeout = settings.verify.timeout_seconds
@@ -163,7 +174,7 @@ async def run_checks(paths: Sequence[Path], settings: Settings) -> CheckReport:
         return CheckReport.from_dict(json.loads(out))
     tail = err.decode("utf-8", "replace")[-_STDERR_TAIL:].strip()
     report = CheckReport()
-    if "MemoryError" in tail or "Cannot allocate memory" in tail or "pthread_create failed" in tail:
+    if any(sign in tail for sign in _OUT_OF_MEMORY):
         report.fail(Reason.MEMORY_EXCEEDED, f"the memory cap was reached: {tail.splitlines()[-1]}")
     else:
         last = tail.splitlines()[-1] if tail else "no output"

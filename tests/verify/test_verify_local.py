@@ -156,10 +156,12 @@ async def test_a_model_whose_float32_weights_exceed_the_cap_passes_quantized(
     assert d["peak_rss_bytes"] < 400 << 20
 
 
-async def test_memory_cap(smollm2_path: Path, settings: Settings) -> None:
-    # 250 MB of address space holds the mapped file and the interpreter but not numpy's
-    # work on top: the cap still ends the run, as a verdict.
-    r = await _verify(smollm2_path, _with(settings, memory_cap_bytes=250 << 20))
+@pytest.mark.parametrize("cap_mb", [250, 300, 320])
+async def test_memory_cap(smollm2_path: Path, settings: Settings, cap_mb: int) -> None:
+    # This address space holds the mapped file and the interpreter but not numpy's work on
+    # top: the cap still ends the run, as a verdict. At 300-320 MB it is OpenBLAS that
+    # cannot get its buffers and ends the process, which is the cap too, not a crash.
+    r = await _verify(smollm2_path, _with(settings, memory_cap_bytes=cap_mb << 20))
     assert (r.status, r.reason) == ("failed", "memory_exceeded"), r.message
 
 
