@@ -55,6 +55,7 @@ async def test_post_verification_runs_and_records_the_row(
     assert len(body["sha256"]) == 64 and body["finished_at"] is not None
     assert {"hash", "header", "dequantize"} <= set(body["timings"])
     assert body["details"]["architecture"] == "mamba" and body["details"]["message"]
+    assert body["details"]["kept_matrices"] == 0  # no forward pass was built
     async with db.sessions() as session:
         row = await session.get(Verification, reply.body["id"])
         art = await session.get(Artifact, artifact_id)
