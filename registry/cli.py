@@ -1244,6 +1244,11 @@ def _add_run(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
             a.add_argument("--prompt", required=True)
             a.add_argument("-n", type=_int_in(0, INT64_MAX), default=16, metavar="N",
                            help="tokens to generate (default 16)")  # fmt: skip
+        if name != "tokenize":
+            a.add_argument("--float32-weights", type=_byte_size, metavar="SIZE",
+                           help="most weight bytes to hold as float32, e.g. 2GB or 0; the other weight matrices stay "
+                           "quantized and are dequantized at each use: less memory, slower (default: what physical "
+                           "memory leaves after the file and a quarter of it)")  # fmt: skip
     return "run", _cmd_run
 
 
@@ -1259,20 +1264,28 @@ def _cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     try:
         text = _read_text(args.text_file) if args.action == "perplexity" else None
         mf = open_model_file(args.path, _limits(settings))
-        # float32 weights up to what physical memory allows; the rest dequantized at each use
-        budget = weight_budget(0, mapped_bytes(shard_paths(args.path)))
         tokenizer = load_tokenizer(mf)
         ids = tokenizer.encode(args.text if args.action == "tokenize" else text or args.prompt)
         if args.action == "tokenize":
             doc: dict[str, Any] = {"tokens": ids}
-        elif args.action == "perplexity":
-            doc = {"perplexity": perplexity(load_model(mf, max_weight_bytes=budget), ids), "tokens": len(ids)}
         else:
-            eos, model = tokenizer.vocab.eos_id, load_model(mf, max_weight_bytes=budget)
+            # float32 weights up to what physical memory allows; the rest dequantized at each use
+            budget = args.float32_weights
+            if budget is None:
+                budget = weight_budget(0, mapped_bytes(shard_paths(args.path)))
+            model = load_model(mf, max_weight_bytes=budget)
+            if model.kept_matrices and not args.json:
+                print(f"registry: run: {model.kept_matrices} weight matrices kept quantized (their float32 is "
+                      f"above {budget:,} bytes), dequantized at each use: slower", file=sys.stderr)  # fmt: skip
+        if args.action == "perplexity":
+            doc = {"perplexity": perplexity(model, ids), "tokens": len(ids), "kept_matrices": model.kept_matrices}
+        elif args.action == "generate":
+            eos = tokenizer.vocab.eos_id
             t0 = time.perf_counter()
             out = greedy_generate(model, ids, args.n, stop=() if eos is None else (eos,))
             elapsed = time.perf_counter() - t0
-            doc = {"tokens": out, "text": tokenizer.decode(out), "tokens_per_second": len(out) / elapsed}
+            doc = {"tokens": out, "text": tokenizer.decode(out), "tokens_per_second": len(out) / elapsed,
+                   "kept_matrices": model.kept_matrices}  # fmt: skip
     except (GGUFError, RunnerError, CheckFailed, OSError, ValueError, MemoryError) as exc:
         # MemoryError: e.g. -n so large that the key/value cache cannot be allocated
         print(f"registry: run {args.action}: {args.path}: {exc}", file=sys.stderr)

@@ -47,6 +47,21 @@ def test_generate_equals_llama_cpp_greedy(smollm2_path: Path, capsys: pytest.Cap
     assert doc["tokens"] == case["greedy"]
     assert doc["text"].startswith(" Paris")
     assert doc["tokens_per_second"] > 0
+    assert doc["kept_matrices"] == 0  # this machine holds its 538 MB of float32 weights
+
+
+def test_generate_with_weights_kept_quantized(smollm2_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    case = reference("smollm2")["greedy"]["capital"]
+    argv = ["run", "generate", str(smollm2_path), "--prompt", case["prompt"], "-n", "8", "--float32-weights", "0"]
+    doc = _json(capsys, [*argv, "--json"])
+    assert doc["tokens"] == case["greedy"]
+    assert doc["kept_matrices"] == 7 * 30 + 1  # every weight matrix: q k v o gate up down, tied embeddings
+    # in text, the slower path is said on stderr; a budget that holds the first matrices keeps fewer
+    assert main([*argv[:-1], "100MB"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(" Paris")
+    kept = int(err.split("registry: run: ")[1].split()[0])
+    assert 0 < kept < 7 * 30 + 1 and "above 100,000,000 bytes" in err
 
 
 @pytest.mark.parametrize(
