@@ -85,11 +85,16 @@ def add_value(wr: gguf.GGUFWriter, key: str, value: object) -> None:
 
 
 def write_gguf(
-    s: Spec, path: Path, *, skip_keys: tuple[str, ...] = (), extra: Mapping[str, object] | None = None
+    s: Spec,
+    path: Path,
+    *,
+    skip_keys: tuple[str, ...] = (),
+    extra: Mapping[str, object] | None = None,
+    big_endian: bool = False,
 ) -> Path:
     """`s` as a GGUF file; `extra` keys are written last, replacing any of the same name."""
     a = s.arch
-    wr = gguf.GGUFWriter(str(path), a)
+    wr = gguf.GGUFWriter(str(path), a, endianess=gguf.GGUFEndian.BIG if big_endian else gguf.GGUFEndian.LITTLE)
     kv: dict[str, int | float] = {
         f"{a}.context_length": 128,
         f"{a}.embedding_length": s.n_embd,

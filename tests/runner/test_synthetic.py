@@ -80,6 +80,20 @@ def test_kept_quantized_matrices_match_float64_reference(name: str, dtype: type[
     assert mf.float32_budget is None  # the budget is load_model's, not left on the file
 
 
+@pytest.mark.parametrize("budget", [None, 0], ids=["float32", "kept"])
+def test_a_big_endian_file_runs_like_its_reference(budget: int | None, tmp_path: Path) -> None:
+    spec = SPECS["gemma3"]()
+    make_weights(spec, np.random.default_rng(3), np.float16)
+    path = write_gguf(spec, tmp_path / "be.gguf", big_endian=True)
+    mf = ModelFile.from_buffer(np.memmap(path, mode="r"))
+    assert mf.header.endianness == "big"
+    model = load_model(mf, ggml_rounding=False, max_weight_bytes=budget)
+    assert model.kept_matrices == (0 if budget is None else _weight_matrices(spec))
+    ours = model.forward(TOKENS, model.new_cache(32), all_logits=True)
+    ref = reference64.logits(spec, TOKENS)
+    np.testing.assert_allclose(ours, ref, rtol=2e-4, atol=2e-4 * np.abs(ref).max())
+
+
 def test_a_negative_weight_budget_is_refused(tmp_path: Path) -> None:
     _, path = _build("llama", tmp_path)
     with pytest.raises(ValueError, match="max_weight_bytes"):
