@@ -207,10 +207,10 @@ def test_search_facets(url: str, models: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_search_facets_default_is_the_catalogs() -> None:
-    from registry import cli
     from registry.catalog.search import FACETS
+    from registry.cli import catalog
 
-    assert ",".join(FACETS) == cli._DEFAULT_FACETS
+    assert ",".join(FACETS) == catalog.DEFAULT_FACETS
 
 
 def test_search_errors(url: str, models: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -272,9 +272,9 @@ def test_index_says_which_folder_it_could_not_read(
      ("123456789012345678", 123_456_789_012_345_678), ("1e30", 2**63 - 1), (" 7B ", 7_000_000_000)],
 )
 def test_param_count_arguments(text: str, count: int) -> None:
-    from registry.cli import _param_count
+    from registry.cli.catalog import param_count
 
-    assert _param_count(text) == count
+    assert param_count(text) == count
 
 
 @pytest.mark.parametrize(
@@ -284,9 +284,9 @@ def test_param_count_arguments(text: str, count: int) -> None:
      ("100B", 100), ("1e30", 2**63 - 1), (".5K", 500)],
 )  # fmt: skip
 def test_byte_size_arguments(text: str, size: int) -> None:
-    from registry.cli import _byte_size
+    from registry.cli.common import byte_size
 
-    assert _byte_size(text) == size
+    assert byte_size(text) == size
 
 
 @pytest.mark.parametrize(
@@ -295,29 +295,29 @@ def test_byte_size_arguments(text: str, size: int) -> None:
      (4_920_000_000, "4.92 GB"), (999_999_999, "1000 MB"), (47_000_000_000_000, "47.0 TB")],
 )
 def test_search_table_file_sizes(n_bytes: int | None, shown: str) -> None:
-    from registry.cli import _file_size
+    from registry.cli.common import file_size
 
-    assert _file_size(n_bytes) == shown
+    assert file_size(n_bytes) == shown
 
 
 @pytest.mark.parametrize("text", ["", "GB", "abc", "8X", "8BB", "8GIBB", "8Ki", "-1GB", "nan", "inf", "1_000", "\uff18GB"])
 def test_bad_byte_size_arguments(text: str) -> None:
     import argparse
 
-    from registry.cli import _byte_size
+    from registry.cli.common import byte_size
 
     with pytest.raises(argparse.ArgumentTypeError):
-        _byte_size(text)
+        byte_size(text)
 
 
 @pytest.mark.parametrize("text", ["", "abc", "7X", "-1B", "nan", "7BB", "1e1000"])
 def test_bad_param_count_arguments(text: str) -> None:
     import argparse
 
-    from registry.cli import _param_count
+    from registry.cli.catalog import param_count
 
     with pytest.raises(argparse.ArgumentTypeError):
-        _param_count(text)
+        param_count(text)
 
 
 def test_search_by_expert_count_and_verification(

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from registry.cli import ProgressLine, _file_size
+from registry.cli.common import file_size
+from registry.cli.models import ProgressLine
 from registry.config import HubSettings, Settings
 from tests.fakehub import FakeHub
 from tests.fakehub.corpus import BytesBlob, Corpus, LocalBlob, RepoFile
@@ -183,7 +184,7 @@ async def test_progress_shows_each_file_to_its_end(tmp_path: Path) -> None:
         assert code == 0, err
         lines = err.splitlines()
         for name in SHARDS:  # stderr is no terminal here: whole lines, each file's last one at 100%
-            size = _file_size(len(data[name]))
+            size = file_size(len(data[name]))
             assert any(line.startswith(f"{name}  {size} of {size} (100%)") for line in lines), err
         assert "\r" not in err and "in place" not in err  # the results go to stdout
         assert stdout.count("bytes fetched") == 3
@@ -198,7 +199,7 @@ async def test_verify_shows_its_download_progress_too(tmp_path: Path) -> None:
         code, stdout, err = await _registry(tmp_path, hub, "verify", f"{SPLIT}:Q8_0", "--progress", "--json")
         assert code in (0, 1, 3), err  # a toy model: the verdict is not the point here
         assert json.loads(stdout)["bytes_downloaded"] == len(data["other-Q8_0.gguf"])
-        size = _file_size(len(data["other-Q8_0.gguf"]))
+        size = file_size(len(data["other-Q8_0.gguf"]))
         assert f"other-Q8_0.gguf  {size} of {size} (100%)" in err
         code, _, err = await _registry(tmp_path, hub, "verify", f"{SPLIT}:Q8_0", "--json")
         assert "%)" not in err  # cached now, and no progress asked for off a terminal
