@@ -32,14 +32,13 @@ from sqlalchemy import func, insert, make_url, select, text
 
 from registry.catalog import lineage, migrate
 from registry.catalog.db import Database, create_engine
+from registry.catalog.facets import count_facets, facets
 from registry.catalog.models import Artifact, Facts, LineageEdge, QuantMix, Repo, Shard
 from registry.catalog.search import (
     FACET_NAMES,
     FACETS,
     MORE_FACETS,
     SearchQuery,
-    count_facets,
-    facets,
     search,
 )
 from registry.catalog.services import size_bucket

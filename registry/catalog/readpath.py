@@ -28,7 +28,7 @@ The SELECTs of one ReadSession read one snapshot of the catalog. On SQLite its c
 opens a read transaction before the first (`db.begin_read`) and ends it at close, so a page
 put together from several statements (an artifact and its shards, a lineage walk) never
 mixes rows from before and after a commit made meanwhile. The file memo's generation
-(`search.FileMemo`) is read just before, and the session's memo lookups use it: counts
+(`memo.FileMemo`) is read just before, and the session's memo lookups use it: counts
 found in this snapshot are kept under a generation no newer than the snapshot. On
 PostgreSQL the connection begins a `REPEATABLE READ READ ONLY` transaction (one BEGIN, as
 SQLAlchemy's would be) and rolls it back at close; a write in it is refused. A connection
@@ -71,7 +71,7 @@ from registry.catalog.db import (
     has_one_trip_connections,
     run_statement,
 )
-from registry.catalog.search import FileMemo
+from registry.catalog.memo import FileMemo
 
 # Compiled shapes kept per engine (least recently used dropped first): as SQLAlchemy's own
 # compiled cache, which holds 500. The catalog's reads have a few hundred shapes.

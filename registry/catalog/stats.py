@@ -3,7 +3,7 @@
 Every count reads an index (artifacts by status and by latest verification, crawls by
 status and end time; on SQLite the repos' count too), but the repos an older release
 wrote, which reads the repos. The counts are kept until the next commit, as facet counts
-are (search.FileMemo, search.SnapshotMemo): a scrape of an idle catalog reads nothing
+are (memo.FileMemo, memo.SnapshotMemo): a scrape of an idle catalog reads nothing
 but the generation; on 100,000 artifacts, counting anew took 7 ms on SQLite and 12 ms on
 PostgreSQL (medians, bench.search's catalog).
 Counts come for every status the catalog knows, 0 included, so a status that empties
@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from registry.catalog.memo import memo_generation
 from registry.catalog.models import (
     ARTIFACT_STATUSES,
     CRAWL_STATUSES,
@@ -27,7 +28,6 @@ from registry.catalog.models import (
     Crawl,
     Repo,
 )
-from registry.catalog.search import memo_generation
 from registry.catalog.services import DERIVED_BEFORE
 
 # Crawl statuses that end a crawl: each has the time the latest such crawl ended.

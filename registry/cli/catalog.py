@@ -261,7 +261,8 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     import json
 
     from registry.catalog.db import Database
-    from registry.catalog.search import SearchQuery, facets, search
+    from registry.catalog.facets import facets
+    from registry.catalog.search import SearchQuery, search
 
     if args.facets is not None and (args.all or args.cursor):
         print("registry: search: --facets counts every match: it takes no --all or --cursor", file=sys.stderr)

@@ -16,8 +16,9 @@ from registry.api.sessions import open_read_session
 from registry.catalog import db as catalog_db
 from registry.catalog import stats
 from registry.catalog.db import Database
+from registry.catalog.facets import facets
 from registry.catalog.models import Artifact, Repo
-from registry.catalog.search import SearchQuery, facets
+from registry.catalog.search import SearchQuery
 from registry.catalog.services import upsert_repo_snapshot
 from registry.catalog.snapshot import RepoSnapshot
 from tests.api.conftest import ApiClient, MakeApi

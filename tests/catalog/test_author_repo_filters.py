@@ -18,8 +18,9 @@ from sqlalchemy import select
 from registry.api import reads
 from registry.catalog.db import Database
 from registry.catalog.errors import InvalidQuery
+from registry.catalog.facets import facets
 from registry.catalog.models import Artifact, repo_key
-from registry.catalog.search import SearchQuery, facets, search
+from registry.catalog.search import SearchQuery, search
 from registry.catalog.services import repo_moved, upsert_repo_snapshot
 from registry.catalog.snapshot import RepoSnapshot
 from registry.cli import main

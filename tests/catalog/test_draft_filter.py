@@ -13,8 +13,9 @@ from sqlalchemy import select
 
 from registry.catalog.db import Database
 from registry.catalog.errors import ArtifactNotFound
+from registry.catalog.facets import facets
 from registry.catalog.models import Artifact
-from registry.catalog.search import SearchQuery, facets, search
+from registry.catalog.search import SearchQuery, search
 from registry.catalog.services import upsert_repo_snapshot
 from tests.catalog.draft_family import LLAMA_CPP_CHECK, MEMBERS, write_family
 from tests.catalog.factories import artifact, error_artifact, make_facts, make_snapshot

@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from sqlalchemy import event, select
 
 from registry.catalog.db import Database
+from registry.catalog.facets import facets
 from registry.catalog.folding import FOLDS, ascii_lower, fold, fold_size_label, folded
 from registry.catalog.models import Artifact, Facts
-from registry.catalog.search import SearchPage, SearchQuery, facets, search
+from registry.catalog.search import SearchPage, SearchQuery, search
 from registry.catalog.services import upsert_repo_snapshot
 from registry.catalog.snapshot import RepoSnapshot
 from tests.catalog.conftest import empty_tables

@@ -14,7 +14,8 @@ import pytest
 
 from registry.catalog.db import Database
 from registry.catalog.errors import InvalidQuery
-from registry.catalog.search import SearchQuery, facets, search
+from registry.catalog.facets import facets
+from registry.catalog.search import SearchQuery, search
 from registry.cli import main
 from registry.gguf.facts_model import KINDS
 from tests.api.conftest import ApiClient, MakeApi, make_api

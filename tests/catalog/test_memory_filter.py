@@ -10,8 +10,9 @@ from sqlalchemy import select
 
 from registry.catalog.db import Database
 from registry.catalog.errors import InvalidQuery
+from registry.catalog.facets import facets
 from registry.catalog.models import Artifact
-from registry.catalog.search import MEMORY_CONTEXT, SearchQuery, facets, search
+from registry.catalog.search import MEMORY_CONTEXT, SearchQuery, search
 from registry.catalog.services import upsert_repo_snapshot
 from tests.catalog.factories import artifact, error_artifact, make_facts, make_snapshot
 from workers.index import index_paths

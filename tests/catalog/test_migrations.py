@@ -33,12 +33,12 @@ from registry.api.serve import serve
 from registry.catalog import migrate
 from registry.catalog.db import Database, create_engine
 from registry.catalog.errors import SchemaMismatch
+from registry.catalog.facets import facets
 from registry.catalog.models import Artifact, Base
 from registry.catalog.search import (
     MEMORY_CONTEXT,
     MEMORY_SORT_INDEX,
     SearchQuery,
-    facets,
     memory_at,
     memory_needed,
     search,

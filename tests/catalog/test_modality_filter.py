@@ -15,7 +15,8 @@ import pytest
 
 from registry.catalog.db import Database
 from registry.catalog.errors import InvalidQuery
-from registry.catalog.search import SearchQuery, facets, search
+from registry.catalog.facets import facets
+from registry.catalog.search import SearchQuery, search
 from registry.cli import main
 from registry.gguf.facts import derive_facts
 from registry.gguf.facts_model import MODALITIES, modality_mask, modality_names

@@ -18,9 +18,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from registry.api import reads
 from registry.catalog import lineage, readpath
 from registry.catalog.db import Database
+from registry.catalog.facets import facets
 from registry.catalog.models import Artifact, Facts, Repo
 from registry.catalog.readpath import ReadSession, Rows, uses_read_path
-from registry.catalog.search import SearchQuery, descendant_repo_pks, facets, search
+from registry.catalog.search import SearchQuery, descendant_repo_pks, search
 from registry.catalog.services import upsert_repo_snapshot
 from tests.catalog.conftest import empty_tables
 from tests.catalog.test_search import _catalog

@@ -12,9 +12,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import inspect
 
+from registry.catalog import facets as facets_module
+from registry.catalog import memo as memo_module
 from registry.catalog import migrate
 from registry.catalog.db import Database, create_engine
 from registry.catalog.errors import InvalidCursor, InvalidQuery
+from registry.catalog.facets import facets
 from registry.catalog.models import Artifact
 from registry.catalog.search import (
     FACET_NAMES,
@@ -24,7 +27,6 @@ from registry.catalog.search import (
     SearchQuery,
     decode_cursor,
     encode_cursor,
-    facets,
     search,
 )
 from registry.catalog.services import upsert_repo_snapshot
@@ -727,13 +729,13 @@ async def test_a_memoised_family_follows_writes_of_any_connection(
         assert set(paths(await run(catalog, descendant_of="meta-llama/Llama-3-8B"))) == family
     key = ("meta-llama/llama-3-8b", search_module.MAX_DEPTH)
     async with catalog.sessions() as session:
-        file_memo = search_module.FileMemo.of(session)
-        snapshots = search_module.SnapshotMemo.of(session)
+        file_memo = memo_module.FileMemo.of(session)
+        snapshots = memo_module.SnapshotMemo.of(session)
         if file_memo is not None:
             assert isinstance(file_memo.family(key, file_memo.generation()), str)
         else:
             assert snapshots is not None and catalog.dialect == "postgresql"
-            pks = snapshots.family(key, await search_module.SnapshotMemo.generation(session))
+            pks = snapshots.family(key, await memo_module.SnapshotMemo.generation(session))
             assert isinstance(pks, list) and len(pks) == 2  # the quant repo and its fine-tune
             plan = await search_module._filters(session, SearchQuery(descendant_of="meta-llama/Llama-3-8B"))
             assert "= ANY (" in _where_sql(catalog, plan.where)
@@ -845,17 +847,16 @@ async def test_facet_counts_are_kept_until_a_write_and_never_miss_one_in_flight(
     """Asked again with nothing written, the counts come from the memo (SQLite file or
     PostgreSQL snapshot). A write that another connection has begun but not committed while
     the counts are taken, and commits afterwards, is in the next answer."""
-    import registry.catalog.search as search_module
 
     counted = 0
-    count_facets = search_module._count_facets
+    count_facets = facets_module._count_facets
 
     async def counting(session: Any, q: SearchQuery, names: tuple[str, ...]) -> dict[str, dict[str, int]]:
         nonlocal counted
         counted += 1
         return await count_facets(session, q, names)
 
-    monkeypatch.setattr(search_module, "_count_facets", counting)
+    monkeypatch.setattr(facets_module, "_count_facets", counting)
 
     async def architectures() -> dict[str, int]:
         async with catalog.sessions() as session:
@@ -893,9 +894,8 @@ async def test_requests_for_counts_under_way_wait_for_them(catalog: Database, mo
     fails or is cancelled leaves its waiters to count for themselves, never stuck."""
     import asyncio
 
-    import registry.catalog.search as search_module
 
-    count_facets = search_module._count_facets
+    count_facets = facets_module._count_facets
     calls: list[tuple[str, ...]] = []
     release = asyncio.Event()
     fail: list[BaseException] = []
@@ -908,7 +908,7 @@ async def test_requests_for_counts_under_way_wait_for_them(catalog: Database, mo
                 raise fail[0]
         return await count_facets(session, q, names)
 
-    monkeypatch.setattr(search_module, "_count_facets", held)
+    monkeypatch.setattr(facets_module, "_count_facets", held)
 
     async def ask(*names: str) -> dict[str, dict[str, int]]:
         async with catalog.sessions() as session:
@@ -1114,7 +1114,7 @@ async def test_facets_of_models_are_every_kind_less_the_others(
         monkeypatch.setattr(search_module, "COMMON_ROWS", 0)
         monkeypatch.setattr(search_module, "SCAN_SHARE", 10**9)
     taken: list[tuple[SearchQuery, bool]] = []
-    decide = search_module._other_kinds_are_few
+    decide = facets_module._other_kinds_are_few
 
     async def spy(session: Any, q: SearchQuery) -> tuple[SearchQuery, list[Any]] | None:
         few = await decide(session, q)
@@ -1130,12 +1130,12 @@ async def test_facets_of_models_are_every_kind_less_the_others(
                SearchQuery(kind="model", status="error")]  # fmt: skip
     for round_ in range(2):
         for q in queries:
-            monkeypatch.setattr(search_module, "_other_kinds_are_few", direct)
+            monkeypatch.setattr(facets_module, "_other_kinds_are_few", direct)
             async with db.sessions() as session:
-                expected = await search_module.count_facets(session, q, FACET_NAMES)
-            monkeypatch.setattr(search_module, "_other_kinds_are_few", spy)
+                expected = await facets_module.count_facets(session, q, FACET_NAMES)
+            monkeypatch.setattr(facets_module, "_other_kinds_are_few", spy)
             async with db.sessions() as session:
-                assert await search_module.count_facets(session, q, FACET_NAMES) == expected, q
+                assert await facets_module.count_facets(session, q, FACET_NAMES) == expected, q
                 assert await facets(session, q, FACET_NAMES) == expected, q
                 assert await facets(session, q, FACET_NAMES) == expected, q  # from the memo
         if round_ == 0:

@@ -31,8 +31,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry.api import create_app
 from registry.catalog.db import Database
+from registry.catalog.facets import facets
 from registry.catalog.readpath import ReadSession, uses_read_path
-from registry.catalog.search import FACET_NAMES, MAX_LIMIT, SearchQuery, facets, search
+from registry.catalog.search import FACET_NAMES, MAX_LIMIT, SearchQuery, search
 from registry.config import ApiSettings, Settings
 from tests.catalog.conftest import empty_tables
 from tests.catalog.search_oracle import (

@@ -13,8 +13,9 @@ from sqlalchemy import select
 
 from registry.catalog.db import Database
 from registry.catalog.errors import InvalidQuery
+from registry.catalog.facets import facets
 from registry.catalog.models import Artifact
-from registry.catalog.search import SearchQuery, facets, search
+from registry.catalog.search import SearchQuery, search
 from registry.safety.capabilities import mask
 from tests.api.conftest import ApiClient, MakeApi, make_api
 from tests.catalog.conftest import db, db_url, empty_db_url, postgresql_url, sqlite_url, temp_databases

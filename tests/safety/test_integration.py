@@ -14,8 +14,9 @@ from sqlalchemy import select
 
 from registry.catalog.db import Database
 from registry.catalog.errors import InvalidQuery
+from registry.catalog.facets import facets
 from registry.catalog.models import Artifact, Repo
-from registry.catalog.search import SearchQuery, facets, search
+from registry.catalog.search import SearchQuery, search
 from registry.cli import main
 from registry.gguf.reader import parse_header
 from registry.hub.client import HubClient

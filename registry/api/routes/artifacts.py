@@ -29,6 +29,7 @@ from registry.api.params import (
 )
 from registry.api.responses import json_response
 from registry.api.sessions import read_session
+from registry.catalog import facets as catalog_facets
 from registry.catalog import search as catalog_search
 from registry.catalog.folding import ascii_lower, folded
 from registry.catalog.models import REPO_ID_LENGTH, VERIFICATION_STATUSES
@@ -167,7 +168,7 @@ MAX_FACET_LIST = 128
 
 def _facet_list(name: str, raw: str) -> tuple[str, ...]:
     # An unknown name: the catalog's InvalidQuery, naming the parameter and what it allows.
-    return catalog_search.facet_names([n.strip() for n in text(MAX_FACET_LIST)(name, raw).split(",")])
+    return catalog_facets.facet_names([n.strip() for n in text(MAX_FACET_LIST)(name, raw).split(",")])
 
 
 FACETS_PARAM = Param(
@@ -186,7 +187,7 @@ async def facets(request: web.Request) -> web.Response:
     args = parse_query(request, (*FILTER_PARAMS, FACETS_PARAM))
     names = args.pop("facets")
     async with read_session(request) as session:
-        counts = await catalog_search.facets(session, _query(args), names)
+        counts = await catalog_facets.facets(session, _query(args), names)
     # As applied: the folded filters are the facet keys they select (`Mit` -> `mit`).
     filters = folded({name: value for name, value in args.items() if value is not None})
     if "author" in filters:
