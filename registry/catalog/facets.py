@@ -19,8 +19,6 @@ from registry.catalog.memo import memo_generation
 from registry.catalog.models import Artifact
 from registry.catalog.search import (
     _CUSTOM_PLANS,
-    _NON_FACET_FILTERS,
-    _OUTSIDE_MORE_FACETS_INDEX,
     FACET_NAMES,
     FACETS,
     MORE_FACETS,
@@ -36,6 +34,16 @@ from registry.catalog.search import (
     _unindexed,
 )
 from registry.safety.capabilities import from_mask
+
+# SearchQuery filters on columns outside the covering facet index.
+_NON_FACET_FILTERS = ("author", "repo", "text", "tensor_type", "min_params", "max_params", "min_size", "max_size",
+                      "size_label", "min_context", "expert_count", "verification", "descendant_of", "template_severity",
+                      "max_memory", "draft_for", "capability", "kind", "with_projector", "modality")  # fmt: skip
+# SearchQuery filters on columns outside the covering index of MORE_FACETS.
+_OUTSIDE_MORE_FACETS_INDEX = (
+    *(name for name in _NON_FACET_FILTERS if name not in ("kind", "verification", "capability")),
+    "architecture", "license", "file_type",
+)  # fmt: skip
 
 
 async def facets(
@@ -301,4 +309,4 @@ def _facet_key(value: str | None) -> str:
     return value if value is not None else "unknown"
 
 
-__all__ = ['count_facets', 'facet_names', 'facets']
+__all__ = ["count_facets", "facet_names", "facets"]

@@ -235,4 +235,4 @@ _SNAPSHOT = select(cast(func.txid_current_snapshot(), String))  # a SELECT: `rea
 _GENERATION_KEY = "registry.snapshot_generation"  # session.info: (transaction, generation)
 
 
-__all__ = ['FileMemo', 'SnapshotMemo', 'memo_generation']
+__all__ = ["FileMemo", "SnapshotMemo", "memo_generation"]

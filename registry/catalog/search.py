@@ -156,15 +156,6 @@ FACET_NAMES = (*FACETS, *MORE_FACETS)
 # (the one crawl requests take too); `local` for the catalog's local folders.
 AUTHOR_PATTERN = REPO_PART
 _AUTHOR = re.compile(AUTHOR_PATTERN)
-# SearchQuery filters on columns outside the covering facet index.
-_NON_FACET_FILTERS = ("author", "repo", "text", "tensor_type", "min_params", "max_params", "min_size", "max_size",
-                      "size_label", "min_context", "expert_count", "verification", "descendant_of", "template_severity",
-                      "max_memory", "draft_for", "capability", "kind", "with_projector", "modality")  # fmt: skip
-# SearchQuery filters on columns outside the covering index of MORE_FACETS.
-_OUTSIDE_MORE_FACETS_INDEX = (
-    *(name for name in _NON_FACET_FILTERS if name not in ("kind", "verification", "capability")),
-    "architecture", "license", "file_type",
-)  # fmt: skip
 STATUSES = (*ARTIFACT_STATUSES, "all")
 # The context the memory filter sizes the KV cache for when the query names none: what local
 # runners commonly start with. At this context the artifacts' own `memory_at_default`
