@@ -48,7 +48,8 @@ def test_db_commands(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     head = migrate.head_revision()
     assert code == 0 and out.strip() == f"{head} (head)"
     below = ScriptDirectory.from_config(migrate.alembic_config()).get_revision(head).down_revision
-    assert run(capsys, "db", "downgrade", "-1")[1].startswith(str(below))
+    assert run(capsys, "db", "downgrade", "-1")[1].startswith(str(below) if below else "base (empty)")
+    assert run(capsys, "db", "upgrade")[1].strip() == f"{head} (head)"
     assert run(capsys, "db", "downgrade", "base")[1].startswith("base (empty)")
     assert run(capsys, "db", "downgrade")[0] == 2
 

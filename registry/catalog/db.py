@@ -83,6 +83,9 @@ _IDLE.set()
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
+    # First: switching a new file to WAL takes its write lock, which processes opening it
+    # together then wait for instead of failing with "database is locked".
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA journal_mode=WAL")
     mode = cursor.fetchone()
     if isinstance(dbapi_connection, _OneTripConnection) and (mode is None or str(mode[0]).lower() != "wal"):
@@ -90,7 +93,6 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         # read waiting on the loop's thread could wait for a writer that needs the loop.
         dbapi_connection.stop_inline_reads()
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA synchronous=NORMAL")  # safe with WAL; a crash loses no committed-and-synced page
     # Reads straight from the OS page cache through a mapping of the file, instead of a
     # read() and a copy into each connection's own small page cache per page touched.

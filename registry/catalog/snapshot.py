@@ -17,12 +17,9 @@ from registry.safety.findings import Finding
 # written with a lower number, or before repos carried one (NULL), is read again by the
 # next crawl or index that names it, even at the revision indexed, and written in full;
 # a repo at this number and its revision is skipped as unchanged. One re-read per repo
-# and release, where `crawl --full` re-reads everything every time.
-# A migration may move the repos a bump leaves unchanged to the new number (3b8f5c1d7e92,
-# 9e4a2c6b8d15).
-#   1: KV cache and vocabulary columns, template findings and capabilities, artifact kind
-#   2: a projector's modalities (vision, audio) and projector types
-#   3: the parallel_tool_calls template capability (9e4a2c6b8d15)
+# and release, where `crawl --full` re-reads everything every time. Raising it is all a
+# release does to have what it derives reach old rows; no migration is needed for that.
+# CHANGELOG.md says what each number added.
 DERIVATION = 3
 
 

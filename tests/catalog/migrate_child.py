@@ -22,8 +22,12 @@ def ensure_schema_together(url: str, barrier: Any, results: Any) -> None:
     async def run() -> bool:
         engine = create_engine(url)
         try:
-            async with engine.connect() as conn:
-                await conn.execute(text("SELECT 1"))
+            try:
+                async with engine.connect() as conn:
+                    await conn.execute(text("SELECT 1"))
+            except BaseException:
+                barrier.abort()  # the others stop waiting at once instead of for the guard
+                raise
             await asyncio.to_thread(barrier.wait, BARRIER_GUARD_S)
             return await migrate.ensure_schema(engine)
         finally:

@@ -20,37 +20,32 @@ from sqlalchemy import (
     Connection,
     MetaData,
     Table,
-    bindparam,
-    func,
     insert,
     inspect,
     select,
     text,
     update,
 )
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from registry.api.serve import serve
 from registry.catalog import migrate
 from registry.catalog.db import Database, create_engine
 from registry.catalog.errors import SchemaMismatch
-from registry.catalog.facets import facets
 from registry.catalog.models import Artifact, Base
 from registry.catalog.search import (
     MEMORY_CONTEXT,
     MEMORY_SORT_INDEX,
-    SearchQuery,
     memory_at,
     memory_needed,
-    search,
 )
 from registry.catalog.search_index import FTS_TABLE, TRGM_INDEX
 from registry.catalog.services import upsert_repo_snapshot
-from registry.catalog.types import Json
 from registry.cli import EXIT_ERROR, main
 from registry.config import DatabaseSettings, Settings
 from registry.gguf.kvcache import KVCache
 from tests.catalog.conftest import TempDatabases, empty_tables
-from tests.catalog.factories import artifact, error_artifact, make_facts, make_snapshot
+from tests.catalog.factories import artifact, make_facts, make_snapshot
 from tests.catalog.migrate_child import ensure_schema_together
 
 PROCESSES = 4
@@ -88,374 +83,6 @@ async def test_upgrade_check_downgrade_upgrade(empty_db_url: str) -> None:
         await engine.dispose()
 
 
-BEFORE_FOLDING = "c8d3f5a1e6b2"
-# path -> the search copies (architecture, license, file type, size label) as the writer
-# before folding left them, and as folding leaves them.
-UNFOLDED = {
-    "a.gguf": ("LLaMA", "Apache-2.0", "q4_k_m", "8X7b"),
-    "b.gguf": ("llama", "MIT", "Q4_K_M", "7b"),  # the card's license: the file names none
-    "c.gguf": (None, "MIT", None, None),  # an error row
-}
-FOLDED = {
-    "a.gguf": ("llama", "apache-2.0", "Q4_K_M", "8x7B"),
-    "b.gguf": ("llama", "mit", "Q4_K_M", "7B"),
-    "c.gguf": (None, "mit", None, None),
-}
-
-
-async def _copies(db: Database) -> dict[str, tuple[str | None, ...]]:
-    async with db.sessions() as session:
-        rows = await session.execute(
-            select(Artifact.path, Artifact.architecture, Artifact.license, Artifact.file_type, Artifact.size_label)
-        )
-        return {path: tuple(values) for path, *values in rows}
-
-
-async def test_folding_rewrites_the_rows_written_before_and_the_downgrade_restores_them(empty_db_url: str) -> None:
-    db = Database.from_url(empty_db_url)
-    try:
-        await migrate.upgrade(db.engine)  # written by today's writer, then taken back
-        async with db.sessions() as session, session.begin():
-            await upsert_repo_snapshot(session, make_snapshot(card_license="MIT", artifacts=(
-                artifact("a.gguf", make_facts(architecture="LLaMA", license="Apache-2.0", file_type="q4_k_m",
-                                              size_label="8X7b")),
-                artifact("b.gguf", make_facts(architecture="llama", license=None, file_type="Q4_K_M",
-                                              size_label="7b")),
-                error_artifact("c.gguf"),
-            )))  # fmt: skip
-        await migrate.downgrade(db.engine, BEFORE_FOLDING)
-        async with db.sessions() as session, session.begin():
-            for path, (arch, license, file_type, size_label) in UNFOLDED.items():
-                await session.execute(update(Artifact).where(Artifact.path == path).values(
-                    architecture=arch, license=license, file_type=file_type, size_label=size_label))  # fmt: skip
-        assert await _copies(db) == UNFOLDED
-
-        await migrate.upgrade(db.engine)
-        assert await _copies(db) == FOLDED
-        await migrate.check(db.engine)
-        async with db.sessions() as session:
-            found = await search(session, SearchQuery(architecture="LLAMA", file_type="q4_k_m", status="all"))
-            counts = await facets(session, SearchQuery(status="all"))
-        assert sorted(i.path for i in found.items) == ["a.gguf", "b.gguf"]
-        assert counts["size_bucket"] and counts["license"] == {"mit": 2, "apache-2.0": 1}
-
-        await migrate.downgrade(db.engine, BEFORE_FOLDING)
-        assert await _copies(db) == UNFOLDED
-        await migrate.upgrade(db.engine)
-        assert await _copies(db) == FOLDED
-    finally:
-        await empty_tables(db)
-        await db.dispose()
-
-
-BEFORE_KV_COLUMNS = "b3e9d4f1a7c5"
-
-
-async def test_kv_columns_are_filled_from_the_estimate_facts_kept(empty_db_url: str) -> None:
-    """c5e2a8f4d6b1 copies `facts.extra.kv_cache` into the artifact's columns: rows without
-    an estimate, error rows and hand-edited values that are not counts stay NULL."""
-    db = Database.from_url(empty_db_url)
-    kv = KVCache(layers=3, bytes_per_token=3072, swa_layers=15, swa_bytes_per_token=15360, sliding_window=512)
-    try:
-        await migrate.upgrade(db.engine)
-        async with db.sessions() as session, session.begin():
-            await upsert_repo_snapshot(session, make_snapshot(artifacts=(
-                artifact("swa.gguf", make_facts(kv_cache=kv)),
-                artifact("full.gguf", make_facts(kv_cache=KVCache(layers=30, bytes_per_token=23040))),
-                artifact("none.gguf", make_facts(kv_cache=None)),
-                artifact("edited.gguf", make_facts(kv_cache=kv)),
-                error_artifact("bad.gguf"),
-            )))  # fmt: skip
-        columns = (Artifact.kv_bytes_per_token, Artifact.kv_swa_bytes_per_token, Artifact.kv_sliding_window)
-
-        async def stored() -> dict[str, tuple[int | None, ...]]:
-            async with db.sessions() as session:
-                rows = (await session.execute(select(Artifact.path, *columns))).all()
-            return {path: tuple(values) for path, *values in rows}
-
-        written = await stored()
-        assert written == {
-            "swa.gguf": (3072, 15360, 512), "full.gguf": (23040, 0, None), "none.gguf": (None, None, None),
-            "edited.gguf": (3072, 15360, 512), "bad.gguf": (None, None, None),
-        }  # fmt: skip
-        await migrate.downgrade(db.engine, BEFORE_KV_COLUMNS)
-        async with db.engine.begin() as conn:
-            edited = {"kv_cache": {"bytes_per_token": "3072", "swa_bytes_per_token": 1.5, "sliding_window": -1}}
-            await conn.execute(
-                text("UPDATE facts SET extra = :extra WHERE artifact_id = "
-                     "(SELECT id FROM artifacts WHERE path = 'edited.gguf')").bindparams(
-                    bindparam("extra", edited, type_=Json))
-            )  # fmt: skip
-        await migrate.upgrade(db.engine)
-        await migrate.check(db.engine)
-        assert await stored() == {**written, "edited.gguf": (None, None, None)}
-    finally:
-        await empty_tables(db)
-        await db.dispose()
-
-
-BEFORE_VOCAB_COLUMNS = "c5e2a8f4d6b1"
-
-
-async def test_vocab_columns_are_filled_from_the_key_facts_kept(empty_db_url: str) -> None:
-    """d7a1f3c5e8b4 copies `facts.extra.vocab_sha256` and the token count into the
-    artifact's columns: rows without a key, error rows and hand-edited keys stay NULL."""
-    db = Database.from_url(empty_db_url)
-    key = "ab" * 32
-    try:
-        await migrate.upgrade(db.engine)
-        async with db.sessions() as session, session.begin():
-            await upsert_repo_snapshot(session, make_snapshot(artifacts=(
-                artifact("keyed.gguf", make_facts(vocab_sha256=key, vocab_size=32000)),
-                artifact("none.gguf", make_facts(vocab_sha256=None, vocab_size=32000)),
-                artifact("edited.gguf", make_facts(vocab_sha256=key, vocab_size=32064)),
-                artifact("upper.gguf", make_facts(vocab_sha256=key, vocab_size=32064)),
-                error_artifact("bad.gguf"),
-            )))  # fmt: skip
-
-        async def stored() -> dict[str, tuple[str | None, int | None]]:
-            async with db.sessions() as session:
-                rows = (await session.execute(select(Artifact.path, Artifact.vocab_sha256, Artifact.vocab_size))).all()
-            return {path: (sha, size) for path, sha, size in rows}
-
-        written = await stored()
-        assert written == {
-            "keyed.gguf": (key, 32000), "none.gguf": (None, None), "edited.gguf": (key, 32064),
-            "upper.gguf": (key, 32064), "bad.gguf": (None, None),
-        }  # fmt: skip
-        await migrate.downgrade(db.engine, BEFORE_VOCAB_COLUMNS)
-        async with db.engine.begin() as conn:
-            for path, value in (("edited.gguf", 12345), ("upper.gguf", key.upper())):
-                await conn.execute(
-                    text("UPDATE facts SET extra = :extra WHERE artifact_id = "
-                         "(SELECT id FROM artifacts WHERE path = :path)").bindparams(
-                        bindparam("extra", {"vocab_sha256": value}, type_=Json), path=path)
-                )  # fmt: skip
-        await migrate.upgrade(db.engine)
-        await migrate.check(db.engine)
-        assert await stored() == {**written, "edited.gguf": (None, None), "upper.gguf": (None, None)}
-    finally:
-        await empty_tables(db)
-        await db.dispose()
-
-
-BEFORE_KIND_COLUMN = "a4c7e2b9f1d3"
-
-
-async def test_kind_column_is_filled_from_the_facts(empty_db_url: str) -> None:
-    """b6d2f8a1c3e5 copies `facts.kind` into the artifact's column; error rows stay NULL."""
-    db = Database.from_url(empty_db_url)
-    try:
-        await migrate.upgrade(db.engine)
-        async with db.sessions() as session, session.begin():
-            await upsert_repo_snapshot(session, make_snapshot(artifacts=(
-                artifact("model.gguf", make_facts()),
-                artifact("mmproj-f16.gguf", make_facts(kind="mmproj")),
-                artifact("adapter.gguf", make_facts(kind="lora")),
-                error_artifact("bad.gguf"),
-            )))  # fmt: skip
-
-        async def stored() -> dict[str, str | None]:
-            async with db.sessions() as session:
-                rows = (await session.execute(select(Artifact.path, Artifact.kind))).all()
-            return {path: kind for path, kind in rows}
-
-        written = await stored()
-        assert written == {"model.gguf": "model", "mmproj-f16.gguf": "mmproj", "adapter.gguf": "lora", "bad.gguf": None}
-        await migrate.downgrade(db.engine, BEFORE_KIND_COLUMN)
-        await migrate.upgrade(db.engine)
-        await migrate.check(db.engine)
-        assert await stored() == written
-    finally:
-        await empty_tables(db)
-        await db.dispose()
-
-
-BEFORE_DERIVATION = "b6d2f8a1c3e5"
-
-
-async def test_repos_from_before_the_derivation_number_are_read_again(empty_db_url: str) -> None:
-    """7d2e9b4f1a68 adds `repos.derivation` empty: a repo written before it is one an older
-    release wrote, so the next write of the same revision rewrites its artifacts and sets
-    the number; the write after that is unchanged."""
-    from registry.catalog.models import Facts, Repo
-    from registry.catalog.snapshot import DERIVATION
-
-    db = Database.from_url(empty_db_url)
-    try:
-        await migrate.upgrade(db.engine)
-        snap = make_snapshot(artifacts=(artifact("model.gguf", make_facts()),))
-        async with db.sessions() as session, session.begin():
-            await upsert_repo_snapshot(session, snap)
-        await migrate.downgrade(db.engine, BEFORE_DERIVATION)
-        await migrate.upgrade(db.engine)
-        await migrate.check(db.engine)
-
-        async def write() -> tuple[bool, int | None, str | None]:
-            async with db.sessions() as session, session.begin():
-                result = await upsert_repo_snapshot(session, snap)
-            async with db.sessions() as session:
-                derivation = await session.scalar(select(Repo.derivation))
-                name = await session.scalar(select(Facts.name))
-            return result.unchanged, derivation, name
-
-        async with db.sessions() as session, session.begin():
-            assert await session.scalar(select(Repo.derivation)) is None
-            await session.execute(update(Facts).values(name="older"))
-        assert await write() == (False, DERIVATION, make_facts().name)
-        async with db.sessions() as session, session.begin():
-            await session.execute(update(Facts).values(name="older"))
-        assert await write() == (True, DERIVATION, "older")
-    finally:
-        await empty_tables(db)
-        await db.dispose()
-
-
-async def _derivations(db: Database) -> dict[str, int | None]:
-    """Each repo's derivation number."""
-    from registry.catalog.models import Repo
-
-    async with db.sessions() as session:
-        return {r: d for r, d in (await session.execute(select(Repo.repo_id, Repo.derivation))).all()}
-
-
-BEFORE_MODALITIES = "7d2e9b4f1a68"
-
-
-async def test_only_repos_with_a_projector_are_read_again_for_its_modalities(empty_db_url: str) -> None:
-    """3b8f5c1d7e92 moves the repos at derivation 1 that hold no projector to 2 (and the
-    next revision, none of whose templates make tool calls, on to 3); a repo with one stays
-    at 1, and its next write (same revision) fills the projector's modalities. A repo from
-    before the number stays NULL. The downgrades put the numbers back to 1."""
-    from registry.catalog.models import Repo
-    from registry.catalog.snapshot import DERIVATION
-
-    projector = make_facts(architecture="clip", kind="mmproj", modalities={"vision": "gemma3"})
-    with_projector = make_snapshot("org/vision-GGUF", artifacts=(
-        artifact("model.gguf", make_facts()), artifact("mmproj.gguf", projector)))  # fmt: skip
-    db = Database.from_url(empty_db_url)
-    try:
-        await migrate.upgrade(db.engine)
-        async with db.sessions() as session, session.begin():
-            for snap in (with_projector, make_snapshot("org/text-GGUF"), make_snapshot("org/old-GGUF")):
-                await upsert_repo_snapshot(session, snap)
-
-        async def modalities() -> dict[str, int | None]:
-            async with db.sessions() as session:
-                return {p: m for p, m in (await session.execute(select(Artifact.path, Artifact.modalities))).all()}
-
-        assert set((await _derivations(db)).values()) == {DERIVATION}
-        assert await modalities() == {"model.gguf": None, "mmproj.gguf": 1, "model-Q4_K_M.gguf": None}
-        await migrate.downgrade(db.engine, BEFORE_MODALITIES)
-        assert set((await _derivations(db)).values()) == {1}  # as the release before left them
-        async with db.sessions() as session, session.begin():
-            await session.execute(update(Repo).where(Repo.repo_id == "org/old-GGUF").values(derivation=None))
-        await migrate.upgrade(db.engine)
-        await migrate.check(db.engine)
-        assert await _derivations(db) == {"org/vision-GGUF": 1, "org/text-GGUF": DERIVATION, "org/old-GGUF": None}
-        assert (await modalities())["mmproj.gguf"] is None
-        async with db.sessions() as session, session.begin():
-            assert not (await upsert_repo_snapshot(session, with_projector)).unchanged
-            assert (await upsert_repo_snapshot(session, make_snapshot("org/text-GGUF"))).unchanged
-        assert (await modalities())["mmproj.gguf"] == 1 and (await _derivations(db))["org/vision-GGUF"] == DERIVATION
-    finally:
-        await empty_tables(db)
-        await db.dispose()
-
-
-BEFORE_PARALLEL_TOOL_CALLS = "3b8f5c1d7e92"
-
-
-async def test_only_repos_whose_templates_make_tool_calls_are_read_again_for_parallel_ones(
-    empty_db_url: str,
-) -> None:
-    """9e4a2c6b8d15 moves the repos at derivation 2 without a `tool_calls` template to 3;
-    a repo with one stays at 2, and its next write of the same revision stores the new bit.
-    The downgrade puts 3 back to 2."""
-    from dataclasses import replace
-
-    from registry.catalog.snapshot import DERIVATION
-    from registry.safety.capabilities import mask
-
-    def model(path: str, capabilities: set[str] | None) -> Any:
-        record = artifact(path, make_facts())
-        return replace(record, chat_template_capabilities=None if capabilities is None else frozenset(capabilities))
-
-    calls = {"system", "tools", "tool_calls", "parallel_tool_calls"}
-    tools = make_snapshot("org/tools-GGUF", artifacts=(model("a.gguf", {"system"}), model("b.gguf", calls)))
-    chat = make_snapshot("org/chat-GGUF", artifacts=(model("c.gguf", {"system"}), model("d.gguf", None)))
-    db = Database.from_url(empty_db_url)
-    try:
-        await migrate.upgrade(db.engine)
-        async with db.sessions() as session, session.begin():
-            for snap in (tools, chat):
-                await upsert_repo_snapshot(session, snap)
-
-        async def stored(path: str) -> int | None:
-            async with db.sessions() as session:
-                return await session.scalar(select(Artifact.chat_template_capabilities).where(Artifact.path == path))
-
-        assert DERIVATION == 3 and await _derivations(db) == {"org/tools-GGUF": 3, "org/chat-GGUF": 3}
-        await migrate.downgrade(db.engine, BEFORE_PARALLEL_TOOL_CALLS)
-        assert await _derivations(db) == {"org/tools-GGUF": 2, "org/chat-GGUF": 2}
-        async with db.sessions() as session, session.begin():  # as the release before stored it
-            await session.execute(update(Artifact).where(Artifact.path == "b.gguf").values(
-                chat_template_capabilities=mask(calls - {"parallel_tool_calls"})))  # fmt: skip
-        await migrate.upgrade(db.engine)
-        await migrate.check(db.engine)
-        assert await _derivations(db) == {"org/tools-GGUF": 2, "org/chat-GGUF": 3}
-        async with db.sessions() as session, session.begin():
-            assert not (await upsert_repo_snapshot(session, tools)).unchanged
-            assert (await upsert_repo_snapshot(session, chat)).unchanged
-        assert await stored("b.gguf") == mask(calls) and (await _derivations(db))["org/tools-GGUF"] == 3
-    finally:
-        await empty_tables(db)
-        await db.dispose()
-
-
-BEFORE_MOVED_IDS_IN_TEXT = "5c1e9b7d2a40"
-
-
-async def test_repos_that_ids_moved_to_are_read_again_to_put_the_ids_in_their_search_text(
-    empty_db_url: str,
-) -> None:
-    """A move recorded by the writer before: the repo's text lacks the old id. The upgrade
-    forgets that repo's revision (no other's), and its next write adds the old id."""
-    from registry.catalog.models import Repo
-    from registry.catalog.services import repo_moved
-
-    old, new, other = "first-owner/model-GGUF", "second-owner/model-GGUF", "else/model-GGUF"
-    db = Database.from_url(empty_db_url)
-    try:
-        await migrate.upgrade(db.engine)  # written by today's writer, then taken back
-        async with db.sessions() as session, session.begin():
-            await upsert_repo_snapshot(session, make_snapshot(old), hub_answered=True)
-            await upsert_repo_snapshot(session, make_snapshot(other), hub_answered=True)
-            assert await repo_moved(session, old, new) == "renamed"
-            await upsert_repo_snapshot(session, make_snapshot(new), hub_answered=True)
-            # as the writer before this revision left it: the repo's own id only
-            unmoved = func.replace(Artifact.search_text, old.lower(), "")
-            await session.execute(update(Artifact).values(search_text=unmoved))
-        await migrate.downgrade(db.engine, BEFORE_MOVED_IDS_IN_TEXT)
-        async with db.sessions() as session:
-            # today's search reads columns this revision lacks: the text is checked directly
-            with_old_id = select(Artifact.id).where(Artifact.search_text.contains("first-owner"))
-            assert (await session.execute(with_old_id)).all() == []
-            revisions = dict((await session.execute(select(Repo.repo_id, Repo.revision))).all())
-            assert revisions == {new: "rev1", other: "rev1"}
-
-        await migrate.upgrade(db.engine)
-        async with db.sessions() as session, session.begin():
-            revisions = dict((await session.execute(select(Repo.repo_id, Repo.revision))).all())
-            assert revisions == {new: None, other: "rev1"}
-            assert (await upsert_repo_snapshot(session, make_snapshot(new), hub_answered=True)).written == 1
-        async with db.sessions() as session:
-            assert [i.repo for i in (await search(session, SearchQuery(text="first-owner"))).items] == [new]
-    finally:
-        await empty_tables(db)
-        await db.dispose()
-
-
 async def test_free_text_index_exists(empty_db_url: str) -> None:
     engine = create_engine(empty_db_url)
     try:
@@ -472,8 +99,8 @@ async def test_free_text_index_exists(empty_db_url: str) -> None:
 
 
 async def test_the_memory_sort_index_is_made_on_sqlite_only(empty_db_url: str) -> None:
-    """Created by hand on SQLite (and left alone by the drift check), dropped by the
-    downgrade; PostgreSQL never gets it."""
+    """Created by hand on SQLite (and left alone by the drift check), dropped with its table by
+    the downgrade; PostgreSQL never gets it."""
     engine = create_engine(empty_db_url)
 
     async def indexes() -> set[str]:
@@ -484,16 +111,12 @@ async def test_the_memory_sort_index_is_made_on_sqlite_only(empty_db_url: str) -
         await migrate.upgrade(engine)
         await migrate.check(engine)
         assert (MEMORY_SORT_INDEX in await indexes()) == (engine.dialect.name == "sqlite")
-        await migrate.downgrade(engine, "b5d9e2f7a1c3")
-        assert MEMORY_SORT_INDEX not in await indexes()
+        await migrate.downgrade(engine, "base")
+        assert await _tables(empty_db_url) <= {"alembic_version"}
     finally:
         await engine.dispose()
 
 
-BEFORE_MEMORY_AT_DEFAULT = "a8e3f1c9d2b6"
-# (file_size, context_length, kv_bytes_per_token, kv_swa_bytes_per_token, kv_sliding_window):
-# a plain model, a short one, sliding windows, no estimate, and values a hostile header
-# gives (products past 2**63, negative and zero lengths).
 MEMORY_ROWS = {
     "plain.gguf": (4_000_000_000, 131_072, 131_072, None, None),
     "short.gguf": (300_000_000, 2048, 23_040, 0, None),
@@ -505,12 +128,10 @@ MEMORY_ROWS = {
 }
 
 
-async def test_memory_at_default_is_computed_for_rows_written_before_it(empty_db_url: str) -> None:
-    """b7d2e4f6a9c1 adds `memory_at_default`, computed by the database from the row: equal
-    to what the sort by memory computes at the default context (`memory_needed`, in SQL)
-    and to each hit's exact `memory` below 2**53 bytes, hostile values included; a changed
-    row follows at once; the downgrade drops the column and its index, and rows written
-    before the upgrade get it."""
+async def test_memory_at_default_is_computed_by_the_database(empty_db_url: str) -> None:
+    """`memory_at_default`, computed by the database from the row, equals what the sort by
+    memory computes at the default context (`memory_needed`, in SQL) and each hit's exact
+    `memory` below 2**53 bytes, hostile values included; a changed row follows at once."""
     db = Database.from_url(empty_db_url)
     try:
         await migrate.upgrade(db.engine)
@@ -524,19 +145,9 @@ async def test_memory_at_default_is_computed_for_rows_written_before_it(empty_db
                     file_size=size, context_length=context, kv_bytes_per_token=per_token,
                     kv_swa_bytes_per_token=swa, kv_sliding_window=window,
                 ))  # fmt: skip
-
-        async def stored() -> dict[str, tuple[float | None, float | None]]:
-            async with db.engine.connect() as conn:
-                rows = await conn.execute(select(Artifact.path, Artifact.memory_at_default, memory_needed(MEMORY_CONTEXT)))
-                return {path: (at_default, needed) for path, at_default, needed in rows}
-
-        async def names() -> tuple[set[str], set[str]]:
-            async with db.engine.connect() as conn:
-                columns = await conn.run_sync(lambda c: {col["name"] for col in inspect(c).get_columns("artifacts")})
-                indexes = await conn.run_sync(lambda c: {i["name"] or "" for i in inspect(c).get_indexes("artifacts")})
-            return columns, indexes
-
-        computed = await stored()
+        async with db.engine.connect() as conn:
+            rows = await conn.execute(select(Artifact.path, Artifact.memory_at_default, memory_needed(MEMORY_CONTEXT)))
+            computed = {path: (at_default, needed) for path, at_default, needed in rows}
         assert set(computed) == set(MEMORY_ROWS)
         for path, (at_default, needed) in computed.items():
             size, context, per_token, swa, window = MEMORY_ROWS[path]
@@ -549,14 +160,6 @@ async def test_memory_at_default_is_computed_for_rows_written_before_it(empty_db
         assert computed["short.gguf"][0] == 300_000_000 + 23_040 * 2048
         assert computed["swa.gguf"][0] == 253_113_024 + 3072 * 4096 + 15_360 * 512
         assert computed["none.gguf"] == (None, None)
-        await migrate.downgrade(db.engine, BEFORE_MEMORY_AT_DEFAULT)
-        columns, indexes = await names()
-        assert "memory_at_default" not in columns and "kv_bytes_per_token" in columns
-        assert not any("memory_at_default" in name for name in indexes)
-        await migrate.upgrade(db.engine)
-        await migrate.check(db.engine)
-        assert await stored() == computed
-        assert "ix_artifacts_memory_at_default_id" in (await names())[1]
     finally:
         await empty_tables(db)
         await db.dispose()
@@ -604,7 +207,7 @@ async def test_serve_refuses_a_postgres_database_not_at_head(temp_databases: Tem
     url = temp_databases.new_url("postgresql")
     engine = create_engine(url)
     try:
-        await migrate.upgrade(engine, "0002")
+        await _at_revision(engine, migrate.LEGACY_HEAD)
     finally:
         await engine.dispose()
     listening: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -614,7 +217,7 @@ async def test_serve_refuses_a_postgres_database_not_at_head(temp_databases: Tem
     await asyncio.wait([server, listening], return_when=asyncio.FIRST_COMPLETED)
     started = listening.done()
     stop.set()
-    with pytest.raises(SchemaMismatch, match=r"revision 0002.*registry db upgrade"):
+    with pytest.raises(SchemaMismatch, match=rf"revision {migrate.LEGACY_HEAD}.*registry db upgrade"):
         await server
     assert not started
 
@@ -647,25 +250,28 @@ async def test_processes_starting_together_migrate_once(empty_db_url: str) -> No
 @pytest.mark.postgres
 @pytest.mark.parametrize(
     ("revision", "message"),
-    [("0002", "0002, this registry needs"), ("f00dfeed0001", "f00dfeed0001, which this version")],
+    [
+        (None, "has no catalog schema, this registry needs"),
+        (migrate.LEGACY_HEAD, f"is at schema revision {migrate.LEGACY_HEAD}, this registry needs"),
+        ("c8d3f5a1e6b2", "is at schema revision c8d3f5a1e6b2, a development revision"),
+        ("f00dfeed0001", "is at schema revision f00dfeed0001, which this version"),
+    ],
 )
 async def test_worker_refuses_a_postgres_database_not_at_head(
     temp_databases: TempDatabases,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-    revision: str,
+    revision: str | None,
     message: str,
 ) -> None:
-    """Workers do not migrate PostgreSQL (`registry db upgrade` does): on an older schema, or
-    one a newer release migrated, `registry worker` refuses to start with one line, as serve
-    does, instead of taking jobs and failing every one."""
+    """Workers do not migrate PostgreSQL (`registry db upgrade` does): on an empty or older
+    schema, or one a newer release migrated, `registry worker` refuses to start with one line,
+    as serve does, instead of taking jobs and failing every one."""
     url = temp_databases.new_url("postgresql")
     engine = create_engine(url)
     try:
-        await migrate.upgrade(engine, "0002")
-        if revision != "0002":
-            async with engine.begin() as conn:
-                await conn.execute(text("UPDATE alembic_version SET version_num = :r"), {"r": revision})
+        if revision is not None:
+            await _at_revision(engine, revision)
     finally:
         await engine.dispose()
     monkeypatch.setenv("REGISTRY_DATABASE_URL", url)
@@ -673,8 +279,52 @@ async def test_worker_refuses_a_postgres_database_not_at_head(
     code = await asyncio.to_thread(main, ["worker"])
     err = capsys.readouterr().err
     assert code == EXIT_ERROR
-    assert err.startswith(f"registry: worker: schema_mismatch: the database is at schema revision {message}")
+    assert err.startswith(f"registry: worker: schema_mismatch: the database {message}")
     assert len(err.strip().splitlines()) == 1
+
+
+async def _at_revision(engine: AsyncEngine, revision: str) -> None:
+    """The schema at head, recorded as `revision`: how a database another revision left looks."""
+    await migrate.upgrade(engine)
+    async with engine.begin() as conn:
+        await conn.execute(text("UPDATE alembic_version SET version_num = :r"), {"r": revision})
+
+
+async def test_a_database_at_the_last_development_revision_is_stamped_with_the_baseline(
+    empty_db_url: str,
+) -> None:
+    """The baseline replaced the development revisions: a catalog at the last of them holds the
+    same schema, so it is recorded as the baseline, rows untouched, and carries on from there."""
+    db = Database.from_url(empty_db_url)
+    try:
+        await _at_revision(db.engine, migrate.LEGACY_HEAD)
+        async with db.sessions() as session, session.begin():
+            await upsert_repo_snapshot(session, make_snapshot(artifacts=(artifact("kept.gguf", make_facts()),)))
+        with pytest.raises(SchemaMismatch, match="registry db upgrade"):
+            await migrate.require_schema(db.engine)
+        assert await migrate.ensure_schema(db.engine) is False  # stamped: nothing to run
+        assert await migrate.current_revision(db.engine) == migrate.head_revision()
+        await migrate.require_schema(db.engine)
+        await migrate.check(db.engine)
+        async with db.sessions() as session:
+            assert (await session.scalars(select(Artifact.path))).all() == ["kept.gguf"]
+    finally:
+        await empty_tables(db)
+        await db.dispose()
+
+
+async def test_a_database_at_an_earlier_development_revision_is_refused_with_what_to_do(
+    empty_db_url: str,
+) -> None:
+    engine = create_engine(empty_db_url)
+    try:
+        await _at_revision(engine, "c8d3f5a1e6b2")
+        for step in (migrate.ensure_schema, migrate.require_schema, migrate.upgrade):
+            with pytest.raises(SchemaMismatch, match=r"c8d3f5a1e6b2, a development revision.*d633628"):
+                await step(engine)
+        assert await migrate.current_revision(engine) == "c8d3f5a1e6b2"
+    finally:
+        await engine.dispose()
 
 
 def _insert_rows(conn: Connection, table: str, rows: list[dict[str, object]]) -> None:
@@ -690,53 +340,6 @@ def _insert_rows(conn: Connection, table: str, rows: list[dict[str, object]]) ->
 
     required = {c.name: value(c) for c in t.c if not c.nullable and c.server_default is None and not c.primary_key}
     conn.execute(insert(t), [{**required, **row} for row in rows])
-
-
-async def test_repo_keys_migration_keeps_rows_and_folds_case(empty_db_url: str) -> None:
-    """b7e4a2c9d8f1 on a catalog with rows: every repo, artifact and edge stays (SQLite copies
-    both tables, with foreign keys on), the keys fold A-Z only, and a child's edges that named
-    one parent in two spellings from one source become one."""
-    engine = create_engine(empty_db_url)
-    try:
-        await migrate.upgrade(engine, "f2c6e8a1d4b9")
-        child = "Someone/Ünï-GGUF"
-
-        def fill(conn: Connection) -> None:
-            _insert_rows(conn, "repos", [{"id": 1, "repo_id": "Meta-Llama/Llama-3-8B", "source": "hub"},
-                                         {"id": 2, "repo_id": child, "source": "hub"}])  # fmt: skip
-            _insert_rows(conn, "artifacts", [{"id": 1, "repo_pk": 2, "status": "indexed"}])
-            edge = {"child_pk": 2, "child_repo_id": child}
-            _insert_rows(conn, "lineage_edges", [
-                {"id": 1, **edge, "parent_repo_id": "meta-llama/llama-3-8b", "relation": "quantized", "source": "card"},
-                {"id": 2, **edge, "parent_repo_id": "Meta-Llama/Llama-3-8B", "relation": "quantized", "source": "card"},
-                {"id": 3, **edge, "parent_repo_id": "Meta-Llama/Llama-3-8B", "relation": "unknown", "source": "gguf"},
-            ])  # fmt: skip
-
-        async with engine.begin() as conn:
-            await conn.run_sync(fill)
-        await migrate.upgrade(engine)
-        async with engine.connect() as conn:
-            repos = (await conn.execute(text("SELECT id, repo_id, repo_key FROM repos ORDER BY id"))).all()
-            edges = (await conn.execute(text(
-                "SELECT id, parent_repo_id, child_key, parent_key FROM lineage_edges ORDER BY id"))).all()  # fmt: skip
-            artifacts = (await conn.execute(text("SELECT id, repo_pk FROM artifacts"))).all()
-        assert [tuple(r) for r in repos] == [
-            (1, "Meta-Llama/Llama-3-8B", "meta-llama/llama-3-8b"),
-            (2, child, "someone/Ünï-gguf"),  # only A-Z fold, as repo_key() does
-        ]
-        assert [tuple(e) for e in edges] == [
-            (1, "meta-llama/llama-3-8b", "someone/Ünï-gguf", "meta-llama/llama-3-8b"),
-            (3, "Meta-Llama/Llama-3-8B", "someone/Ünï-gguf", "meta-llama/llama-3-8b"),
-        ]
-        assert [tuple(a) for a in artifacts] == [(1, 2)]
-        await migrate.check(engine)
-
-        await migrate.downgrade(engine, "f2c6e8a1d4b9")
-        async with engine.connect() as conn:
-            assert (await conn.execute(text("SELECT count(*) FROM lineage_edges"))).scalar_one() == 2
-            assert (await conn.execute(text("SELECT count(*) FROM artifacts"))).scalar_one() == 1
-    finally:
-        await engine.dispose()
 
 
 def _fill_every_table(conn: Connection) -> dict[str, int]:
@@ -819,3 +422,4 @@ async def test_no_downgrade_or_upgrade_step_loses_rows(empty_db_url: str) -> Non
         }
     finally:
         await engine.dispose()
+
