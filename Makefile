@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 MODELS := .cache/models
 SAMPLES := $(MODELS)/SmolLM2-135M-Instruct.Q4_1.gguf $(MODELS)/gemma-3-270m-q4_k_m.gguf
 
-.PHONY: setup models run test lint fuzz bench refvenv clean
+.PHONY: setup models run test lint docs fuzz bench refvenv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ test: models
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+
+# The generated reference pages of docs/ (tests/test_docs.py fails when they are stale).
+docs: $(STAMP)
+	$(BIN)/python -m tools.gendocs
 
 fuzz: models
 	REGISTRY_FUZZ_EXAMPLES=20000 $(BIN)/python -m pytest tests/gguf/test_fuzz.py -q

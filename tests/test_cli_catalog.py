@@ -358,9 +358,9 @@ def test_search_by_expert_count_and_verification(
 
 def test_search_offers_every_verification_status() -> None:
     from registry.catalog.models import VERIFICATION_STATUSES
-    from registry.cli import _build_parser
+    from registry.cli import build_parser
 
-    parser, _ = _build_parser()
+    parser, _ = build_parser()
     [subcommands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     [action] = [a for a in subcommands.choices["search"]._actions if a.dest == "verification"]
     assert tuple(action.choices or ()) == VERIFICATION_STATUSES

@@ -286,7 +286,7 @@ def test_help_and_a_local_inspect_load_neither_the_catalog_nor_the_http_client(s
     probe = (
         "import sys\n"
         "from registry import cli\n"
-        "cli._build_parser()\n"
+        "cli.build_parser()\n"
         "parser_loads = sorted(m for m in ('sqlalchemy', 'aiohttp') if m in sys.modules)\n"
         "code = cli.main(['inspect', sys.argv[1]])\n"
         "inspect_loads = sorted(m for m in ('sqlalchemy', 'aiohttp') if m in sys.modules)\n"
@@ -304,7 +304,7 @@ def test_the_tree_depth_bound_is_the_catalogs() -> None:
     from registry.catalog import lineage
 
     assert cli_catalog.MAX_DEPTH == lineage.MAX_DEPTH
-    parser, _ = cli._build_parser()
+    parser, _ = cli.build_parser()
     assert parser.parse_args(["tree", "a/b", "--depth", str(lineage.MAX_DEPTH)]).depth == lineage.MAX_DEPTH
     with pytest.raises(SystemExit):
         parser.parse_args(["tree", "a/b", "--depth", str(lineage.MAX_DEPTH + 1)])

@@ -27,13 +27,17 @@ from registry.cli.show import add_show
 from registry.config import ConfigError, load_settings
 
 
-def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
-    parser = argparse.ArgumentParser(
+def build_parser(
+    parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser,
+) -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
+    """The parser and each command's handler. Every parser below it, subcommands' included,
+    is a `parser_class` (the docs generator passes one that records them)."""
+    parser = parser_class(
         prog="registry",
         description="A catalog of GGUF models built from their header bytes.",
     )
     parser.add_argument("--config", metavar="FILE", help="settings file (default: config/registry.toml)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=parser_class)
     handlers: dict[str, Handler] = {}
     for add in _COMMANDS:
         name, handler = add(sub)
@@ -42,7 +46,7 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser, handlers = _build_parser()
+    parser, handlers = build_parser()
     args = parser.parse_args(argv)
     try:
         settings = load_settings(args.config)
@@ -75,4 +79,4 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction], tuple[str, Handler]]] = [
 ]
 
 
-__all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "main"]
+__all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
