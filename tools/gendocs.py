@@ -132,8 +132,8 @@ def api_page() -> str:
             for status, response in op["responses"].items():
                 if "$ref" in response:
                     response = doc["components"]["responses"][response["$ref"].rsplit("/", 1)[-1]]
-                content: dict[str, Any] = response.get("content", {})
-                schema = next(iter(content.values()), {}).get("schema")
+                media: list[dict[str, Any]] = list(response.get("content", {}).values())
+                schema = media[0].get("schema") if media else None
                 shape = f" ({_schema_type(schema)})" if schema else ""
                 out.append(f"| {status} | {_cell(response['description'])}{shape} |")
     out += ["", "## Schemas"]
