@@ -164,7 +164,9 @@ def _to_little_endian(blocks: np.ndarray, fields: tuple[tuple[int, int, int], ..
     return swapped
 
 
-def _run(spec: KernelSpec, blocks: np.ndarray, out: np.ndarray, big_endian: bool, threads: int) -> None:
+def _run(
+    spec: KernelSpec, blocks: np.ndarray, out: np.ndarray, big_endian: bool, threads: int, step_bytes: int
+) -> None:
     """Dequantize `blocks` (n, type_size) into `out`, in ranges of bounded size (each a
     separate kernel call: kernels slice further to stay in cache) on `threads` threads."""
     per_block = out.size // blocks.shape[0]
@@ -184,7 +186,7 @@ def _run(spec: KernelSpec, blocks: np.ndarray, out: np.ndarray, big_endian: bool
                 raise RuntimeError(f"kernel returned {values.shape}, expected {dest.shape}")
             dest[...] = values
 
-    parallel.run_blocks(work, blocks.shape[0], blocks.shape[1], threads)
+    parallel.run_blocks(work, blocks.shape[0], blocks.shape[1], threads, step_bytes)
 
 
 def _check_out(out: object, at_least: int, raw: np.ndarray, *, exact: bool) -> np.ndarray:
@@ -211,6 +213,7 @@ def dequantize(
     big_endian: bool = False,
     threads: int | None = None,
     out: np.ndarray | None = None,
+    step_bytes: int = parallel.STEP_BYTES,
 ) -> np.ndarray:
     """The `n_elements` values of a tensor of type `ggml_type`, as a 1-D float32 array.
 
@@ -219,9 +222,10 @@ def dequantize(
     writing into the one result (the values are the same for any count); None picks
     `parallel.default_threads(n_elements)`: one per CPU, one for small tensors.
     `out`, a writeable C-contiguous float32 array of `n_elements` values (any shape),
-    receives the values and is returned instead of a new array.
+    receives the values and is returned instead of a new array. `step_bytes` bounds the
+    input of one task (the threads take tasks in turn; each holds its temporaries).
     Raises UnsupportedType or BadTensorData, never returns garbage; ValueError for a bad
-    `threads` or `out`.
+    `threads`, `out` or `step_bytes`.
     """
     info, spec = _resolve(ggml_type)
     t = int(info.type)
@@ -229,11 +233,12 @@ def dequantize(
     raw = _as_bytes(data, t)
     n_blocks = _check(info, n, raw.size)
     workers = parallel.thread_count(threads, n)
+    step_bytes = parallel.step_bytes_checked(step_bytes)
     if out is None:
         result = dest = workspace.new_values(n)
     else:
         result, dest = out, _check_out(out, n, raw, exact=True)
-    _run(spec, raw.reshape(n_blocks, info.type_size), dest, big_endian, workers)
+    _run(spec, raw.reshape(n_blocks, info.type_size), dest, big_endian, workers, step_bytes)
     return result
 
 
@@ -264,17 +269,19 @@ class TensorRows:
         big_endian: bool = False,
         threads: int | None = None,
         out: np.ndarray | None = None,
+        step_bytes: int = parallel.STEP_BYTES,
     ) -> np.ndarray:
         """Rows [first, first + count) as float32 of shape (count, row_len), in `out` (a
         writeable C-contiguous float32 array of exactly count * row_len values) if given.
-        `threads` as in `dequantize` (None: the default for the piece's size)."""
+        `threads` and `step_bytes` as in `dequantize` (None: the default for the piece's size)."""
         if not 0 <= first <= first + count <= self.n_rows or count <= 0:
             raise ValueError(f"rows [{first}, {first + count}) are not inside the tensor's {self.n_rows}")
         part = self.raw[first * self.row_bytes : (first + count) * self.row_bytes]
         n = count * self.row_len
         piece = workspace.new_values(n) if out is None else _check_out(out, n, self.raw, exact=True)
         workers = parallel.thread_count(threads, n)
-        _run(self.spec, part.reshape(-1, self.info.type_size), piece, big_endian, workers)
+        step_bytes = parallel.step_bytes_checked(step_bytes)
+        _run(self.spec, part.reshape(-1, self.info.type_size), piece, big_endian, workers, step_bytes)
         return piece.reshape(count, self.row_len)
 
 
@@ -312,13 +319,15 @@ def dequantize_chunks(
     max_bytes: int = DEFAULT_MAX_BYTES,
     threads: int | None = None,
     out: np.ndarray | None = None,
+    step_bytes: int = parallel.STEP_BYTES,
 ) -> Iterator[tuple[int, np.ndarray]]:
     """Stream a tensor as (first_row, float32 array of shape (rows, shape[0])) pieces.
 
     `shape` is in GGUF order (ne0 first: ne0 is the row length). Each piece holds whole
     rows, at most `max_bytes` of float32 but never less than one row. Each piece is
     dequantized by `threads` threads as in `dequantize` (None: the default for a piece's
-    size). All checks run here, before the first piece is asked for.
+    size), in tasks of at most `step_bytes` of input. All checks run here, before the first
+    piece is asked for.
 
     With `out` (a writeable C-contiguous float32 array holding at least one row), every
     piece is written into it and yielded as a view of its first values: a piece is then
@@ -333,16 +342,19 @@ def dequantize_chunks(
         starts = range(0, rows.n_rows, min(starts.step, buffer.size // rows.row_len))
     if threads is not None:
         threads = parallel.thread_count(threads, rows.n_rows * rows.row_len)  # checked now, not at the first piece
-    return _pieces(rows, starts, big_endian, threads, buffer)
+    step_bytes = parallel.step_bytes_checked(step_bytes)
+    return _pieces(rows, starts, big_endian, threads, buffer, step_bytes)
 
 
 def _pieces(
-    rows: TensorRows, starts: range, big_endian: bool, threads: int | None, buffer: np.ndarray | None
-) -> Iterator[tuple[int, np.ndarray]]:
+    rows: TensorRows, starts: range, big_endian: bool, threads: int | None, buffer: np.ndarray | None,
+    step_bytes: int,
+) -> Iterator[tuple[int, np.ndarray]]:  # fmt: skip
     for first in starts:
         count = min(starts.step, rows.n_rows - first)
         out = None if buffer is None else buffer[: count * rows.row_len]
-        yield first, rows.dequantize(first, count, big_endian=big_endian, threads=threads, out=out)
+        yield first, rows.dequantize(first, count, big_endian=big_endian, threads=threads, out=out,
+                                     step_bytes=step_bytes)  # fmt: skip
 
 
 __all__ = [

@@ -36,12 +36,15 @@ BlockImpl = Callable[[np.ndarray, np.ndarray, Workspace], None]
 
 
 def chunked(impl: BlockImpl, ggml_type: GGMLType) -> Kernel:
-    """A kernel running `impl` chunk by chunk; it can write into a caller's `out` (a
-    contiguous float32 array of n_blocks * block_size values), saving a copy."""
+    """A kernel running `impl` chunk by chunk of about `chunk_elements` values; it can write
+    into a caller's `out` (a contiguous float32 array of n_blocks * block_size values),
+    saving a copy."""
     info = TENSOR_TYPES[ggml_type]
     block_size, type_size = info.block_size, info.type_size
 
-    def kernel(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    def kernel(
+        blocks: np.ndarray, out: np.ndarray | None = None, *, chunk_elements: int = CHUNK_ELEMENTS
+    ) -> np.ndarray:
         if blocks.ndim != 2 or blocks.shape[1] != type_size or blocks.dtype != np.uint8:
             raise ValueError(f"{info.name} blocks must be uint8 of shape (n, {type_size})")
         blocks = np.ascontiguousarray(blocks)
@@ -52,7 +55,7 @@ def chunked(impl: BlockImpl, ggml_type: GGMLType) -> Kernel:
         elif out.shape != (n,) or out.dtype != np.float32 or not out.flags.c_contiguous:
             raise ValueError(f"out must be a contiguous float32 array of shape ({n},)")
         values = out.reshape(n_blocks, block_size)
-        step = max(1, CHUNK_ELEMENTS // block_size)
+        step = max(1, chunk_elements // block_size)
         # Inf and NaN scales are data, not errors: ggml computes through them silently
         with lend_workspace() as ws, np.errstate(all="ignore"):
             for start in range(0, n_blocks, step):

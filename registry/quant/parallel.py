@@ -84,25 +84,36 @@ def thread_count(threads: int | None, n_elements: int) -> int:
     return value
 
 
-def block_ranges(n_blocks: int, type_size: int, threads: int) -> list[tuple[int, int]]:
-    """[start, stop) ranges of blocks covering all `n_blocks`, each at most STEP_BYTES of
-    input, their count a multiple of `threads` (so that equal threads finish together)
-    unless there are fewer blocks than that."""
-    per_step = max(1, STEP_BYTES // type_size)
+def block_ranges(
+    n_blocks: int, type_size: int, threads: int, step_bytes: int = STEP_BYTES
+) -> list[tuple[int, int]]:
+    """[start, stop) ranges of blocks covering all `n_blocks`, each at most `step_bytes` of
+    input (one block at least), their count a multiple of `threads` (so that equal threads
+    finish together) unless there are fewer blocks than that."""
+    per_step = max(1, step_bytes // type_size)
     n_tasks = -(-n_blocks // per_step)
     n_tasks = min(n_blocks, -(-n_tasks // threads) * threads)
     bounds = [n_blocks * i // n_tasks for i in range(n_tasks + 1)]
     return list(itertools.pairwise(bounds))
 
 
-def run_blocks(work: Callable[[int, int], None], n_blocks: int, type_size: int, threads: int) -> None:
+def step_bytes_checked(step_bytes: int) -> int:
+    """`step_bytes` if it is a positive integer, else ValueError."""
+    if isinstance(step_bytes, bool) or not isinstance(step_bytes, int) or step_bytes <= 0:
+        raise ValueError(f"step_bytes must be a positive integer, got {step_bytes!r}")
+    return step_bytes
+
+
+def run_blocks(
+    work: Callable[[int, int], None], n_blocks: int, type_size: int, threads: int, step_bytes: int = STEP_BYTES
+) -> None:
     """Call work(start, stop) over the `block_ranges` of `n_blocks` blocks, on up to
     `threads` threads (see run_tasks)."""
-    if threads <= 1 and n_blocks * type_size <= STEP_BYTES:  # the common small case, direct
+    if threads <= 1 and n_blocks * type_size <= step_bytes:  # the common small case, direct
         with np.errstate(all="ignore"):  # NaN/Inf scales are data, not errors
             work(0, n_blocks)
         return
-    run_tasks(work, block_ranges(n_blocks, type_size, threads), threads)
+    run_tasks(work, block_ranges(n_blocks, type_size, threads, step_bytes), threads)
 
 
 def run_tasks(work: Callable[[int, int], None], tasks: list[tuple[int, int]], threads: int) -> None:

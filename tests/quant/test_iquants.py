@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from registry.gguf.types import TENSOR_TYPES, GGMLType
-from registry.quant import chunked, iquants, tables
+from registry.quant import iquants, tables
 from registry.quant.base import KernelSpec
 from tests.quant.refgen import SPECIAL_F16, pattern_blocks, random_blocks
 
@@ -244,11 +244,10 @@ def test_contract(t: GGMLType) -> None:
 
 
 @pytest.mark.parametrize("t", IQ_TYPES, ids=lambda t: t.name)
-def test_chunks_join_seamlessly(t: GGMLType, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_chunks_join_seamlessly(t: GGMLType) -> None:
     blocks = random_blocks(t, 37, np.random.default_rng(7))
     whole = iquants.KERNELS[t].fn(blocks)
-    monkeypatch.setattr(chunked, "CHUNK_ELEMENTS", 3 * TENSOR_TYPES[t].block_size)
-    assert_same_bits(iquants.KERNELS[t].fn(blocks), whole)
+    assert_same_bits(iquants.KERNELS[t].fn(blocks, chunk_elements=3 * TENSOR_TYPES[t].block_size), whole)
 
 
 # ---------------------------------------------------------------- against ggml's C code

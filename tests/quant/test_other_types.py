@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from registry.gguf.types import TENSOR_TYPES, GGMLType
-from registry.quant import chunked, fp4, q1, ternary
+from registry.quant import fp4, q1, ternary
 from tests.quant.refgen import pattern_blocks, random_blocks
 from tests.quant.test_iquants import (
     PROPERTY,
@@ -59,11 +59,10 @@ def test_block_layouts_agree_with_ggml_and_gguf_py() -> None:
 
 
 @pytest.mark.parametrize("t", TYPES, ids=ids)
-def test_chunks_join_seamlessly(t: GGMLType, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_chunks_join_seamlessly(t: GGMLType) -> None:
     blocks = random_blocks(t, 41, np.random.default_rng(8))
     whole = KERNELS[t].fn(blocks)
-    monkeypatch.setattr(chunked, "CHUNK_ELEMENTS", 5 * TENSOR_TYPES[t].block_size)
-    assert_same_bits(KERNELS[t].fn(blocks), whole)
+    assert_same_bits(KERNELS[t].fn(blocks, chunk_elements=5 * TENSOR_TYPES[t].block_size), whole)
 
 
 # ---------------------------------------------------------------- against ggml's C code

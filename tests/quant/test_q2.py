@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from registry.gguf.types import TENSOR_TYPES, GGMLType
-from registry.quant import chunked, dequantize, kernels, q2
+from registry.quant import dequantize, kernels, q2
 from tests.quant.refgen import SPECIAL_F16, pattern_blocks, random_blocks
 from tests.quant.test_iquants import PROPERTY, assert_same_bits, c_reference, check_spec, stored_reference
 
@@ -150,11 +150,10 @@ def test_property_against_ggml(data: st.DataObject) -> None:
 # ---------------------------------------------------------------- plumbing
 
 
-def test_chunks_join_seamlessly(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_chunks_join_seamlessly() -> None:
     blocks = random_blocks(T, 41, np.random.default_rng(8))
     whole = FN(blocks)
-    monkeypatch.setattr(chunked, "CHUNK_ELEMENTS", 5 * 64)
-    assert_same_bits(FN(blocks), whole)
+    assert_same_bits(FN(blocks, chunk_elements=5 * 64), whole)
 
 
 def test_public_api_little_and_big_endian() -> None:

@@ -28,17 +28,15 @@ def _n(t: GGMLType, n_blocks: int) -> int:
 
 @pytest.mark.parametrize("t", ALL, ids=lambda t: t.name)
 @pytest.mark.parametrize("n_blocks", [1, 2, 3, 7, 65])
-def test_threads_give_the_bits_of_one_thread(
-    t: GGMLType, n_blocks: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_threads_give_the_bits_of_one_thread(t: GGMLType, n_blocks: int) -> None:
     # Tasks of a few blocks each, so that even small tensors are split many ways and
     # task boundaries fall inside what one thread would do in one kernel call.
-    monkeypatch.setattr(parallel, "STEP_BYTES", 5 * TENSOR_TYPES[t].type_size)
+    step = 5 * TENSOR_TYPES[t].type_size
     blocks = _blocks(t, n_blocks, seed=n_blocks)
     n = _n(t, n_blocks)
     one = dequantize(blocks, t, n, threads=1)
     for threads in (2, 3, 4):
-        assert_same_bits(dequantize(blocks, t, n, threads=threads), one, f"{t.name} x{threads}")
+        assert_same_bits(dequantize(blocks, t, n, threads=threads, step_bytes=step), one, f"{t.name} x{threads}")
 
 
 @pytest.mark.parametrize(
@@ -55,25 +53,33 @@ def test_threads_with_tasks_of_the_real_size(t: GGMLType) -> None:
 
 
 @pytest.mark.parametrize("t", sorted(BIG_ENDIAN_FIELDS), ids=lambda t: t.name)
-def test_threads_big_endian(t: GGMLType, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(parallel, "STEP_BYTES", 3 * TENSOR_TYPES[t].type_size)
+def test_threads_big_endian(t: GGMLType) -> None:
     blocks = _blocks(t, 29)
     big = _swap(blocks, BIG_ENDIAN_FIELDS[t])
     n = _n(t, 29)
-    assert_same_bits(dequantize(big, t, n, big_endian=True, threads=3), dequantize(blocks, t, n, threads=1))
+    swapped = dequantize(big, t, n, big_endian=True, threads=3, step_bytes=3 * TENSOR_TYPES[t].type_size)
+    assert_same_bits(swapped, dequantize(blocks, t, n, threads=1))
 
 
 @pytest.mark.parametrize("t", [GGMLType.Q5_K, GGMLType.Q4_1, GGMLType.BF16], ids=lambda t: t.name)
 @pytest.mark.parametrize("max_bytes", [1, 4096, 1 << 30])
-def test_chunks_on_threads(t: GGMLType, max_bytes: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(parallel, "STEP_BYTES", 2 * TENSOR_TYPES[t].type_size)
+def test_chunks_on_threads(t: GGMLType, max_bytes: int) -> None:
     row_len, n_rows = 512, 13
     n = row_len * n_rows
     blocks = _blocks(t, n // TENSOR_TYPES[t].block_size)
     whole = dequantize(blocks, t, n, threads=1)
-    pieces = [p for _, p in dequantize_chunks(blocks, t, (row_len, n_rows), max_bytes=max_bytes, threads=3)]
+    chunks = dequantize_chunks(blocks, t, (row_len, n_rows), max_bytes=max_bytes, threads=3,
+                               step_bytes=2 * TENSOR_TYPES[t].type_size)  # fmt: skip
+    pieces = [p for _, p in chunks]
     assert sum(p.shape[0] for p in pieces) == n_rows
     assert_same_bits(np.concatenate(pieces), whole)
+
+
+@pytest.mark.parametrize("step_bytes", [0, -1, True, 1.5])
+def test_bad_task_sizes_are_refused(step_bytes: object) -> None:
+    blocks = _blocks(GGMLType.Q8_0, 4)
+    with pytest.raises(ValueError, match="step_bytes"):
+        dequantize(blocks, GGMLType.Q8_0, _n(GGMLType.Q8_0, 4), step_bytes=step_bytes)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("threads", [0, -2, True, 1.5, "2"])
@@ -135,28 +141,25 @@ def test_threads_that_cannot_start_leave_the_work_to_this_one(monkeypatch: pytes
     t = GGMLType.Q4_K
     blocks = _blocks(t, 9)
     one = dequantize(blocks, t, _n(t, 9), threads=1)
-    monkeypatch.setattr(parallel, "STEP_BYTES", TENSOR_TYPES[t].type_size)
     monkeypatch.setattr(threading.Thread, "start", refuse)
-    assert_same_bits(dequantize(blocks, t, _n(t, 9), threads=4), one)
+    assert_same_bits(dequantize(blocks, t, _n(t, 9), threads=4, step_bytes=TENSOR_TYPES[t].type_size), one)
 
 
-def test_nan_scales_raise_no_warning_on_helper_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nan_scales_raise_no_warning_on_helper_threads() -> None:
     # numpy's error state is per thread: helpers must silence it themselves. A warning
     # turned into an error on a helper thread is raised here by run_tasks.
     t = GGMLType.Q4_0
     blocks = _blocks(t, 64)
     blocks[:, 0:2].view("<u2")[:, 0] = 0x7C00  # Inf scales: Inf * 0 is an invalid operation
-    monkeypatch.setattr(parallel, "STEP_BYTES", 4 * TENSOR_TYPES[t].type_size)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        values = dequantize(blocks, t, _n(t, 64), threads=4)
+        values = dequantize(blocks, t, _n(t, 64), threads=4, step_bytes=4 * TENSOR_TYPES[t].type_size)
     assert np.isnan(values).any() and np.isinf(values).any()
 
 
-def test_concurrent_calls_from_several_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_concurrent_calls_from_several_threads() -> None:
     # Callers on their own threads, each splitting its call again: no shared scratch state.
     types = [GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q4_1, GGMLType.IQ4_XS, GGMLType.F16]
-    monkeypatch.setattr(parallel, "STEP_BYTES", 7 * 210)
     inputs = [(t, _blocks(t, 301, seed=i)) for i, t in enumerate(types)]
     expected = [dequantize(b, t, _n(t, 301), threads=1) for t, b in inputs]
     results: list[list[np.ndarray]] = [[] for _ in inputs]
@@ -164,7 +167,7 @@ def test_concurrent_calls_from_several_threads(monkeypatch: pytest.MonkeyPatch) 
     def call(i: int) -> None:
         t, b = inputs[i]
         for _ in range(5):
-            results[i].append(dequantize(b, t, _n(t, 301), threads=3))
+            results[i].append(dequantize(b, t, _n(t, 301), threads=3, step_bytes=7 * 210))
 
     callers = [threading.Thread(target=call, args=(i,)) for i in range(len(inputs))]
     for c in callers:
