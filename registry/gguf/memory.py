@@ -248,10 +248,10 @@ def _compute(p: MemoryProfile, s: MemorySettings, sh: _Shape) -> _Compute:
         state = p.recurrent_floats * F32 * sh.streams
         blocks.append(((p.recurrent_width + COMPUTE_RECURRENT_EMBD * e) * act + state, "recurrent"))
     block, name = max(blocks)
-    attention = per_cell = 0
-    for g in full:
-        fixed, kq = attention_set(g)
-        attention, per_cell = max((attention, per_cell), (fixed, kq), key=lambda c: c[0] + c[1] * sh.cells)
+    # Layers of several shapes: the largest working set with the largest KQ, an upper bound
+    # that stays one line in the context.
+    sets = [attention_set(g) for g in full]
+    attention, per_cell = max((a for a, _ in sets), default=0), max((k for _, k in sets), default=0)
     logits = (p.vocab_size * u + COMPUTE_OUTPUT_EMBD * e * u) * F32
     caches = (1 if any(not g.sliding for g in p.attention) else 0) + (1 if has_swa else 0)
     inputs = u * (INPUT_BYTES_PER_TOKEN + CACHE_INDEX_BYTES_PER_TOKEN * caches)
