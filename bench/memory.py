@@ -209,10 +209,14 @@ def print_table(done: list[Case]) -> None:
     for fam, group in by_family.items():
         worst = max(group, key=lambda c: abs(c.ours_total - c.llama_total))
         share = max(group, key=lambda c: abs(c.deviation))
+        compute = max(group, key=lambda c: abs(c.ours["compute"] - (c.llama_cpp["compute"] or 0)))
+        off = compute.ours["compute"] - (compute.llama_cpp["compute"] or 0)
         ok = all(c.within for c in group)
-        print(f"  {fam:16} {len(group):3} runs  largest {(worst.ours_total - worst.llama_total) / MiB:+8.1f} MiB "
-              f"({worst.name} @ {worst.settings.context} {worst.variant}), largest share {share.deviation:+.2%} "
-              f"({share.name} @ {share.settings.context} {share.variant})  {'ok' if ok else 'MISSED'}")  # fmt: skip
+        print(f"  {fam:14} {len(group):3} runs  total {(worst.ours_total - worst.llama_total) / MiB:+7.1f} MiB "
+              f"({worst.name} @ {worst.settings.context} {worst.variant}), {share.deviation:+.2%} "
+              f"({share.name} @ {share.settings.context} {share.variant}); compute {off / MiB:+6.1f} MiB "
+              f"({off / (compute.llama_cpp['compute'] or 1):+.1%} of it, {compute.name} @ {compute.settings.context} "
+              f"{compute.variant})  {'ok' if ok else 'MISSED'}")  # fmt: skip
     print(f"\n{sum(c.within for c in done)}/{len(done)} totals within target")
 
 

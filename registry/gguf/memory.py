@@ -330,3 +330,53 @@ def memory_line(p: MemoryProfile, s: MemorySettings | None = None) -> MemoryLine
     return MemoryLine(e.total - e.kv_bytes - e.compute, kv_rows.get(False, 0), kv_rows.get(True, 0), window,
                       compute.logits + compute.inputs, compute.mask, compute.swa_mask, compute.blocks + compute.inputs,
                       compute.attention + compute.inputs, compute.kq)  # fmt: skip
+
+
+def estimate_dict(e: MemoryEstimate) -> dict[str, object]:
+    """The estimate as JSON: the settings it assumes, each part in bytes, the total, and
+    with a GPU what sits on the device and what in host memory."""
+    s = e.settings
+    return {
+        "settings": {"context": s.context, "batch": s.batch, "ubatch": s.ubatch, "sequences": s.sequences,
+                     "cache_type": s.cache_type, "flash_attention": s.flash_attention, "swa_full": s.swa_full,
+                     "logits_all": s.logits_all, "offload": s.offload, "repack": sorted(s.repack)},
+        "cells": e.cells,
+        "parts": e.parts(),
+        "kv_cache": [{"layers": p.layers, "cells": p.cells, "bytes": p.bytes, "sliding": p.sliding}
+                     for p in e.kv_cache],
+        "compute_peak": e.compute_peak,
+        "total": e.total,
+        "device": e.device,
+        "host": e.host,
+    }  # fmt: skip
+
+
+def _short(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:,} bytes"
+
+
+def estimate_text(cpu: MemoryEstimate, gpu: MemoryEstimate | None = None) -> str:
+    """A few lines for a terminal: the total and its parts on a CPU, and with a GPU estimate
+    the device / host split."""
+    s = cpu.settings
+    attention = "flash attention" if s.flash_attention else "no flash attention"
+    lines = [f"memory at {s.context:,} tokens (llama.cpp on a CPU, {s.cache_type} cache, {attention}, "
+             f"micro-batch {s.ubatch}): {_short(cpu.total)}"]  # fmt: skip
+    parts = [f"weights {_short(cpu.weights)}"]
+    if cpu.repacked:
+        parts.append(f"repacked {_short(cpu.repacked)}")
+    for p in cpu.kv_cache:
+        kind = "sliding-window KV cache" if p.sliding else "KV cache"
+        parts.append(f"{kind} {_short(p.bytes)} ({p.layers} layers x {p.cells:,} cells)")
+    if cpu.recurrent:
+        parts.append(f"recurrent state {_short(cpu.recurrent)}")
+    parts += [f"compute {_short(cpu.compute)} ({cpu.compute_peak})", f"output {_short(cpu.output)}"]
+    lines.append("  " + ", ".join(parts))
+    if gpu is not None:
+        lines.append(
+            f"  every layer on a GPU: {_short(gpu.device)} on the device, {_short(gpu.host)} in host memory"
+        )
+    return "\n".join(lines) + "\n"

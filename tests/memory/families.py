@@ -225,6 +225,74 @@ def granite_hybrid(name: str, *, n_embd: int, n_layer: int, attention_layers: tu
     return Family(name, "granitehybrid", "granitehybrid", keys, tuple(t.out), n_vocab, contexts)
 
 
+def qwen3next(name: str, *, n_embd: int, n_layer: int, n_head: int, n_kv: int, head: int, n_expert: int,
+              n_expert_used: int, n_ff_exp: int, n_ff_shared: int, d_state: int, n_k_heads: int, n_v_heads: int,
+              d_conv: int, n_vocab: int, ctx: int, interval: int = 4,
+              contexts: tuple[int, ...] = (4096, 32768)) -> Family:  # fmt: skip
+    """Qwen3-Next: gated delta net layers, with gated full attention in one layer of each
+    `interval`, and a mixture of experts with a shared expert in every layer."""
+    key_dim, value_dim = d_state * n_k_heads, d_state * n_v_heads
+    t = _Tensors()
+    _embeddings(t, n_embd, n_vocab, tied=False)
+    for il in range(n_layer):
+        p = f"blk.{il}."
+        t.norm(p + "attn_norm.weight", n_embd)
+        t.norm(p + "post_attention_norm.weight", n_embd)
+        if (il + 1) % interval == 0:
+            t.add(p + "attn_q.weight", _mat(2 * n_head * head, n_embd))
+            t.add(p + "attn_k.weight", _mat(n_kv * head, n_embd))
+            t.add(p + "attn_v.weight", _mat(n_kv * head, n_embd))
+            t.add(p + "attn_output.weight", _mat(n_embd, n_head * head))
+            t.norm(p + "attn_q_norm.weight", head)
+            t.norm(p + "attn_k_norm.weight", head)
+        else:
+            t.add(p + "attn_qkv.weight", _mat(2 * key_dim + value_dim, n_embd))
+            t.add(p + "attn_gate.weight", _mat(value_dim, n_embd))
+            t.add(p + "ssm_conv1d.weight", (d_conv, 2 * key_dim + value_dim), Q.F32)
+            t.norm(p + "ssm_dt.bias", n_v_heads)
+            t.norm(p + "ssm_a", n_v_heads)
+            t.add(p + "ssm_ba.weight", _mat(2 * n_v_heads, n_embd))
+            t.norm(p + "ssm_norm.weight", d_state)
+            t.add(p + "ssm_out.weight", _mat(n_embd, value_dim))
+        _experts(t, p, n_embd, n_ff_exp, n_expert)
+        t.norm(p + "ffn_gate_inp_shexp.weight", n_embd)
+        t.add(p + "ffn_gate_shexp.weight", _mat(n_ff_shared, n_embd))
+        t.add(p + "ffn_up_shexp.weight", _mat(n_ff_shared, n_embd))
+        t.add(p + "ffn_down_shexp.weight", _mat(n_embd, n_ff_shared))
+    keys = _common_keys(ctx, n_embd, n_layer, n_ff_exp, n_head, n_kv)
+    keys |= {"attention.key_length": head, "attention.value_length": head, "rope.dimension_count": 64,
+             "expert_count": n_expert, "expert_used_count": n_expert_used, "expert_feed_forward_length": n_ff_exp,
+             "expert_shared_feed_forward_length": n_ff_shared, "ssm.conv_kernel": d_conv,
+             "ssm.inner_size": value_dim, "ssm.state_size": d_state, "ssm.group_count": n_k_heads,
+             "ssm.time_step_rank": n_v_heads, "full_attention_interval": interval}  # fmt: skip
+    return Family(name, "qwen3next", "qwen3next", keys, tuple(t.out), n_vocab, contexts)
+
+
+def gpt_oss(name: str, *, n_embd: int, n_layer: int, n_head: int, n_kv: int, head: int, n_expert: int,
+            n_expert_used: int, n_ff_exp: int, window: int, n_vocab: int, ctx: int,
+            contexts: tuple[int, ...] = (4096, 32768)) -> Family:  # fmt: skip
+    """gpt-oss: sliding-window attention in every other layer, attention sinks, MXFP4 experts."""
+    t = _Tensors()
+    _embeddings(t, n_embd, n_vocab, tied=False)
+    for il in range(n_layer):
+        p = f"blk.{il}."
+        _attention(t, p, n_embd, n_head, n_kv, head, head, bias=True)
+        t.norm(p + "post_attention_norm.weight", n_embd)
+        t.norm(p + "attn_sinks.weight", n_head)
+        t.norm(p + "attn_output.bias", n_embd)
+        t.add(p + "ffn_gate_inp.weight", (n_embd, n_expert), Q.F32)
+        t.norm(p + "ffn_gate_inp.bias", n_expert)
+        for part, shape in (("gate", (n_embd, n_ff_exp, n_expert)), ("up", (n_embd, n_ff_exp, n_expert)),
+                            ("down", (n_ff_exp, n_embd, n_expert))):  # fmt: skip
+            t.add(p + f"ffn_{part}_exps.weight", shape, Q.MXFP4)
+            t.add(p + f"ffn_{part}_exps.bias", (shape[1], n_expert), Q.F32)
+    keys = _common_keys(ctx, n_embd, n_layer, n_ff_exp, n_head, n_kv)
+    keys |= {"attention.key_length": head, "attention.value_length": head, "rope.dimension_count": head,
+             "expert_count": n_expert, "expert_used_count": n_expert_used, "expert_feed_forward_length": n_ff_exp,
+             "attention.sliding_window": window}  # fmt: skip
+    return Family(name, "gpt-oss", "gpt-oss", keys, tuple(t.out), n_vocab, contexts)
+
+
 def mamba(name: str, *, n_embd: int, n_layer: int, d_state: int, d_conv: int, dt_rank: int, n_vocab: int,
           ctx: int, contexts: tuple[int, ...] = (4096, 32768)) -> Family:  # fmt: skip
     d_inner = 2 * n_embd
@@ -406,6 +474,40 @@ def catalog() -> list[Family]:
             n_ssm_head=64,
             d_conv=4,
             n_vocab=100352,
+            ctx=131072,
+            contexts=(4096, 32768, 131072),
+        ),
+        qwen3next(
+            "qwen3-next-80b-a3b",
+            n_embd=2048,
+            n_layer=48,
+            n_head=16,
+            n_kv=2,
+            head=256,
+            n_expert=512,
+            n_expert_used=10,
+            n_ff_exp=512,
+            n_ff_shared=512,
+            d_state=128,
+            n_k_heads=16,
+            n_v_heads=32,
+            d_conv=4,
+            n_vocab=151936,
+            ctx=262144,
+            contexts=(4096, 32768, 131072),
+        ),
+        gpt_oss(
+            "gpt-oss-20b",
+            n_embd=2880,
+            n_layer=24,
+            n_head=64,
+            n_kv=8,
+            head=64,
+            n_expert=32,
+            n_expert_used=4,
+            n_ff_exp=2880,
+            window=128,
+            n_vocab=201088,
             ctx=131072,
             contexts=(4096, 32768, 131072),
         ),

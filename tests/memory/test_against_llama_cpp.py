@@ -80,9 +80,18 @@ def test_the_estimate_is_what_llama_cpp_allocated(
 
 def test_the_figures_cover_every_family_and_setting() -> None:
     cases = FIGURES["cases"]
-    assert {"llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "deepseek2", "granitehybrid", "mamba"} <= {
-        c["family"] for c in cases
-    }
+    assert {
+        "llama",
+        "qwen2",
+        "qwen3",
+        "qwen3moe",
+        "gemma3",
+        "deepseek2",
+        "granitehybrid",
+        "mamba",
+        "qwen3next",
+        "gpt-oss",
+    } <= {c["family"] for c in cases}
     assert {"sample", "zoo", "synthetic"} == {c["source"] for c in cases}
     assert {"default", "fa", "q8_0", "q4_0", "swa_full", "seq4", "ub256"} <= {c["variant"] for c in cases}
     assert any(c["settings"]["context"] == 131072 for c in cases)
