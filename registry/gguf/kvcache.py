@@ -29,6 +29,8 @@ None (not estimated) for what has no per-token attention cache or one of another
 encoders and other non-causal models, purely recurrent models, and headers missing the
 counts. A runtime adds some slack of its own (llama.cpp rounds cells up to 256 and by
 default keeps one batch more in a sliding-window cache); the estimate is the cache itself.
+`attention_plan(header)` is the per-layer layout both this and the estimate of everything
+llama.cpp allocates (registry/gguf/memory.py) start from.
 """
 
 from __future__ import annotations

@@ -48,8 +48,10 @@ CACHE_TYPES = {"f16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18)}
 REPACK_AVX2 = frozenset({"Q4_0", "Q4_K", "IQ4_NL", "MXFP4"})
 REPACK_AVX512 = REPACK_AVX2 | {"Q2_K"}
 F32 = 4
-# Calibrated: f32 activations of the embedding width alive beside the logits, an attention
-# layer's KQ matrix, a feed-forward block's three n_ff-wide tensors, an MLA layer's latents.
+# Calibrated on llama.cpp's reservations (bench/memory.py): how many f32 activations of the
+# embedding width (or of the query width) are alive beside the logits, an attention layer's
+# KQ matrix, a feed-forward block's n_ff-wide tensors, an MLA layer's latents, a recurrent
+# block's projections.
 COMPUTE_OUTPUT_EMBD = 3
 COMPUTE_ATTENTION_EMBD = 3
 COMPUTE_ATTENTION_QUERY = 2
@@ -67,7 +69,7 @@ class MemorySettings:
     """How the model is run; the defaults are llama-cpp-python's (`Llama(path, n_ctx=4096)`)
     except `swa_full`, which llama.cpp's own tools leave off."""
 
-    context: int = 4096  # tokens asked for (n_ctx)
+    context: int = 4096  # tokens asked for (n_ctx); 0: the model's trained context, as llama.cpp reads 0
     batch: int = 512  # n_batch
     ubatch: int = 512  # n_ubatch: tokens one forward pass takes
     sequences: int = 1  # n_seq_max, each with its own share of the context
@@ -79,8 +81,8 @@ class MemorySettings:
     repack: frozenset[str] = field(default=REPACK_AVX2)  # tensor types the CPU repacks
 
     def __post_init__(self) -> None:
-        if min(self.context, self.batch, self.ubatch, self.sequences) < 1:
-            raise ValueError("context, batch, ubatch and sequences must be at least 1")
+        if min(self.batch, self.ubatch, self.sequences) < 1 or self.context < 0:
+            raise ValueError("batch, ubatch and sequences must be at least 1, context at least 0")
         if self.cache_type not in CACHE_TYPES:
             raise ValueError(f"cache_type must be one of {', '.join(CACHE_TYPES)}")
         if self.offload not in OFFLOADS:
@@ -163,9 +165,12 @@ class _Shape:
 
 
 def _shape(p: MemoryProfile, s: MemorySettings) -> _Shape:
-    batch = min(s.context, s.batch)  # causal models: a batch never exceeds the context
+    context = s.context or p.context_length
+    if not context:
+        raise ValueError("context 0 asks for the model's trained context, which its header does not give")
+    batch = min(context, s.batch)  # causal models: a batch never exceeds the context
     ubatch = min(batch, s.ubatch)
-    n_ctx = _pad(s.context)
+    n_ctx = _pad(context)
     cells = _pad(n_ctx // s.sequences) if s.sequences > 1 else n_ctx
     cap = _pad((p.sliding_window or 0) + ubatch)
     swa = cells if s.swa_full else min(cells, cap)

@@ -32,6 +32,9 @@ INPUT_TENSORS = frozenset({"token_embd.weight", "token_embd_norm.weight", "token
 # Lookups (embeddings), convolutions and the 3-D MLA projections are not.
 NOT_MATMUL = ("_norm.weight", "_norm.bias", "conv1d.weight", "attn_k_b.weight", "attn_v_b.weight")
 MAX_WIDTH = 1 << 32  # a width beyond this comes from a header that lies: not estimated
+# Per-token and per-layer sizes beyond this (a TiB) too; it keeps every coefficient of the
+# estimate within a signed 64-bit integer, as the catalog stores sizes.
+MAX_BYTES = 1 << 40
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,13 +190,18 @@ def memory_profile(header: GGUFHeader, tensors: Sequence[TensorInfo] | None = No
         _int(header, f"{a}expert_shared_feed_forward_length")
         or _int(header, f"{a}expert_shared_count") * n_ff_exp
     )
+    kv_row = sum(x.kv_heads * (x.key_length + x.value_length) * 2 for x in layers)
+    used = _largest(header, f"{a}expert_used_count") if n_expert else 0
+    widths = (state, width, n_vocab, n_embd, n_ff, n_ff_exp * max(used, 1), shared, latent)
+    if kv_row > MAX_BYTES or max(widths) * 4 > MAX_BYTES:
+        return None
     return MemoryProfile(
         architecture=arch, block_count=n_layer, embedding_length=n_embd, vocab_size=n_vocab,
         context_length=_int(header, f"{a}context_length") or None, attention=_groups(layers),
         sliding_window=plan.sliding_window if plan is not None else None, mla_latent=latent,
         recurrent_layers=len(recurrent), recurrent_floats=state if recurrent else 0,
         recurrent_width=width if recurrent else 0, feed_forward_length=dense, expert_count=n_expert,
-        expert_used_count=_largest(header, f"{a}expert_used_count") if n_expert else 0,
+        expert_used_count=used,
         expert_feed_forward_length=n_ff_exp, shared_feed_forward_length=shared if n_expert else 0,
         weight_bytes=weights, input_bytes=inputs, output_tied=tied, repackable=repackable,
     )  # fmt: skip

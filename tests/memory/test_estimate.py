@@ -4,7 +4,7 @@ database evaluates (registry/gguf/memory.py, memory_profile.py)."""
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import replace
+from dataclasses import astuple, replace
 from pathlib import Path
 from typing import Any
 
@@ -123,11 +123,21 @@ _VALUES = st.one_of(
        keys=st.dictionaries(st.sampled_from(_KEYS), _VALUES, max_size=len(_KEYS)),
        ctx=st.integers(1, 1 << 24))  # fmt: skip
 def test_any_header_gives_an_estimate_or_none(arch: str, keys: dict[str, Any], ctx: int) -> None:
-    """Whatever the header says, a profile is None or one the estimate sizes without error."""
+    """Whatever the header says, a profile is None or one the estimate sizes without error,
+    with coefficients a catalog can store as signed 64-bit integers."""
     p = memory_profile(header(arch, **keys))
     if p is not None:
         e = estimate(p, MemorySettings(context=ctx))
         assert min(e.parts().values()) >= 0 and e.total >= e.weights
+        assert all(0 <= v < 2**63 for v in astuple(memory_line(p)))
+
+
+def test_lying_widths_are_not_estimated() -> None:
+    huge = {**LLAMA, "attention__head_count_kv": 2**31, "attention__key_length": 2**31}
+    assert memory_profile(header("llama", **huge)) is None
+    assert memory_profile(header("llama", **{**LLAMA, "feed_forward_length": 2**31 + 1})) is not None
+    assert memory_profile(header("qwen3moe", **{**LLAMA, "expert_count": 8, "expert_used_count": 2**31,
+                                                "expert_feed_forward_length": 2**31})) is None  # fmt: skip
 
 
 # -- settings --------------------------------------------------------------------------------
@@ -136,9 +146,17 @@ def test_any_header_gives_an_estimate_or_none(arch: str, keys: dict[str, Any], c
 def test_settings_are_checked_and_a_quantized_cache_turns_flash_attention_on() -> None:
     assert MemorySettings(cache_type="q8_0").flash_attention
     assert not MemorySettings().flash_attention
-    for bad in ({"context": 0}, {"ubatch": 0}, {"sequences": 0}, {"cache_type": "q5_1"}, {"offload": "npu"}):
+    for bad in ({"context": -1}, {"ubatch": 0}, {"sequences": 0}, {"cache_type": "q5_1"}, {"offload": "npu"}):
         with pytest.raises(ValueError):
             MemorySettings(**bad)
+
+
+def test_context_0_is_the_trained_context(family_files: FamilyFiles) -> None:
+    p = family_files.profile("qwen2.5-0.5b")
+    assert estimate(p, MemorySettings(context=0)) == replace(estimate(p, MemorySettings(context=32768)),
+                                                             settings=MemorySettings(context=0))  # fmt: skip
+    with pytest.raises(ValueError):
+        estimate(replace(p, context_length=None), MemorySettings(context=0))
 
 
 def test_the_kv_cache_follows_llama_cpp_layout(family_files: FamilyFiles) -> None:
