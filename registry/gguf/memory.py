@@ -212,7 +212,7 @@ class _Compute:
 
     def at(self, cells: int, swa_cells: int) -> tuple[int, str]:
         masks = self.mask * cells + self.swa_mask * swa_cells
-        attention = self.attention + self.kq * cells if self.kq or self.attention else 0
+        attention = self.attention + self.kq * cells
         layers = masks + max(self.blocks, attention)
         if self.logits >= layers:
             return self.logits + self.inputs, "logits"
