@@ -402,7 +402,9 @@ async def run(args: argparse.Namespace) -> int:
     print(f"preparing {args.db} ...", file=sys.stderr)
     db = await bench_search.prepare(url, args)
     try:
-        rows, rate, errors, cpu_ms = await measure(db, url, args.requests, args.concurrency, args.seed, args.workers)
+        rows, rate, errors, cpu_ms = await measure(
+            db, url, args.requests, args.concurrency, args.seed, args.workers
+        )
     finally:
         await db.dispose()
     extra = (f"{args.artifacts:,} artifacts, {args.requests:,} requests, {args.concurrency} clients at once, "
@@ -417,7 +419,9 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
     parser.add_argument("--pg-url", default="postgresql+asyncpg://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--repos", type=int, default=30_000)
@@ -425,8 +429,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=24_000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                        help="`registry serve --workers N`, as deployed on this machine (default: CPU count)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="`registry serve --workers N`, as deployed on this machine (default: CPU count)",
+    )
     return asyncio.run(run(parser.parse_args(argv)))
 
 

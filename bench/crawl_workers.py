@@ -22,9 +22,13 @@ from pathlib import Path
 from sqlalchemy import make_url, text
 
 ROOT = Path(__file__).resolve().parent.parent
-PG_ADMIN = os.environ.get("REGISTRY_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres")
+PG_ADMIN = os.environ.get(
+    "REGISTRY_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
+)
 UNFINISHED = "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')"
-CRAWL_DONE = "SELECT count(*) FROM procrastinate_jobs WHERE task_name = 'registry.crawl' AND status = 'succeeded'"
+CRAWL_DONE = (
+    "SELECT count(*) FROM procrastinate_jobs WHERE task_name = 'registry.crawl' AND status = 'succeeded'"
+)
 
 
 async def _admin(sql: str) -> None:

@@ -144,7 +144,9 @@ def fresh_fill(n_elements: int, threads: int) -> Callable[[], object]:
 
     def run() -> None:
         out = workspace.new_values(n_elements)
-        parallel.run_tasks(lambda a, b: out[a:b].fill(0.0), parallel.block_ranges(n_elements, 4, threads), threads)
+        parallel.run_tasks(
+            lambda a, b: out[a:b].fill(0.0), parallel.block_ranges(n_elements, 4, threads), threads
+        )
 
     return run
 
@@ -325,9 +327,7 @@ def _ratio(a: object, b: object) -> str:
     return f"{a / b:6.2f}x" if isinstance(a, float) and isinstance(b, float) and b > 0 else f"{'-':>7}"
 
 
-def _verdicts(
-    row: dict[str, object], synthetic: bool, misses: dict[str, list[str]]
-) -> list[str]:
+def _verdicts(row: dict[str, object], synthetic: bool, misses: dict[str, list[str]]) -> list[str]:
     """The row's target notes ("gguf-py 1t MISS mt ok", ...). For a synthetic row
     misses are added to `misses` under "1t" and "mt"; a gguf-py target above the row's
     fill rate of the same thread setting is marked "MISS above fill" and also listed
@@ -341,7 +341,10 @@ def _verdicts(
             ("gguf-py", "mt", "ours_mt_sub", "gguf", GGUF_PY_TARGET),
         ]
     if row["type"] in GGML_TARGETS and isinstance(row["ggml"], float):
-        checks += [("ggml", "1t", "into", "ggml", GGML_TARGET), ("ggml", "mt", "into_mt", "ggml", GGML_TARGET)]
+        checks += [
+            ("ggml", "1t", "into", "ggml", GGML_TARGET),
+            ("ggml", "mt", "into_mt", "ggml", GGML_TARGET),
+        ]
     for peer in ("gguf-py", "ggml"):
         parts = []
         for who, config, key, theirs, target in checks:

@@ -155,7 +155,9 @@ def bench_model(name: str, path: Path, sha256: str, threads: int, n_tokens: int)
     env = {**os.environ, "OPENBLAS_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
     verify_s, v = asyncio.run(_verify_through_hub(path, sha256))
     ours = _child_json([sys.executable, "-m", "bench.verify", "--ours-speed", str(path), str(n_tokens)], env)
-    kept = _child_json([sys.executable, "-m", "bench.verify", "--ours-speed", str(path), str(n_tokens), "kept"], env)
+    kept = _child_json(
+        [sys.executable, "-m", "bench.verify", "--ours-speed", str(path), str(n_tokens), "kept"], env
+    )
     ref = _child_json(
         [
             str(peer_venv() / "bin" / "python"),
@@ -187,7 +189,14 @@ def bench_model(name: str, path: Path, sha256: str, threads: int, n_tokens: int)
     print(_row("peak RSS, verify child (MB)", f"{(v['peak_rss_bytes'] or 0) / 1e6:.0f}", "-"))
     print(_row("peak RSS, speed run (MB)", f"{ours['rss'] / 1e6:.0f}", f"{ref['rss'] / 1e6:.0f}"))
     print(f"  weights kept quantized ({kept['kept_matrices']} matrices dequantized at each use):")
-    print(_row("  generation tokens/s", _fmt_rate(kept["tg"]), _fmt_rate(ref["tg"]), f"{kept['tg'] / ref['tg']:.2f}x"))
+    print(
+        _row(
+            "  generation tokens/s",
+            _fmt_rate(kept["tg"]),
+            _fmt_rate(ref["tg"]),
+            f"{kept['tg'] / ref['tg']:.2f}x",
+        )
+    )
     print(_row("  prompt processing tokens/s", _fmt_rate(kept["pp"]), _fmt_rate(ref["pp"]),
                f"{kept['pp'] / ref['pp']:.2f}x"))  # fmt: skip
     print(_row("  perplexity (smoke text)", f"{kept['perplexity']:.3f}", f"{ref['perplexity']:.3f}"))

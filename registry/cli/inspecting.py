@@ -29,7 +29,8 @@ def add_inspect(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--tensors", action="store_true", help="also list every tensor")
     p.add_argument("--context", type=context_tokens, metavar="TOKENS",
-                   help="also size the KV cache for this many tokens of context (e.g. 8192 or 8K)")  # fmt: skip
+                   help="also size the KV cache, and what llama.cpp allocates (registry/gguf/memory.py), for this "
+                   "many tokens of context (e.g. 8192 or 8K)")  # fmt: skip
     return "inspect", _cmd_inspect
 
 
@@ -74,12 +75,15 @@ def _cmd_inspect(args: argparse.Namespace, settings: Settings) -> int:
         err = {"code": "internal_error", "message": text, "field": None, "offset": None}
     else:
         findings, capabilities = _template_scan(path, headers[0])
+        memory = _memory(headers, args.context) if args.context is not None else None
         if args.json:
             # ASCII-only JSON: a model name or template in any script survives any terminal.
             doc = facts_json(facts, headers, tensors=args.tensors, paths=paths, template_findings=findings,
                              context=args.context, template_capabilities=capabilities)  # fmt: skip
             if fetched is not None:
                 doc["fetched"] = fetched
+            if memory is not None:
+                doc["memory"] = {"cpu": memory[0], "gpu": memory[1]}
             print(json.dumps(doc, indent=2))
         else:
             if isinstance(sys.stdout, io.TextIOWrapper):
@@ -87,6 +91,8 @@ def _cmd_inspect(args: argparse.Namespace, settings: Settings) -> int:
             title = path if len(headers) == 1 else f"{path} (split model, {len(headers)} shards)"
             sys.stdout.write(facts_text(facts, headers, title=title, tensors=args.tensors, template_findings=findings,
                                         context=args.context, template_capabilities=capabilities))  # fmt: skip
+            if memory is not None:
+                sys.stdout.write(memory[2])
             if fetched is not None:
                 print(f"fetched {fetched['bytes']:,} bytes in {fetched['requests']} request(s) "
                       f"for {fetched['files']} file(s)")  # fmt: skip
@@ -95,6 +101,20 @@ def _cmd_inspect(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps({"error": err}))
     return EXIT_ERROR
+
+
+def _memory(headers: list[Any], context: int) -> tuple[dict[str, object], dict[str, object], str] | None:
+    """The memory estimate at `context` tokens: as JSON on a CPU and on a GPU, and as text."""
+    from registry.gguf.memory import MemorySettings, estimate, estimate_dict, estimate_text
+    from registry.gguf.memory_profile import memory_profile
+
+    first = next((h for h in headers if not h.get("split.no")), headers[0])  # shard 0 carries the metadata
+    profile = memory_profile(first, [t for h in headers for t in h.tensors])
+    if profile is None:
+        return None
+    cpu = estimate(profile, MemorySettings(context=context))
+    gpu = estimate(profile, MemorySettings(context=context, offload="gpu"))
+    return estimate_dict(cpu), estimate_dict(gpu), estimate_text(cpu, gpu)
 
 
 _HUB_PATH = re.compile(r"^[\w.-]+/[\w.-]+/.+\.gguf$", re.IGNORECASE)

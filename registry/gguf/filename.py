@@ -232,7 +232,9 @@ class ShardGroup:
         """Why an incomplete set cannot be read: how many shards are missing and the first
         few of them (a name may announce 99,999 shards; the reason stays one short line)."""
         missing = self.missing
-        shown = ", ".join(map(str, missing[:5])) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        shown = ", ".join(map(str, missing[:5])) + (
+            f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        )
         return f"split model incomplete: {len(missing)} of {self.count} shards missing: {shown}"
 
 

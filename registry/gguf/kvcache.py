@@ -29,6 +29,8 @@ None (not estimated) for what has no per-token attention cache or one of another
 encoders and other non-causal models, purely recurrent models, and headers missing the
 counts. A runtime adds some slack of its own (llama.cpp rounds cells up to 256 and by
 default keeps one batch more in a sliding-window cache); the estimate is the cache itself.
+`attention_plan(header)` is the per-layer layout both this and the estimate of everything
+llama.cpp allocates (registry/gguf/memory.py) start from.
 """
 
 from __future__ import annotations
@@ -162,8 +164,10 @@ def _sliding_layers(header: GGUFHeader, arch: str, n_layer: int) -> tuple[list[b
     return flags, window
 
 
-def _hybrid_layers(header: GGUFHeader, arch: str, n_layer: int, kv_heads: list[int]) -> tuple[list[bool], int]:
-    """Which layers have attention, and how many keep a recurrent state."""
+def _hybrid_layers(
+    header: GGUFHeader, arch: str, n_layer: int, kv_heads: list[int]
+) -> tuple[list[bool], set[int]]:
+    """Which layers have attention, and which keep a recurrent state."""
     a = f"{arch}."
     if arch in INTERVAL_HYBRIDS:
         recurrent = _flags(header, f"{a}attention.recurrent_layers", n_layer)
@@ -172,16 +176,43 @@ def _hybrid_layers(header: GGUFHeader, arch: str, n_layer: int, kv_heads: list[i
         else:
             interval = _int(header, f"{a}full_attention_interval") or INTERVAL_HYBRIDS[arch]
             attention = [(il + 1) % interval == 0 for il in range(n_layer)]
-        return attention, attention.count(False)
+        return attention, {il for il in range(n_layer) if not attention[il]}
     if arch == "falcon-h1":
-        return [True] * n_layer, n_layer
+        return [True] * n_layer, set(range(n_layer))
     if arch in HEAD_HYBRIDS:
         ff = _per_layer(header, f"{a}feed_forward_length", n_layer) if arch.startswith("nemotron_h") else None
-        return [True] * n_layer, sum(1 for il in range(n_layer) if kv_heads[il] == 0 and (ff is None or ff[il] == 0))
-    return [True] * n_layer, 0
+        return [True] * n_layer, {
+            il for il in range(n_layer) if kv_heads[il] == 0 and (ff is None or ff[il] == 0)
+        }
+    return [True] * n_layer, set()
 
 
-def kv_cache(header: GGUFHeader) -> KVCache | None:
+@dataclass(frozen=True, slots=True)
+class AttentionLayer:
+    """One block that keeps K and V rows for each token of context (`attention_plan`)."""
+
+    index: int
+    heads: int
+    kv_heads: int
+    key_length: int  # values of K per KV head (for MLA: the compressed latent plus its rope part)
+    value_length: int  # 0 for MLA, whose compressed K is also read as V
+    sliding: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionPlan:
+    """Which blocks keep a cache and of what width, as llama.cpp lays its caches out."""
+
+    layers: tuple[AttentionLayer, ...]
+    sliding_window: int | None  # None when no layer slides
+    recurrent_layers: tuple[int, ...]  # block indexes with a fixed-size recurrent state
+    block_count: int
+    context_length: int | None
+
+
+def attention_plan(header: GGUFHeader) -> AttentionPlan | None:
+    """The layers of `header` that keep a per-token cache; None when the model keeps none
+    of this kind (see the module docstring) or the header lacks the counts."""
     arch = header.get("general.architecture")
     if not isinstance(arch, str) or arch in NO_CACHE or arch in OTHER_MEMORY:
         return None
@@ -217,20 +248,37 @@ def kv_cache(header: GGUFHeader) -> KVCache | None:
     if (shared := _int(header, f"{a}attention.shared_kv_layers")) is not None:
         kept = min(kept, n_layer - shared)
     kept = min(kept, KV_LAYERS_FROM_START.get(arch, kept))
+    layers = tuple(
+        AttentionLayer(il, heads[il], kv_heads[il], k_swa if sliding[il] else k_len, v_swa if sliding[il] else v_len,
+                       sliding[il])
+        for il in range(max(kept, 0)) if kv_heads[il] and attention[il]
+    )  # fmt: skip
+    if not layers:
+        return None
+    recurrent_layers = tuple(il for il in range(n_layer) if il in recurrent)
+    swa = any(layer.sliding for layer in layers)
+    return AttentionPlan(
+        layers, window if swa else None, recurrent_layers, n_layer, _int(header, f"{a}context_length")
+    )
+
+
+def kv_cache(header: GGUFHeader) -> KVCache | None:
+    plan = attention_plan(header)
+    if plan is None:
+        return None
     layers = swa_layers = per_token = swa_per_token = 0
-    for il in range(max(kept, 0)):
-        if kv_heads[il] == 0 or not attention[il]:
-            continue
-        if sliding[il]:
+    for layer in plan.layers:
+        row = layer.kv_heads * (layer.key_length + layer.value_length) * F16_BYTES
+        if layer.sliding:
             swa_layers += 1
-            swa_per_token += kv_heads[il] * (k_swa + v_swa) * F16_BYTES
+            swa_per_token += row
         else:
             layers += 1
-            per_token += kv_heads[il] * (k_len + v_len) * F16_BYTES
-    if layers + swa_layers == 0 or max(per_token, swa_per_token) > MAX_BYTES_PER_TOKEN:
+            per_token += row
+    if max(per_token, swa_per_token) > MAX_BYTES_PER_TOKEN:
         return None
-    cache = KVCache(layers, per_token, swa_layers, swa_per_token, window if swa_layers else None,
-                    recurrent_layers=recurrent)  # fmt: skip
-    if (context := _int(header, f"{a}context_length")) and (size := cache.bytes_at(context)) <= MAX_SIZE:
+    cache = KVCache(layers, per_token, swa_layers, swa_per_token, plan.sliding_window,
+                    recurrent_layers=len(plan.recurrent_layers))  # fmt: skip
+    if (context := plan.context_length) and (size := cache.bytes_at(context)) <= MAX_SIZE:
         cache = replace(cache, at_context_length=size)
     return cache

@@ -69,7 +69,9 @@ def facts_json(
     out.update(facts.to_dict())
     if context is not None and facts.kv_cache is not None:
         out["kv_cache"]["at_context"] = {"tokens": context, "bytes": facts.kv_cache.bytes_at(context)}
-    out["chat_template_findings"] = None if template_findings is None else [dict(f) for f in template_findings]
+    out["chat_template_findings"] = (
+        None if template_findings is None else [dict(f) for f in template_findings]
+    )
     out["chat_template_capabilities"] = None if template_capabilities is None else list(template_capabilities)
     if tensors:
         out["tensors"] = tensor_rows(headers)
