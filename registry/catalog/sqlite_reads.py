@@ -235,6 +235,10 @@ class SQLiteReads:
             self._free.release()
             raise
 
+    def in_use(self) -> int:
+        """How many connections are handed out."""
+        return len(self._all) - len(self._idle)
+
     def release(self, conn: ReadOnlyConnection) -> None:
         if conn.conn.in_transaction:  # never handed on mid-transaction
             self._all.remove(conn)
