@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import BindParameter, exc
+from sqlalchemy import BindParameter, SelectBase, exc
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import Executable
-from sqlalchemy.sql.selectable import SelectBase
 
 # Compiled shapes kept per database (least recently used dropped first): the catalog's
 # reads have a few hundred shapes, the search's plans among them.

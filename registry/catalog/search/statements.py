@@ -16,6 +16,7 @@ from sqlalchemy import (
     BigInteger,
     ColumnElement,
     Float,
+    Integer,
     Select,
     String,
     and_,
@@ -270,7 +271,7 @@ def page(plan: Plan, sort: str, descending: bool, *, after: bool, estimated: boo
             bound = tuple_(bindparam("after_value", type_=_A[sort].type), bindparam("after_id", type_=BigInteger))
             where.append(key < bound if descending else key > bound)
         order = (key_col.desc(), id_col.desc()) if descending else (key_col.asc(), id_col.asc())
-        return hits(sort).where(and_(true(), *where)).order_by(*order).limit(bindparam("limit"))
+        return hits(sort).where(and_(true(), *where)).order_by(*order).limit(bindparam("limit", type_=Integer))
 
     return Keyed(("page", shape_of(plan.where), plan.sorted_matches, sort, descending, after, estimated), build)
 
@@ -287,7 +288,7 @@ def without_estimate(plan: Plan, descending: bool, *, after: bool, sqlite: bool)
             bound = bindparam("after_id", type_=BigInteger)
             where.append(id_col < bound if descending else id_col > bound)
         order = id_col.desc() if descending else id_col.asc()
-        return hits("memory_at_default").where(*where).order_by(order).limit(bindparam("limit"))
+        return hits("memory_at_default").where(*where).order_by(order).limit(bindparam("limit", type_=Integer))
 
     return Keyed(("without estimate", shape_of(plan.where), plan.sorted_matches, descending, after), build)
 
@@ -319,7 +320,7 @@ def memory_page(plan: Plan, descending: bool, *, after: bool | None, sqlite: boo
             select(Artifact.id.label("id"), last, value)
             .where(and_(true(), *where))
             .order_by(last, direction(value), direction(Artifact.id))
-            .limit(bindparam("limit"))
+            .limit(bindparam("limit", type_=Integer))
             .subquery("by_memory")
         )
         stmt: Select[Any] = (
@@ -349,14 +350,14 @@ def common(where: Where, *, sqlite: bool) -> Keyed:
 
     def build() -> Select[Any]:
         found = select(literal(1)).select_from(Artifact).where(and_(true(), *clauses(where, sqlite=sqlite)))
-        return select(func.count()).select_from(found.limit(bindparam("probe_limit")).subquery())
+        return select(func.count()).select_from(found.limit(bindparam("probe_limit", type_=Integer)).subquery())
 
     return Keyed(("common", shape_of(where)), build)
 
 
 COMMON_TEXT = Keyed(
     ("common text",),
-    lambda: select(func.count()).select_from(_fts_rowids().limit(bindparam("probe_limit")).subquery()),
+    lambda: select(func.count()).select_from(_fts_rowids().limit(bindparam("probe_limit", type_=Integer)).subquery()),
 )
 
 
@@ -375,7 +376,7 @@ def first_matching_ids(words: tuple[str, ...]) -> tuple[Keyed, dict[str, Any]]:
         if not long:
             ids = Artifact.id
             return select(ids).where(ids >= bindparam("id_from"), ids < bindparam("id_to"), *likes).limit(
-                bindparam("limit")
+                bindparam("limit", type_=Integer)
             )
         fts = table(FTS_TABLE, column("rowid"))
         rowid = fts.c.rowid
@@ -384,7 +385,7 @@ def first_matching_ids(words: tuple[str, ...]) -> tuple[Keyed, dict[str, Any]]:
             select(Artifact.id)
             .join_from(fts, Artifact, Artifact.id == rowid)
             .where(match, rowid >= bindparam("id_from"), rowid < bindparam("id_to"), *likes)
-            .limit(bindparam("limit"))
+            .limit(bindparam("limit", type_=Integer))
         )
 
     if long:
