@@ -51,10 +51,8 @@ from registry.gguf.vocab import MAX_SIZE_DIFFERENCE
 from registry.safety.capabilities import CAPABILITIES
 
 _A = Artifact.__table__.c
-# The artifact's repo holds an indexed projector: a seek on the (repo_pk, path) index per row.
+# Another artifact of the same repo: its projector (`_has_projector`).
 _PROJECTOR = aliased(Artifact, name="projector")
-# (The repos holding one, as a list made once per statement: for reads of every match on
-# SQLite, where a seek per row cost more than the scan itself.)
 CATALOG_SIZE = select(func.max(Artifact.id))
 # PostgreSQL: the search's statements are planned with their parameters' values for the
 # rest of the transaction. The driver prepares every statement, and from its sixth run the
