@@ -279,14 +279,6 @@ def column_filters(q: SearchQuery) -> list[Filter]:
     return out
 
 
-def only_columns(q: SearchQuery) -> bool:
-    """Whether the query filters on indexed columns only (`column_filters`)."""
-    return (
-        not q.text and not q.tensor_type and not q.descendant_of and q.max_memory is None and q.draft_for is None
-        and q.with_projector is None and q.modality is None
-    )  # fmt: skip
-
-
 def template_severity_rank(name: str) -> int:
     try:
         return severity_rank(name)
@@ -322,6 +314,6 @@ def holding(need: int, width: int) -> tuple[int, ...]:
 __all__ = [
     "AUTHOR_PATTERN", "FACETS", "FACET_NAMES", "MAX_LIMIT", "MORE_FACETS", "SORTS", "SORT_ALIASES", "STATUSES",
     "DraftTarget", "Filter", "SearchQuery", "capability_bits", "column_filters", "decode_cursor", "encode_cursor",
-    "holding", "modality_bits", "normalised", "only_columns", "parse_sort", "sort_column", "template_severity_rank",
+    "holding", "modality_bits", "normalised", "parse_sort", "sort_column", "template_severity_rank",
     "terms",
 ]  # fmt: skip
