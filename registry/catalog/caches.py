@@ -53,13 +53,13 @@ class Hints:
 class Caches:
     """The caches of one database (see the module doc)."""
 
-    def __init__(self, dialect: Dialect, database: str | None = None) -> None:
+    def __init__(self, dialect: Dialect, database: str | None = None, *, memo: bool = True) -> None:
         self.shapes = Shapes(dialect)
         self.hints = Hints()
         self._dialect = dialect.name
         self._database = database  # a SQLite file's path: its memo is made once the file exists
         self._memo: Memo | None = None
-        self._closed = False
+        self._closed = not memo  # no memo: nothing is kept past a generation
 
     @property
     def memo(self) -> Memo | None:

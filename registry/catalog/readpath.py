@@ -113,7 +113,7 @@ class CatalogReads:
         self.sessions = sessions
         dialect = engine.dialect
         database = engine.url.database if dialect.name == "sqlite" else None
-        self.caches = Caches(dialect, database)
+        self.caches = Caches(dialect, database, memo=read_path)
         # The search planner's thresholds for this database (search.settings.PlannerSettings;
         # None: its defaults), unless a call passes its own.
         self.planner: Any = planner

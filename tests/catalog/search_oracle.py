@@ -35,10 +35,10 @@ from registry.catalog.models import VERIFICATION_STATUSES, Artifact, Repo
 from registry.catalog.search import (
     FACETS,
     MEMORY_CONTEXT,
-    PlannerSettings,
     SORT_ALIASES,
     SORTS,
     STATUSES,
+    PlannerSettings,
     SearchItem,
     SearchQuery,
 )

@@ -238,7 +238,7 @@ def test_drafts_are_filters_on_the_vocabulary_and_the_size() -> None:
     "q",
     [SearchQuery(status="nope"), SearchQuery(kind="nope"), SearchQuery(capability="flying"),
      SearchQuery(author="a b"), SearchQuery(repo="no-slash"), SearchQuery(memory_context=0),
-     SearchQuery(template_severity="awful"), SearchQuery(modality="smell")],  # fmt: skip
+     SearchQuery(template_severity="awful"), SearchQuery(modality="smell")],
 )
 def test_an_invalid_query_is_refused_before_any_probe(q: SearchQuery) -> None:
     with pytest.raises(InvalidQuery):
