@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
@@ -21,6 +21,9 @@ from sqlalchemy.pool import ConnectionPoolEntry
 
 from registry.catalog.readpath import CATALOG_READS, CatalogReads
 from registry.config import Settings
+
+if TYPE_CHECKING:
+    from registry.catalog.search.settings import PlannerSettings
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 SQLITE_POOL_SIZE = 32
@@ -94,7 +97,8 @@ class Database:
 
     @classmethod
     def from_url(
-        cls, url: str, *, echo: bool = False, inline_read_ms: float = SQLITE_INLINE_READ_MS, planner: Any = None,
+        cls, url: str, *, echo: bool = False, inline_read_ms: float = SQLITE_INLINE_READ_MS,
+        planner: PlannerSettings | None = None,
         **kwargs: Any,
     ) -> Database:
         """`planner`: the search planner's thresholds (`search.PlannerSettings`; default its own)."""

@@ -42,6 +42,7 @@ from registry.catalog.shapes import Keyed, Rows, Shape, Statement
 
 if TYPE_CHECKING:
     from registry.catalog.pg_reads import PostgresReadConnection, PostgresReads
+    from registry.catalog.search.settings import PlannerSettings
     from registry.catalog.sqlite_reads import ReadOnlyConnection, SQLiteReads
 
 _O = TypeVar("_O")
@@ -107,16 +108,16 @@ class CatalogReads:
     def __init__(
         self, engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession], *, inline_read_ms: float = 0.0,
         pool_size: int = 5, pool_timeout_s: float = 30.0, busy_timeout_ms: int = 30_000, mmap_bytes: int = 0,
-        planner: Any = None, read_path: bool = True,
+        planner: PlannerSettings | None = None, read_path: bool = True,
     ) -> None:  # fmt: skip
         self.engine = engine
         self.sessions = sessions
         dialect = engine.dialect
         database = engine.url.database if dialect.name == "sqlite" else None
         self.caches = Caches(dialect, database, memo=read_path)
-        # The search planner's thresholds for this database (search.settings.PlannerSettings;
-        # None: its defaults), unless a call passes its own.
-        self.planner: Any = planner
+        # The search planner's thresholds for this database (None: its defaults), unless a
+        # call passes its own.
+        self.planner = planner
         self.counts = ReadCounts()
         self.sqlite: SQLiteReads | None = None
         self.postgres: PostgresReads | None = None

@@ -58,7 +58,7 @@ def settings_of(session: CatalogSession, settings: PlannerSettings | None) -> Pl
         return settings
     reads = catalog_reads(session)
     found = reads.planner if reads is not None else None
-    return found if isinstance(found, PlannerSettings) else DEFAULT
+    return found if found is not None else DEFAULT
 
 
 async def prepared(session: CatalogSession, q: SearchQuery) -> SearchQuery:
