@@ -554,7 +554,7 @@ def _schema_hash() -> str:
 
 async def run(args: argparse.Namespace) -> int:
     targets: list[tuple[str, str]] = []
-    key = f"{args.seed}-{args.repos}-{args.artifacts}-{_schema_hash()}"
+    key = f"{args.seed}-{args.repos}-{args.artifacts}-{args.catalog or _schema_hash()}"
     if args.db in ("sqlite", "both"):
         CACHE.mkdir(parents=True, exist_ok=True)
         targets.append(("sqlite", f"sqlite+aiosqlite:///{CACHE / f'search-{key}.db'}"))
@@ -594,6 +594,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--artifacts", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--catalog", metavar="HASH", default=None,
+                        help="the cached catalog of this schema hash (another tree's, printed in its file and "
+                             "database names) instead of this tree's: both measured on the very same data and "
+                             "statistics")
     parser.add_argument("--through", choices=["read-path", "session"], default="read-path",
                         help="the API's read-only session (default) or SQLAlchemy's")
     return asyncio.run(run(parser.parse_args(argv)))

@@ -134,8 +134,10 @@ def clauses(where: Where, *, sqlite: bool) -> list[ColumnElement[bool]]:
         elif f.op == "repo":
             out.append(c.in_(select(Repo.id).where(Repo.repo_key == bindparam(f"f{i}", type_=String))))
         elif f.op == "holding":
+            # the masks are part of the shape (the key holds the mask asked for), bound with
+            # the column's type, as the planner's statistics know it
             masks = holding(int(f.value), len(CAPABILITIES))  # type: ignore[call-overload]
-            out.append(c.in_([literal_column(str(m)) for m in masks]))
+            out.append(c.in_([literal(m, _A[f.column].type) for m in masks]))
         elif f.op == "below":
             out.append(c.between(literal(1, BigInteger), value))
         else:
@@ -171,7 +173,7 @@ def _has_projector(modality: int | None, *, listed: bool) -> ColumnElement[bool]
     conditions = [_PROJECTOR.kind == "mmproj", _PROJECTOR.status == "indexed"]
     if modality is not None:
         masks = holding(modality, len(MODALITIES))
-        conditions.append(_PROJECTOR.modalities.in_([literal_column(str(m)) for m in masks]))
+        conditions.append(_PROJECTOR.modalities.in_([literal(m, _A.modalities.type) for m in masks]))
     if listed:
         return Artifact.repo_pk.in_(select(_PROJECTOR.repo_pk).where(*conditions))
     return exists().where(_PROJECTOR.repo_pk == Artifact.repo_pk, *conditions)
