@@ -11,7 +11,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from registry.catalog.caches import Caches
 from registry.catalog.errors import ArtifactNotFound, InvalidQuery
 from registry.catalog.lineage import MAX_DEPTH
 from registry.catalog.models import repo_key
@@ -46,10 +45,6 @@ from registry.catalog.search_index import MIN_TRIGRAM, fts_match
 from registry.catalog.shapes import Keyed
 
 PAGE, SCAN, EVERY = "page", "scan", "every"  # what a plan is for: `planned`'s modes
-
-
-def caches(session: CatalogSession) -> Caches | None:
-    return caches_of(session)
 
 
 def settings_of(session: CatalogSession, settings: PlannerSettings | None) -> PlannerSettings:
@@ -90,7 +85,7 @@ async def family_of(session: CatalogSession, q: SearchQuery, settings: PlannerSe
     if q.descendant_of is None:
         return None
     root = repo_key(q.descendant_of)
-    found = caches(session)
+    found = caches_of(session)
     memo = found.memo if found is not None else None
     if memo is None:
         return Family(root)
@@ -116,7 +111,7 @@ async def answer(session: CatalogSession, probe: Probe, settings: PlannerSetting
     """A probe's answer from the database (`planner`): a yes/no kept in the hints a while,
     the catalog's size, or the ids of the few artifacts holding short terms (memoised per
     generation)."""
-    found = caches(session)
+    found = caches_of(session)
     kept = isinstance(probe, Common | CommonText) and found is not None
     if kept and found is not None and (known := found.hints.get(probe)) is not None:
         return known
@@ -142,7 +137,7 @@ async def _term_ids(session: CatalogSession, probe: TermIds, settings: PlannerSe
     `probe.limit` do: found by a scan of the table (or of the long terms' FTS5 rows) in slices
     of `term_scan_slice` ids, a turn of the event loop between two, stopped past the limit;
     kept until the next commit."""
-    found = caches(session)
+    found = caches_of(session)
     memo = found.memo if found is not None else None
     generation = await memo.generation(session) if memo is not None else None  # before scanning
     if memo is not None:
@@ -176,7 +171,7 @@ async def planned(
     sqlite = await _dialect(session) == "sqlite"
     if family is None:
         family = await family_of(session, q, settings)
-    found = caches(session)
+    found = caches_of(session)
     memo = sqlite and found is not None and found.memo is not None
     step: Callable[[dict[Probe, object]], Plan | Needs]
     if mode == EVERY:
