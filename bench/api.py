@@ -3,6 +3,14 @@
     python -m bench.api                           # SQLite, 100,000 artifacts (cached with bench.search)
     python -m bench.api --db postgresql
     python -m bench.api --artifacts 5000 --repos 1500 --requests 500    # a quick smoke run
+    python -m bench.api --baseline ../other-tree --rounds 6   # side by side with another tree
+
+With `--baseline DIR` the same catalog is served by this tree and by DIR's (another
+checkout with its own `.venv`, as `make setup` makes it), both running, and the rounds
+alternate between the two (this, other; other, this; ...): each round sends both the same
+mix of `--requests / --rounds` requests from clients seeded alike, so that the machine's
+other load falls on both alike. Every round is printed, then both servers' figures over all
+rounds and their ratios.
 
 `registry serve --workers N` runs in its own process(es) on the bench catalog, exactly as
 a user starts it (N defaults to the CPU count, how one deploys it); 32 closed-loop clients
@@ -40,6 +48,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -52,7 +61,9 @@ from registry.catalog.db import Database
 from registry.catalog.models import Artifact, LineageEdge, Repo
 
 TARGET_P99_MS = 50.0
+KEEP_THROUGHPUT = 0.9  # of the baseline's, with --baseline
 WARMUP_REQUESTS = 2000
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -175,13 +186,18 @@ def _listeners(port: int) -> int | None:
     return sum(1 for r in rows if r[3] == "0A" and int(r[1].rpartition(":")[2], 16) == port)
 
 
-async def _start_server(url: str, workers: int) -> tuple[asyncio.subprocess.Process, str]:
-    """`registry serve` in its own process, as a user runs it, on the bench catalog."""
+async def _start_server(url: str, workers: int, tree: Path | None = None) -> tuple[asyncio.subprocess.Process, str]:
+    """`registry serve` in its own process, as a user runs it, on the bench catalog: this
+    tree's, or (`tree`) another checkout's with its own interpreter."""
     port = _free_port()
     env = {**os.environ, "REGISTRY_DATABASE_URL": url}
+    python = sys.executable if tree is None else str(tree / ".venv" / "bin" / "python")
+    if tree is not None:
+        env.pop("PYTHONPATH", None)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "registry.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-        "--workers", str(workers), env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        python, "-m", "registry.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+        "--workers", str(workers), env=env, cwd=str(tree or ROOT), stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     async with aiohttp.ClientSession() as http:
@@ -324,58 +340,150 @@ class Client:
         return status, elapsed
 
 
-async def measure(
-    db: Database, url: str, total: int, concurrency: int, seed: int, workers: int
-) -> tuple[list[tuple[str, int, float, float, int]], float, int, tuple[float, float, float]]:
-    """Closed-loop clients drawing requests from the mix; per-kind latencies at the client."""
+@dataclass
+class Round:
+    """One server's share of a round: per-route latencies, throughput, CPU per request."""
+
+    times: dict[str, list[float]]
+    rate: float
+    errors: int
+    cpu_ms: tuple[float, float, float]  # server (all), server (event loops), bench client
+
+
+@dataclass
+class Server:
+    name: str
+    proc: asyncio.subprocess.Process
+    host: str
+    port: int
+
+    async def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(self.proc.wait(), 30)
+        except TimeoutError:
+            self.proc.kill()
+
+
+async def _serve(name: str, url: str, workers: int, tree: Path | None) -> Server:
+    proc, base = await _start_server(url, workers, tree)
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    return Server(name, proc, host, int(port))
+
+
+async def _drive(
+    server: Server, kinds: dict[str, Callable[[random.Random], str]], labels: list[str], concurrency: int,
+    seed: float, record: bool,
+) -> Round:  # fmt: skip
+    """Closed-loop clients sending `labels` (the kinds of request, in order) to one server."""
     rng = random.Random(seed)
+    clients = [Client(await HttpConnection.open(server.host, server.port), kinds, random.Random(rng.random()))
+               for _ in range(concurrency)]  # fmt: skip
+    times: dict[str, list[float]] = {label: [] for label in MIX_WEIGHTS}
+    errors = 0
+    try:
+
+        async def run(client: Client, queue: Iterator[str]) -> None:
+            nonlocal errors
+            for label in queue:
+                status, elapsed = await client.request(label)
+                times[label].append(elapsed)
+                expected_error = label == "error envelope"
+                if (status >= 400) != expected_error or status >= 500:
+                    errors += 1
+
+        queue = iter(labels)
+        t0, cpu0, client0 = time.perf_counter(), _cpu_seconds(server.proc.pid), time.process_time()
+        await asyncio.gather(*(run(c, queue) for c in clients))
+        elapsed = time.perf_counter() - t0
+        cpu1, client1 = _cpu_seconds(server.proc.pid), time.process_time()
+    finally:
+        for client in clients:
+            client.conn.close()
+    n = max(len(labels), 1)
+    cpu_ms = ((cpu1[0] - cpu0[0]) / n * 1000, (cpu1[1] - cpu0[1]) / n * 1000, (client1 - client0) / n * 1000)
+    return Round(times if record else {}, len(labels) / elapsed, errors if record else 0, cpu_ms)
+
+
+async def measure(
+    db: Database, url: str, args: argparse.Namespace
+) -> tuple[dict[str, list[Round]], list[list[tuple[str, Round]]]]:
+    """Every server warmed up, then the rounds: each server's share of each, in turn.
+    Returns the rounds of each server and the rounds as run."""
+    rng = random.Random(args.seed)
     kinds = _kinds(await _pools(db, rng))
     labels = list(MIX_WEIGHTS)
     weights = [MIX_WEIGHTS[label] for label in labels]
-    warmup = rng.choices(labels, weights=weights, k=WARMUP_REQUESTS)
-    plan = rng.choices(labels, weights=weights, k=total)
-    times: dict[str, list[float]] = {label: [] for label in labels}
-    errors = 0
-    proc, base = await _start_server(url, workers)
+    trees: list[tuple[str, Path | None]] = [("this", None)]
+    if args.baseline is not None:
+        trees.append(("baseline", Path(args.baseline).resolve()))
+    servers = [await _serve(name, url, args.workers, tree) for name, tree in trees]
+    per_server: dict[str, list[Round]] = {s.name: [] for s in servers}
+    rounds: list[list[tuple[str, Round]]] = []
     try:
-        host, port = base.removeprefix("http://").rsplit(":", 1)
-        clients = [Client(await HttpConnection.open(host, int(port)), kinds, random.Random(rng.random()))
-                   for _ in range(concurrency)]  # fmt: skip
-        try:
-
-            async def run(client: Client, queue: Iterator[str], record: bool) -> None:
-                nonlocal errors
-                for label in queue:
-                    status, elapsed = await client.request(label)
-                    if not record:
-                        continue
-                    times[label].append(elapsed)
-                    expected_error = label == "error envelope"
-                    if (status >= 400) != expected_error or status >= 500:
-                        errors += 1
-
-            # Warm-up (not measured): connections open, every process started, pages in memory.
-            warm = iter(warmup)
-            await asyncio.gather(*(run(c, warm, False) for c in clients))
-            queue = iter(plan)
-            t0, cpu0, client0 = time.perf_counter(), _cpu_seconds(proc.pid), time.process_time()
-            await asyncio.gather(*(run(c, queue, True) for c in clients))
-            rate = total / (time.perf_counter() - t0)
-            cpu1, client1 = _cpu_seconds(proc.pid), time.process_time()
-            cpu_ms = ((cpu1[0] - cpu0[0]) / total * 1000, (cpu1[1] - cpu0[1]) / total * 1000,
-                      (client1 - client0) / total * 1000)  # fmt: skip
-        finally:
-            for client in clients:
-                client.conn.close()
+        # Warm-up (not measured): connections open, every process started, pages in memory.
+        warmup = rng.choices(labels, weights=weights, k=WARMUP_REQUESTS)
+        for server in servers:
+            await _drive(server, kinds, warmup, args.concurrency, rng.random(), record=False)
+        share = max(1, args.requests // args.rounds)
+        for number in range(args.rounds):
+            plan = rng.choices(labels, weights=weights, k=share)
+            seed = rng.random()  # the same requests for every server in this round
+            order = servers if number % 2 == 0 else servers[::-1]
+            ran = []
+            for server in order:
+                result = await _drive(server, kinds, plan, args.concurrency, seed, record=True)
+                per_server[server.name].append(result)
+                ran.append((server.name, result))
+            rounds.append(ran)
+            print(f"round {number + 1}/{args.rounds}: " + ", ".join(
+                f"{name} {r.rate:.0f} requests/s" for name, r in ran), file=sys.stderr)  # fmt: skip
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(proc.wait(), 30)
-        except TimeoutError:
-            proc.kill()
-    rows = [(label, len(ts), _ms(ts, 50), _ms(ts, 99), sum(t * 1000 >= TARGET_P99_MS for t in ts))
-            for label, ts in times.items() if ts]  # fmt: skip
-    return rows, rate, errors, cpu_ms
+        for server in servers:
+            await server.stop()
+    return per_server, rounds
+
+
+def _pooled(rounds: list[Round]) -> Round:
+    times: dict[str, list[float]] = {}
+    for r in rounds:
+        for label, ts in r.times.items():
+            times.setdefault(label, []).extend(ts)
+    n = len(rounds)
+    cpu = tuple(sum(r.cpu_ms[i] for r in rounds) / n for i in range(3))
+    # throughput over all rounds: requests over the time they took together
+    total = sum(len(ts) for r in rounds for ts in r.times.values())
+    seconds = sum(sum(len(ts) for ts in r.times.values()) / r.rate for r in rounds)
+    return Round(times, total / seconds, sum(r.errors for r in rounds), (cpu[0], cpu[1], cpu[2]))
+
+
+def _rows(r: Round) -> list[tuple[str, int, float, float, int]]:
+    return [(label, len(ts), _ms(ts, 50), _ms(ts, 99), sum(t * 1000 >= TARGET_P99_MS for t in ts))
+            for label, ts in r.times.items() if ts]  # fmt: skip
+
+
+def report_side_by_side(rounds: list[list[tuple[str, Round]]], per_server: dict[str, list[Round]]) -> None:
+    """Each round's throughput and worst p99 per server, then the routes over all rounds."""
+    names = list(per_server)
+    print("\n" + f"{'round':<7}" + "".join(f"{n + ' req/s':>16}{n + ' worst p99':>20}" for n in names))
+    for number, ran in enumerate(rounds, 1):
+        by_name = dict(ran)
+        cells = ""
+        for n in names:
+            r = by_name[n]
+            cells += f"{r.rate:>16.0f}{max(p99 for *_, p99, _ in _rows(r)):>20.1f}"
+        print(f"{number:<7}{cells}")
+    pooled = {n: _pooled(rs) for n, rs in per_server.items()}
+    this, other = pooled[names[0]], pooled[names[1]]
+    print(f"\n{'route (all rounds)':<24} {'p50 this':>9} {'p50 base':>9} {'p99 this':>9} {'p99 base':>9} {'p99 ratio':>10}")
+    base_rows = {label: (p50, p99) for label, _n, p50, p99, _s in _rows(other)}
+    for label, _n, p50, p99, _slow in _rows(this):
+        b50, b99 = base_rows.get(label, (0.0, 0.0))
+        ratio = p99 / b99 if b99 else float("nan")
+        print(f"{label:<24} {p50:>9.1f} {b50:>9.1f} {p99:>9.1f} {b99:>9.1f} {ratio:>10.2f}")
+    print(f"\nthroughput: this {this.rate:.0f} requests/s, baseline {other.rate:.0f} requests/s, "
+          f"ratio {this.rate / other.rate:.2f}")  # fmt: skip
+    print(f"CPU per request (server, all processes): this {this.cpu_ms[0]:.2f} ms, baseline {other.cpu_ms[0]:.2f} ms")
 
 
 def report(
@@ -402,26 +510,30 @@ async def run(args: argparse.Namespace) -> int:
     print(f"preparing {args.db} ...", file=sys.stderr)
     db = await bench_search.prepare(url, args)
     try:
-        rows, rate, errors, cpu_ms = await measure(
-            db, url, args.requests, args.concurrency, args.seed, args.workers
-        )
+        per_server, rounds = await measure(db, url, args)
     finally:
         await db.dispose()
-    extra = (f"{args.artifacts:,} artifacts, {args.requests:,} requests, {args.concurrency} clients at once, "
-             f"--workers {args.workers}")  # fmt: skip
-    ok = report(args.db, rows, rate, errors, extra)
+    extra = (f"{args.artifacts:,} artifacts, {args.requests:,} requests in {args.rounds} rounds, "
+             f"{args.concurrency} clients at once, --workers {args.workers}")  # fmt: skip
+    this = _pooled(per_server["this"])
+    ok = report(args.db, _rows(this), this.rate, this.errors, extra)
     # Both share this machine's cores (with anything else running): the server's figure is
     # the one to compare across changes, the client's says what the load generator takes.
-    print(f"CPU per request: server {cpu_ms[0]:.2f} ms (all its processes and threads; "
-          f"{cpu_ms[1]:.2f} ms on the event loops), bench client {cpu_ms[2]:.2f} ms")  # fmt: skip
+    print(f"CPU per request: server {this.cpu_ms[0]:.2f} ms (all its processes and threads; "
+          f"{this.cpu_ms[1]:.2f} ms on the event loops), bench client {this.cpu_ms[2]:.2f} ms")  # fmt: skip
+    if "baseline" in per_server:
+        report_side_by_side(rounds, per_server)
+        baseline = _pooled(per_server["baseline"])
+        kept = this.rate / baseline.rate
+        print(f"target at least {KEEP_THROUGHPUT:.0%} of the baseline's throughput: "
+              f"{'met' if kept >= KEEP_THROUGHPUT else 'MISSED'} ({kept:.0%})")  # fmt: skip
+        ok = ok and kept >= KEEP_THROUGHPUT
     print(f"target p99 < {TARGET_P99_MS:.0f} ms on every route and no errors: {'met' if ok else 'MISSED'}")
     return 0 if ok else 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
     parser.add_argument("--pg-url", default="postgresql+asyncpg://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--repos", type=int, default=30_000)
@@ -429,12 +541,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=24_000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument(
-        "--workers",
-        type=int,
-        default=os.cpu_count() or 1,
-        help="`registry serve --workers N`, as deployed on this machine (default: CPU count)",
-    )
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="`registry serve --workers N`, as deployed on this machine (default: CPU count)")
+    parser.add_argument("--baseline", metavar="DIR", default=None,
+                        help="another checkout (with its .venv) to serve the same catalog, side by side")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="rounds the requests are split into, alternating between the servers")
     return asyncio.run(run(parser.parse_args(argv)))
 
 

@@ -73,9 +73,9 @@ class DatabaseSettings:
     echo: bool = _setting(False, "Log every SQL statement.")
     sqlite_inline_read_ms: float = _setting(
         5.0,
-        "SQLite: a read outside a transaction runs on the event loop's thread, without a trip to the "
-        "connection's thread; one that takes longer than this many milliseconds is stopped and run again "
-        "on that thread. 0 runs every statement on the connection's thread. Finite, 0 or more.",
+        "SQLite: an API read runs on the event loop's thread, without a trip to another thread; one that "
+        "takes longer than this many milliseconds is stopped and run again on a reader thread. 0 runs every "
+        "API read on a reader thread. Finite, 0 or more.",
     )
 
     def __post_init__(self) -> None:

@@ -11,14 +11,14 @@ from typing import Any
 from urllib.parse import urlencode
 
 from sqlalchemy import Row
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry.api import present, reads
 from registry.catalog import lineage
+from registry.catalog.readpath import CatalogSession
 
 
 async def artifact_page(
-    session: AsyncSession, artifact_id: int, *, endpoint: str, context: int | None = None
+    session: CatalogSession, artifact_id: int, *, endpoint: str, context: int | None = None
 ) -> dict[str, Any] | None:
     """The single-artifact page (None: no such id): facts, quant mix, shards with their
     download URLs from `endpoint`, metadata, chat templates, latest verification and the
@@ -41,7 +41,7 @@ async def artifact_page(
     return body
 
 
-async def repo_page(session: AsyncSession, repo: Row[Any], *, endpoint: str) -> dict[str, Any]:
+async def repo_page(session: CatalogSession, repo: Row[Any], *, endpoint: str) -> dict[str, Any]:
     """The page of `repo` (a `reads.get_repo` row): its facts, its first artifacts by path
     (`reads.MAX_REPO_ARTIFACTS`; `artifact_count` says how many it holds), direct lineage
     edges and the ids the hub moved to it."""

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from sqlalchemy import Row, Select, bindparam, exists, func, select
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry.catalog.amounts import LARGEST
 from registry.catalog.models import (
@@ -32,6 +31,7 @@ from registry.catalog.models import (
     Verification,
     repo_key,
 )
+from registry.catalog.readpath import CatalogSession
 
 _ARTIFACTS = Artifact.__table__
 _REPOS = Repo.__table__
@@ -134,7 +134,7 @@ _LATEST_VERIFICATIONS = select(_VERIFICATIONS).where(_VERIFICATIONS.c.id.in_(bin
 _IS_PARENT = select(LineageEdge.__table__.c.id).where(LineageEdge.__table__.c.parent_key == bindparam("key")).limit(1)
 
 
-async def get_repo(session: AsyncSession, repo_id: str) -> Row[Any] | None:
+async def get_repo(session: CatalogSession, repo_id: str) -> Row[Any] | None:
     """The repo `repo_id` names, in any ASCII case, as the hub resolves it."""
     conn = await session.connection()
     return (await conn.execute(_REPO_BY_NAME, {"key": repo_key(repo_id), "repo_id": repo_id})).first()
@@ -150,7 +150,7 @@ _REPO_ARTIFACT_COUNT = select(func.count()).where(
 
 
 async def repo_artifacts(
-    session: AsyncSession, repo_pk: int, limit: int | None = None
+    session: CatalogSession, repo_pk: int, limit: int | None = None
 ) -> tuple[list[ArtifactDetail], int]:
     """The repo's first `limit` (MAX_REPO_ARTIFACTS) artifacts by path, and how many it has.
     "gone" artifacts are files the repo no longer has; the page shows what it holds now."""
@@ -179,13 +179,13 @@ _ARTIFACT_PATHS = select(_ARTIFACTS.c.path, _ARTIFACTS.c.id).where(
 )
 
 
-async def artifact_of_file(session: AsyncSession, repo_pk: int, path: str) -> int | None:
+async def artifact_of_file(session: CatalogSession, repo_pk: int, path: str) -> int | None:
     """The id of the repo's artifact (not gone) that has a file at `path`, any shard of it."""
     conn = await session.connection()
     return (await conn.execute(_ARTIFACT_OF_FILE, {"repo_pk": repo_pk, "path": path})).scalar()
 
 
-async def artifact_paths(session: AsyncSession, repo_pk: int) -> dict[str, int]:
+async def artifact_paths(session: CatalogSession, repo_pk: int) -> dict[str, int]:
     """path -> id of every artifact the repo holds (not gone)."""
     conn = await session.connection()
     return {row.path: row.id for row in await conn.execute(_ARTIFACT_PATHS, {"repo_pk": repo_pk})}
@@ -203,14 +203,14 @@ _PROJECTORS = (
 )  # fmt: skip
 
 
-async def projectors_beside(session: AsyncSession, row: Row[Any]) -> list[Row[Any]]:
+async def projectors_beside(session: CatalogSession, row: Row[Any]) -> list[Row[Any]]:
     """The indexed multimodal projectors in the artifact's repo, itself left out, by path:
     the files to give llama.cpp's --mmproj with it."""
     conn = await session.connection()
     return list(await conn.execute(_PROJECTORS, {"repo_pk": row.repo_pk, "artifact_id": row.id}))
 
 
-async def get_artifact(session: AsyncSession, artifact_id: int) -> ArtifactDetail | None:
+async def get_artifact(session: CatalogSession, artifact_id: int) -> ArtifactDetail | None:
     if not 0 < artifact_id <= LARGEST:  # no row has it, and no database column holds it
         return None
     conn = await session.connection()
@@ -235,7 +235,7 @@ def _decoded(raw: Any) -> list[list[Any]]:
     return list(json.loads(raw) if isinstance(raw, str | bytes) else raw)
 
 
-async def latest_verifications(session: AsyncSession, details: Sequence[ArtifactDetail]) -> dict[int, Row[Any]]:
+async def latest_verifications(session: CatalogSession, details: Sequence[ArtifactDetail]) -> dict[int, Row[Any]]:
     """The latest verification of each artifact that has one (the id came with its row)."""
     ids = [d.row.latest_verification_id for d in details if d.row.latest_verification_id is not None]
     if not ids:
@@ -244,7 +244,7 @@ async def latest_verifications(session: AsyncSession, details: Sequence[Artifact
     return {v.artifact_id: v for v in await conn.execute(_LATEST_VERIFICATIONS, {"ids": ids})}
 
 
-async def is_lineage_node(session: AsyncSession, repo_id: str) -> bool:
+async def is_lineage_node(session: CatalogSession, repo_id: str) -> bool:
     """Whether any edge names this repo as a parent: a repo not in the catalog still has a tree."""
     return (await (await session.connection()).execute(_IS_PARENT, {"key": repo_key(repo_id)})).first() is not None
 
@@ -270,7 +270,7 @@ _FILE_COUNT_BY_SHA256 = select(func.count()).where(_SHARDS.c.sha256 == bindparam
 
 
 async def files_with_sha256(
-    session: AsyncSession, sha256: str, limit: int = MAX_FILE_MATCHES
+    session: CatalogSession, sha256: str, limit: int = MAX_FILE_MATCHES
 ) -> tuple[list[Row[Any]], int]:
     """The catalog's hub files whose LFS oid is `sha256` (64 hex digits, any case), at most
     `limit` of them, and how many there are: which repos, artifacts and shards hold those

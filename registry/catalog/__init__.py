@@ -3,11 +3,16 @@
 Files, one job each:
 
 * `models.py`: typed SQLAlchemy 2 models (`types.py`: shared column types, naming convention).
-* `db.py`: engine and session factory from the settings (SQLite: WAL, foreign keys, busy timeout).
+* `db.py`: `Database`: engine, session factory and read path from the settings (SQLite: WAL,
+  foreign keys, busy timeout).
+* `readpath.py` (+ `shapes.py`, `sqlite_reads.py`, `pg_reads.py`): the API's read-only
+  sessions: SELECTs compiled once and run on the driver, one snapshot per request.
+* `caches.py`, `memo.py`: what reads keep between requests, owned by the `Database`.
 * `migrate.py`: alembic from code (`registry db ...`, first use of `registry index`, tests);
   the scripts live in the top-level `migrations/` folder.
 * `snapshot.py` + `services.py`: the one writer, `upsert_repo_snapshot(session, RepoSnapshot)`.
-* `search.py` (+ `search_index.py`, the free-text index per dialect): search, facets, cursors.
+* `search/` (+ `search_index.py`, the free-text index per dialect): search, its pure planner
+  and statements, cursors; `facets.py`: facet counts; `stats.py`: the catalog's counts.
 * `folding.py`: the one ASCII-case spelling search stores and matches architectures,
   licenses, file types and size labels in.
 * `amounts.py`: parameter counts and byte sizes of the filters as people write them (`7B`,

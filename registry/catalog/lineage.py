@@ -14,9 +14,9 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import BindParameter, Select, String, any_, bindparam, func, or_, select
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry.catalog.models import LINEAGE_RELATIONS, LINEAGE_SOURCES, LineageEdge, Repo, RepoMove, repo_key
+from registry.catalog.readpath import CatalogSession
 from registry.catalog.snapshot import LineageRecord, RepoSnapshot
 
 MAX_DEPTH = 10
@@ -170,7 +170,7 @@ class Walk(NamedTuple):
     truncated: bool
 
 
-async def _walk(session: AsyncSession, repo_id: str, max_depth: int, down: bool, max_edges: int) -> Walk:
+async def _walk(session: CatalogSession, repo_id: str, max_depth: int, down: bool, max_edges: int) -> Walk:
     """Breadth first, one query per depth, each repo expanded once.
 
     An edge's depth is one more than the distance of the repo it leaves from repo_id, so a
@@ -219,13 +219,13 @@ def _view(row: Any, depth: int, catalog_spelling: str | None) -> EdgeView:
 
 
 async def descendants(
-    session: AsyncSession, repo_id: str, max_depth: int = MAX_DEPTH, max_edges: int = MAX_EDGES
+    session: CatalogSession, repo_id: str, max_depth: int = MAX_DEPTH, max_edges: int = MAX_EDGES
 ) -> Walk:
     return await _walk(session, repo_id, max_depth, True, max_edges)
 
 
 async def ancestors(
-    session: AsyncSession, repo_id: str, max_depth: int = MAX_DEPTH, max_edges: int = MAX_EDGES
+    session: CatalogSession, repo_id: str, max_depth: int = MAX_DEPTH, max_edges: int = MAX_EDGES
 ) -> Walk:
     return await _walk(session, repo_id, max_depth, False, max_edges)
 
@@ -238,7 +238,7 @@ def _neighbours_statement() -> Select[Any]:
                   _parent_spelling()).where(or_(e.child_key == repo, e.parent_key == repo))  # fmt: skip
 
 
-async def neighbours(session: AsyncSession, repo_id: str) -> tuple[list[EdgeView], list[EdgeView]]:
+async def neighbours(session: CatalogSession, repo_id: str) -> tuple[list[EdgeView], list[EdgeView]]:
     """(parents, children): what `ancestors` and `descendants` return at depth 1, in one
     query and without recursion (a repo page shows both)."""
     parents: list[EdgeView] = []
@@ -269,7 +269,7 @@ def _moved_to_statement() -> Select[str]:
     )
 
 
-async def moved_to(session: AsyncSession, repo_id: str) -> str | None:
+async def moved_to(session: CatalogSession, repo_id: str) -> str | None:
     """The id, as the catalog spells it, of the repo that the hub answers for `repo_id` as
     (a move a crawl saw: `RepoMove`); None when the hub has not moved `repo_id`."""
     conn = await session.connection()
@@ -281,7 +281,7 @@ def _repo_by_key_statement() -> Select[int, str]:
     return select(Repo.id, Repo.repo_id).where(Repo.repo_key == bindparam("key", type_=String)).order_by(Repo.id).limit(1)
 
 
-async def catalog_repo(session: AsyncSession, repo_id: str) -> tuple[int, str] | None:
+async def catalog_repo(session: CatalogSession, repo_id: str) -> tuple[int, str] | None:
     """(primary key, id as the catalog spells it) of the repo `repo_id` names in any ASCII
     case (the first indexed row of a key a hub's rename left twice); None when the catalog
     has no such repo."""
@@ -333,7 +333,7 @@ def _moved_from_statement() -> Select[str]:
     )
 
 
-async def moved_from(session: AsyncSession, repo_pk: int) -> list[str]:
+async def moved_from(session: CatalogSession, repo_pk: int) -> list[str]:
     """The ids the hub has moved to the repo `repo_pk`, as the catalog spelled them, oldest
     move first."""
     conn = await session.connection()

@@ -1,44 +1,100 @@
-"""What the catalog's reads keep between requests: facet counts, term and lineage-family
-ids, each valid for one generation of the database (SQLite: a commit to the file,
-`FileMemo`; PostgreSQL: a committed snapshot, `SnapshotMemo`)."""
+"""What the catalog's reads keep between requests: facet counts, the catalog's counts, term
+and lineage-family ids, each valid for one generation of the database.
+
+A generation is what tells that nothing has committed since an entry was found:
+
+* SQLite (`FileGeneration`): `PRAGMA data_version` on a read-only connection of the memo's
+  own. SQLite changes it whenever another connection (of this process or any other: workers,
+  `registry index`, the other `serve --workers`) commits, and this connection never writes.
+  Reading it costs microseconds and no disk I/O. A session reading one snapshot (the API's
+  read path) keeps what it reads under the generation read just before its snapshot began,
+  never a newer one: what a commit after the snapshot changed is not in its rows.
+* PostgreSQL (`SnapshotGeneration`): the text of `txid_current_snapshot()` (xmin:xmax:in-
+  progress xids), read once per transaction. xmax is one past the latest transaction id to
+  end; a transaction that wrote has an id, and its end either raises xmax or takes its id
+  out of the in-progress list, so an unchanged snapshot means no commit since. Conservative:
+  a write to any table (jobs, crawls) also starts a new one.
+
+Generations are read before counting, so a commit during a count leaves its entry under an
+older generation, never read again. In-memory SQLite databases get no memo. One memo per
+`Database` (`caches.Caches`).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import String, cast, func, select
-from sqlalchemy.engine import Engine
-from sqlalchemy.ext.asyncio import AsyncSession
 
 if TYPE_CHECKING:
-    from registry.catalog.search import SearchQuery
+    from registry.catalog.readpath import CatalogSession
+    from registry.catalog.search.query import SearchQuery
+
+# session.info keys: the generation a read-only session's snapshot was pinned at (SQLite), and
+# (transaction, generation) of a session's transaction (PostgreSQL).
+PINNED_GENERATION = "registry.pinned_generation"
+_SNAPSHOT_OF = "registry.snapshot_generation"
+_SNAPSHOT = select(cast(func.txid_current_snapshot(), String))
 
 
-async def memo_generation(session: AsyncSession) -> tuple[_MemoEntries | None, object]:
-    """The memo of the session's database and its generation now (FileMemo, SnapshotMemo);
-    (None, None) for a database without one (in-memory SQLite)."""
-    if (file_memo := FileMemo.of(session)) is not None:
-        return file_memo, file_memo.generation_for(session)
-    if (snapshots := SnapshotMemo.of(session)) is not None:
-        return snapshots, await SnapshotMemo.generation(session)
-    return None, None
+class Generation(Protocol):
+    async def of(self, session: CatalogSession) -> object:
+        """The generation to keep what `session` reads under."""
+
+    def close(self) -> None: ...
 
 
-class _MemoEntries:
-    """Facet counts per (normalised) filter set and the repos of lineage families, each
-    under the generation it was found in; least recently used first out."""
+class FileGeneration:
+    """SQLite: `PRAGMA data_version` of the file (see the module doc)."""
+
+    def __init__(self, path: str) -> None:
+        uri = Path(path).resolve().as_uri() + "?mode=ro"
+        self._watch = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+
+    def now(self) -> int:
+        # fetchall: the statement runs to its end, so no read transaction stays open.
+        return int(self._watch.execute("PRAGMA data_version").fetchall()[0][0])
+
+    async def of(self, session: CatalogSession) -> object:
+        pinned = session.info.get(PINNED_GENERATION)
+        return pinned if isinstance(pinned, int) else self.now()
+
+    def close(self) -> None:
+        self._watch.close()
+
+
+class SnapshotGeneration:
+    """PostgreSQL: the snapshot of the session's transaction (see the module doc)."""
+
+    async def of(self, session: CatalogSession) -> object:
+        connection = await session.connection()
+        transaction = getattr(session, "get_transaction", lambda: connection)()
+        known = session.info.get(_SNAPSHOT_OF)
+        if known is not None and known[0] is transaction:
+            return known[1]
+        generation = str((await connection.execute(_SNAPSHOT)).scalar_one())
+        session.info[_SNAPSHOT_OF] = (transaction, generation)
+        return generation
+
+    def close(self) -> None:
+        return None
+
+
+class Memo:
+    """Entries under the generation they were found in, least recently used first out."""
 
     FACET_ENTRIES = 512
     FAMILY_ENTRIES = 256
     FAMILY_SIZE = 8 << 20  # all memoised families together: JSON characters, or 8 per repo
+    TERM_SCAN_ENTRIES = 1024
 
-    def __init__(self) -> None:
+    def __init__(self, generations: Generation) -> None:
+        self.generations = generations
         self._stats: tuple[object, object] | None = None  # (generation, the catalog's counts: stats.py)
         self._facets: OrderedDict[SearchQuery, tuple[object, dict[str, dict[str, int]]]] = OrderedDict()
         # Counts under way: (generation, the facets counted, their answer to come). A memo
@@ -46,6 +102,13 @@ class _MemoEntries:
         self._counting: dict[SearchQuery, list[tuple[object, frozenset[str], asyncio.Future[Any]]]] = {}
         self._families: OrderedDict[tuple[str, int], tuple[object, str | list[int]]] = OrderedDict()
         self._family_size = 0
+        self._term_ids: OrderedDict[tuple[str, ...], tuple[object, str | None]] = OrderedDict()
+
+    async def generation(self, session: CatalogSession) -> object:
+        return await self.generations.of(session)
+
+    def close(self) -> None:
+        self.generations.close()
 
     def facets(self, q: SearchQuery, generation: object, names: Sequence[str]) -> dict[str, dict[str, int]] | None:
         """The counts of the facets named, if all were found in this generation."""
@@ -122,117 +185,32 @@ class _MemoEntries:
     def _size(pks: str | list[int]) -> int:
         return len(pks) if isinstance(pks, str) else 8 * len(pks)
 
-
-class SnapshotMemo(_MemoEntries):
-    """PostgreSQL: facet counts per filter set and the repos of lineage families, valid
-    while no transaction that wrote has ended anywhere in the database server since they
-    were found.
-
-    The generation is the text of `txid_current_snapshot()` (xmin:xmax:in-progress xids).
-    xmax is one past the latest transaction id to end; a transaction that wrote has an id,
-    and its end (commit or abort) either raises xmax or takes its id out of the in-progress
-    list. So an unchanged snapshot means no commit since, and a write still in flight,
-    invisible to a count, changes nothing until it commits. The generation is read before
-    counting, so a commit during the count leaves the entry under an older snapshot, never
-    read again. Conservative: a write to any table (jobs, crawls) also starts a new one.
-    One round trip (~0.2 ms) against counts that read a large share of the catalog (35-50
-    ms for the whole of 100,000 artifacts or a common word, bench.search). One memo per
-    engine, held weakly."""
-
-    @classmethod
-    def of(cls, session: AsyncSession) -> SnapshotMemo | None:
-        engine = session.get_bind()
-        if not isinstance(engine, Engine) or engine.dialect.name != "postgresql":
-            return None
-        memo = _SNAPSHOT_MEMOS.get(engine)
-        if memo is None:
-            memo = _SNAPSHOT_MEMOS[engine] = cls()
-        return memo
-
-    @staticmethod
-    async def generation(session: AsyncSession) -> str:
-        """The generation, read once per transaction of `session`: a request that both
-        counts facets and walks a family reads it once (still before either count)."""
-        connection = await session.connection()
-        transaction = session.get_transaction()
-        known = session.info.get(_GENERATION_KEY)
-        if known is not None and known[0] is transaction:
-            return str(known[1])
-        generation = str((await connection.execute(_SNAPSHOT)).scalar_one())
-        session.info[_GENERATION_KEY] = (transaction, generation)
-        return generation
-
-
-class FileMemo(_MemoEntries):
-    """What the search derives from one SQLite file, valid until anything commits to it:
-    facet counts per filter set, the repos of big lineage families, and the few artifacts
-    holding text terms that are too short for the FTS5 index.
-
-    The generation is `PRAGMA data_version` on a read-only connection of the memo's own:
-    SQLite changes it whenever another connection (of this process or any other: workers,
-    `registry index`, the other `serve --workers`) commits, and this connection never
-    writes. Reading it costs microseconds and no disk I/O. PostgreSQL and in-memory
-    databases get no memo. One memo per engine, held weakly. Entries are of committed
-    rows: a session's own uncommitted writes may not show in them (the API only reads).
-    """
-
-    TERM_SCAN_ENTRIES = 1024  # each at most TERM_SCAN_ROWS ids
-
-    def __init__(self, path: str) -> None:
-        uri = Path(path).resolve().as_uri() + "?mode=ro"
-        super().__init__()
-        self._watch = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
-        self._term_ids: OrderedDict[tuple[str, ...], tuple[int, str | None]] = OrderedDict()
-
-    @classmethod
-    def of(cls, session: AsyncSession) -> FileMemo | None:
-        engine = session.get_bind()
-        if not isinstance(engine, Engine) or engine.dialect.name != "sqlite":
-            return None
-        if engine not in _FILE_MEMOS:
-            path = engine.url.database
-            memo = None
-            try:
-                if path and path != ":memory:" and Path(path).is_file():
-                    memo = cls(path)
-                    weakref.finalize(engine, memo._watch.close)  # closed with its engine, not at GC
-            except sqlite3.Error:
-                memo = None
-            _FILE_MEMOS[engine] = memo
-        return _FILE_MEMOS[engine]
-
-    def generation(self) -> int:
-        # fetchall: the statement runs to its end, so no read transaction stays open.
-        return int(self._watch.execute("PRAGMA data_version").fetchall()[0][0])
-
-    def generation_for(self, session: AsyncSession) -> int:
-        """The generation to keep what `session` reads under: for a session reading one
-        snapshot (`readpath.ReadSession`), the generation read before its snapshot began,
-        never a newer one (what a commit after the snapshot changed is not in its rows);
-        else the generation now, read before the caller's statements."""
-        pinned = getattr(session, "snapshot_generation", None)
-        return pinned if isinstance(pinned, int) else self.generation()
-
-    def term_ids(self, terms: tuple[str, ...], generation: int) -> tuple[bool, str | None]:
-        """(known, the matching ids as a JSON array or None: more than TERM_SCAN_ROWS)."""
+    def term_ids(self, terms: tuple[str, ...], generation: object) -> tuple[bool, str | None]:
+        """(known, the ids of the artifacts holding every term as a JSON array, or None: too
+        many to keep), for terms too short for the text index (SQLite)."""
         found = self._term_ids.get(terms)
         if found is None or found[0] != generation:
             return False, None
         self._term_ids.move_to_end(terms)
         return True, found[1]
 
-    def put_term_ids(self, terms: tuple[str, ...], generation: int, ids: str | None) -> None:
+    def put_term_ids(self, terms: tuple[str, ...], generation: object, ids: str | None) -> None:
         self._term_ids[terms] = (generation, ids)
         self._term_ids.move_to_end(terms)
         while len(self._term_ids) > self.TERM_SCAN_ENTRIES:
             self._term_ids.popitem(last=False)
 
 
-# Engine -> its memo (None: not memoised); weak, so a disposed engine takes its memo along.
-_FILE_MEMOS: weakref.WeakKeyDictionary[Engine, FileMemo | None] = weakref.WeakKeyDictionary()
-_SNAPSHOT_MEMOS: weakref.WeakKeyDictionary[Engine, SnapshotMemo] = weakref.WeakKeyDictionary()
-_SNAPSHOT = select(cast(func.txid_current_snapshot(), String))  # a SELECT: `readpath` runs it too
-_GENERATION_KEY = "registry.snapshot_generation"  # session.info: (transaction, generation)
+def memo_for(url_database: str | None, dialect: str) -> Memo | None:
+    """The memo of a database: a SQLite file's or PostgreSQL's; None for in-memory SQLite."""
+    if dialect == "postgresql":
+        return Memo(SnapshotGeneration())
+    if dialect == "sqlite" and url_database and url_database != ":memory:" and Path(url_database).is_file():
+        try:
+            return Memo(FileGeneration(url_database))
+        except sqlite3.Error:
+            return None
+    return None
 
 
-__all__ = ["FileMemo", "SnapshotMemo", "memo_generation"]
+__all__ = ["PINNED_GENERATION", "FileGeneration", "Memo", "SnapshotGeneration", "memo_for"]

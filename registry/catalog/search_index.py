@@ -1,4 +1,5 @@
-"""Free-text index DDL, per dialect, and the matching WHERE clause.
+"""Free-text index DDL, per dialect, and the terms of a query (the search statements write
+the WHERE: `search.statements`).
 
 A query matches an artifact when each of its words, lower-cased (Python's `str.lower`), is
 a substring of the artifact's lower-cased search text (`LIKE '%word%'`, wildcards literal).
@@ -18,30 +19,11 @@ autogenerate is told to leave them alone (`is_search_index_object`).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from typing import Any
-
-from sqlalchemy import (
-    ColumnElement,
-    Select,
-    and_,
-    bindparam,
-    column,
-    func,
-    literal_column,
-    select,
-    table,
-    text,
-    true,
-)
-from sqlalchemy.ext.asyncio import AsyncSession
-
-from registry.catalog.models import Artifact
+from collections.abc import Sequence
 
 FTS_TABLE = "artifacts_fts"
 TRGM_INDEX = "ix_artifacts_search_text_trgm"
 MIN_TRIGRAM = 3  # shorter terms cannot use either index and fall back to a scan
-COMMON_TERM = 2000  # SQLite: a term in more rows than this is checked by LIKE, not FTS5
 
 SQLITE_CREATE = [
     f"CREATE VIRTUAL TABLE {FTS_TABLE} USING fts5("
@@ -84,94 +66,13 @@ def search_terms(query: str) -> list[str]:
     return [t for t in query.lower().split() if t]
 
 
-def _like_pattern(term: str) -> str:
+def like_pattern(term: str) -> str:
+    """The LIKE pattern (escape `\\`) of a term as a substring, its wildcards literal."""
     escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
 
 
-def term_like(term: str) -> ColumnElement[bool]:
-    """The term as a substring of the artifact's search text, checked row by row."""
-    return Artifact.search_text.like(_like_pattern(term), escape="\\")
-
-
-def _fts_match(terms: Sequence[str]) -> str:
-    # Each term a quoted FTS5 phrase (quotes doubled); space-separated phrases are ANDed.
+def fts_match(terms: Sequence[str]) -> str:
+    """An FTS5 query holding every term: each a quoted phrase (quotes doubled); space-
+    separated phrases are ANDed."""
     return " ".join('"' + t.replace('"', '""') + '"' for t in terms)
-
-
-def _fts_rowids(terms: Sequence[str]) -> Select[Any]:
-    return (
-        select(literal_column("rowid"))
-        .select_from(text(FTS_TABLE))
-        .where(text(f"{FTS_TABLE} MATCH :fts_query").bindparams(fts_query=_fts_match(terms)))
-    )
-
-
-def first_matching_ids(terms: Sequence[str], limit: int) -> Select[Any]:
-    """SQLite: the ids of the first `limit` artifacts, in id order, with ids from the bound
-    `id_from` up to but not including `id_to`, holding every term (some shorter than
-    MIN_TRIGRAM). With terms long enough for the FTS5 index, their rows are streamed from it
-    in rowid order and each checked for every term: `id IN (MATCH ...)` would read every row
-    of a common term first. With short terms only, a scan of the table's id range."""
-    long = [t for t in terms if len(t) >= MIN_TRIGRAM]
-    likes = [term_like(t) for t in terms]  # the FTS5 rows of long terms are only candidates
-    if not long:
-        ids = Artifact.id
-        return select(ids).where(ids >= bindparam("id_from"), ids < bindparam("id_to"), *likes).limit(limit)
-    fts = table(FTS_TABLE, column("rowid"))
-    match = text(f"{FTS_TABLE} MATCH :fts_query").bindparams(fts_query=_fts_match(long))
-    rowid = fts.c.rowid
-    return (
-        select(Artifact.id)
-        .join_from(fts, Artifact, Artifact.id == rowid)
-        .where(match, rowid >= bindparam("id_from"), rowid < bindparam("id_to"), *likes)
-        .limit(limit)
-    )
-
-
-async def is_common_term(session: AsyncSession, term: str) -> bool:
-    """Whether more than COMMON_TERM rows contain the term (reads at most that many rowids)."""
-    return await are_common_together(session, [term])
-
-
-async def are_common_together(session: AsyncSession, terms: Sequence[str], threshold: int | None = None) -> bool:
-    """Whether more than `threshold` (default COMMON_TERM) rows contain every one of the
-    terms (each at least MIN_TRIGRAM long), counted in the FTS5 index: reads at most that
-    many rowids of their intersection, where counting LIKE matches row by row read the table
-    up to its end when the terms are common apart but rare together."""
-    threshold = COMMON_TERM if threshold is None else threshold
-    probe = _fts_rowids(terms).limit(threshold + 1).subquery()
-    conn = await session.connection()
-    found = (await conn.execute(select(func.count()).select_from(probe))).scalar_one()
-    return bool(found > threshold)
-
-
-async def text_filter(
-    session: AsyncSession, terms: Sequence[str], *, all_matches: bool = False, common: Collection[str] | None = None
-) -> ColumnElement[bool]:
-    """Every term must occur somewhere in the artifact's search text (substring match).
-
-    On SQLite a common term is cheaper as a LIKE checked row by row along the sort index
-    (a page needs few rows) than as an FTS5 lookup that materializes every match first, so
-    each term is probed; `all_matches` (facets, counts: every match is read anyway) skips that.
-    A caller that has probed already passes the `common` terms.
-    """
-    if not terms:
-        return true()
-    dialect = session.get_bind().dialect.name
-    indexed: list[str] = []
-    scanned = [t for t in terms if len(t) < MIN_TRIGRAM]
-    for term in (t for t in terms if len(t) >= MIN_TRIGRAM):
-        if dialect != "sqlite" or (
-            not all_matches and (term in common if common is not None else await is_common_term(session, term))
-        ):
-            scanned.append(term)
-        else:
-            indexed.append(term)
-    clauses: list[ColumnElement[bool]] = []
-    if indexed:
-        clauses.append(Artifact.id.in_(_fts_rowids(indexed).scalar_subquery()))
-    # On PostgreSQL the trigram GIN index serves these LIKEs when the planner finds it cheaper;
-    # on SQLite they are checked on each FTS5 candidate too (see the module doc).
-    clauses.extend(term_like(t) for t in (*scanned, *indexed))
-    return and_(*clauses)

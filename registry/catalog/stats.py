@@ -3,9 +3,7 @@
 Every count reads an index (artifacts by status and by latest verification, crawls by
 status and end time; on SQLite the repos' count too), but the repos an older release
 wrote, which reads the repos. The counts are kept until the next commit, as facet counts
-are (memo.FileMemo, memo.SnapshotMemo): a scrape of an idle catalog reads nothing
-but the generation; on 100,000 artifacts, counting anew took 7 ms on SQLite and 12 ms on
-PostgreSQL (medians, bench.search's catalog).
+are (`memo`): a scrape of an idle catalog reads nothing but the generation.
 Counts come for every status the catalog knows, 0 included, so a status that empties
 reads 0 instead of keeping its last value.
 """
@@ -16,10 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import Select, func, select
 
-from registry.catalog.memo import memo_generation
 from registry.catalog.models import (
     ARTIFACT_STATUSES,
     CRAWL_STATUSES,
@@ -28,6 +24,7 @@ from registry.catalog.models import (
     Crawl,
     Repo,
 )
+from registry.catalog.readpath import CatalogSession, caches_of
 from registry.catalog.services import DERIVED_BEFORE
 
 # Crawl statuses that end a crawl: each has the time the latest such crawl ended.
@@ -44,8 +41,10 @@ class CatalogStats:
     last_crawl_end: dict[str, datetime]  # per end status, when a crawl last ended so; absent: never
 
 
-async def catalog_stats(session: AsyncSession) -> CatalogStats:
-    memo, generation = await memo_generation(session)  # before counting: a commit meanwhile makes it stale
+async def catalog_stats(session: CatalogSession) -> CatalogStats:
+    found = caches_of(session)
+    memo = found.memo if found is not None else None
+    generation = await memo.generation(session) if memo is not None else None  # before counting
     if memo is not None and isinstance(hit := memo.stats(generation), CatalogStats):
         return hit
     stats = await _count(session)
@@ -54,30 +53,37 @@ async def catalog_stats(session: AsyncSession) -> CatalogStats:
     return stats
 
 
-async def _count(session: AsyncSession) -> CatalogStats:
+def _counts_by(column: Any, *where: Any) -> Select[Any]:
+    return select(column, func.count()).where(*where).group_by(column)
+
+
+_BY_STATUS = _counts_by(Artifact.status)
+_BY_VERIFICATION = _counts_by(Artifact.verification_status, Artifact.verification_status.is_not(None))
+_REPOS = select(func.count()).select_from(Repo)
+_DERIVED_BEFORE = select(func.count()).where(DERIVED_BEFORE)
+_CRAWLS_RUNNING = select(func.count()).where(Crawl.status == "running")
+_CRAWLS_ENDED = select(Crawl.status, func.max(Crawl.finished_at)).where(Crawl.status.in_(ENDED)).group_by(Crawl.status)
+
+
+async def _count(session: CatalogSession) -> CatalogStats:
     # Through the session's connection: on the API's read path (registry.catalog.readpath)
     # that is its snapshot, the one the generation above was pinned for.
     conn = await session.connection()
 
-    async def counts(column: Any, known: tuple[str, ...], *where: Any) -> dict[str, int]:
+    async def counts(stmt: Any, known: tuple[str, ...]) -> dict[str, int]:
         out = dict.fromkeys(known, 0)
-        rows = await conn.execute(select(column, func.count()).where(*where).group_by(column))
-        out.update({str(value): int(n) for value, n in rows.all() if value is not None})
+        out.update({str(value): int(n) for value, n in (await conn.execute(stmt)).all() if value is not None})
         return out
 
     async def number(stmt: Any) -> int:
         return int((await conn.execute(stmt)).scalar() or 0)
 
-    ended = await conn.execute(
-        select(Crawl.status, func.max(Crawl.finished_at)).where(Crawl.status.in_(ENDED)).group_by(Crawl.status)
-    )
+    ended = (await conn.execute(_CRAWLS_ENDED)).all()
     return CatalogStats(
-        artifacts=await counts(Artifact.status, ARTIFACT_STATUSES),
-        verified=await counts(
-            Artifact.verification_status, VERIFICATION_STATUSES, Artifact.verification_status.is_not(None)
-        ),
-        repos=await number(select(func.count()).select_from(Repo)),
-        repos_derived_before=await number(select(func.count()).where(DERIVED_BEFORE)),
-        crawls_running=await number(select(func.count()).where(Crawl.status == "running")),
-        last_crawl_end={status: at for status, at in ended.all() if at is not None},
+        artifacts=await counts(_BY_STATUS, ARTIFACT_STATUSES),
+        verified=await counts(_BY_VERIFICATION, VERIFICATION_STATUSES),
+        repos=await number(_REPOS),
+        repos_derived_before=await number(_DERIVED_BEFORE),
+        crawls_running=await number(_CRAWLS_RUNNING),
+        last_crawl_end={status: at for status, at in ended if at is not None},
     )

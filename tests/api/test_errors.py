@@ -176,12 +176,13 @@ async def test_no_free_connection_in_time_is_503(aiohttp_client: AioClient, db_u
     """Every pooled connection busy for longer than the pool's timeout: the request is told
     to come back (503), not failed as a server error."""
     small = Database.from_url(db_url, pool_size=1, max_overflow=0, pool_timeout=0.2)
-    held = await small.engine.raw_connection()  # the pool's only connection, taken
+    assert small.reads.sqlite is not None  # the API reads on read-only connections, pooled alike
+    held = await small.reads.sqlite.acquire()  # the pool's only connection, taken
     try:
         app = create_app(settings_with(), small.sessions)
         client = ApiClient(await aiohttp_client(app), app)
         busy = await client.get("/v1/artifacts")
-        held.close()
+        held.release()
         free = await client.get("/v1/artifacts")
     finally:
         await small.dispose()

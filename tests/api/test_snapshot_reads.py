@@ -3,25 +3,23 @@ made while it reads shows in none of its answer, and in the next request's whole
 
 from __future__ import annotations
 
-import sqlite3
+import asyncio
 import threading
+import time
 from typing import Any
 
 import pytest
 from sqlalchemy import exc, func, literal, select, text, update
 
 from registry.api import reads
-from registry.api.routes import system
 from registry.api.sessions import open_read_session
-from registry.catalog import db as catalog_db
-from registry.catalog import stats
 from registry.catalog.db import Database
 from registry.catalog.facets import facets
 from registry.catalog.models import Artifact, Repo
 from registry.catalog.search import SearchQuery
 from registry.catalog.services import upsert_repo_snapshot
 from registry.catalog.snapshot import RepoSnapshot
-from tests.api.conftest import ApiClient, MakeApi
+from tests.api.conftest import ApiClient
 from tests.catalog.conftest import empty_tables
 from tests.catalog.factories import artifact, make_snapshot
 
@@ -60,27 +58,21 @@ async def test_a_commit_while_a_session_reads_is_not_seen_by_it(db: Database) ->
 
 
 @ON_SQLITE
-async def test_reads_in_the_snapshot_run_inline_on_sqlite(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The read transaction does not send the reads to the connection's thread, and the
-    connection goes back to the pool with it ended."""
+async def test_reads_in_the_snapshot_run_inline_on_sqlite(db: Database) -> None:
+    """The read transaction does not send the reads to a reader thread, and the connection
+    goes back with it ended."""
     await write(db, BEFORE)
-    inline: list[str] = []
-    run = catalog_db._InlineReads.run
-
-    def counted(self: Any, conn: Any, operation: str, parameters: Any) -> Any:
-        inline.append(operation)
-        return run(self, conn, operation, parameters)
-
-    monkeypatch.setattr(catalog_db._InlineReads, "run", counted)
+    assert db.reads.sqlite is not None
+    conn = await db.reads.sqlite.acquire()  # the connection the session will be handed
+    conn.conn.create_function("tid", 0, threading.get_ident)
+    conn.release()
     async with open_read_session(db.sessions) as session:
-        conn = await session.connection()
         for _ in range(3):
             assert await count_repos(session) == 1
-        adapt = conn._raw.dbapi_connection  # type: ignore[attr-defined]
-        sqlite = adapt._connection._conn
-        assert sqlite.in_transaction
-    assert len(inline) == 3
-    assert not sqlite.in_transaction and not adapt._reading
+        threads = (await (await session.connection()).execute(select(func.tid()))).scalar_one()
+        assert conn.conn.in_transaction
+    assert threads == threading.get_ident()
+    assert not conn.conn.in_transaction
 
 
 @ON_POSTGRESQL
@@ -146,19 +138,15 @@ async def test_a_repo_page_is_all_before_or_all_after_a_crawl_commits(
 
 
 async def test_the_snapshot_holds_with_every_read_on_the_thread(sqlite_url: str) -> None:
-    """`database.sqlite_inline_read_ms = 0`: the read transaction begins and ends on the
-    connection's thread, and holds the same."""
+    """`database.sqlite_inline_read_ms = 0`: the read transaction begins and ends on a
+    reader thread, and holds the same."""
     threaded = Database.from_url(sqlite_url, inline_read_ms=0)
     try:
         await write(threaded, BEFORE)
         async with open_read_session(threaded.sessions) as session:
-            conn = await session.connection()
-            adapt = conn._raw.dbapi_connection  # type: ignore[attr-defined]
-            assert adapt._inline is None and adapt._reading
             assert await count_repos(session) == 1
             await write(threaded, make_snapshot("other/model-GGUF"))
             assert await count_repos(session) == 1
-        assert not adapt._reading and not adapt._in_transaction()
         async with open_read_session(threaded.sessions) as session:
             assert await count_repos(session) == 2
     finally:
@@ -166,57 +154,26 @@ async def test_the_snapshot_holds_with_every_read_on_the_thread(sqlite_url: str)
         await threaded.dispose()
 
 
-async def test_a_scrape_cut_short_mid_read_leaves_its_connection_clean(
-    make_api: MakeApi, db: Database, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """/metrics gives up on the catalog's counts after STATS_TIMEOUT_S: the request is
-    cancelled while a statement of its snapshot runs (on SQLite on the connection's thread,
-    past the inline budget). SQLite stops that statement; the connection goes back to the
-    pool with no transaction left open, and the next scrape reads the counts as usual."""
+async def test_a_request_cut_short_mid_read_leaves_its_connection_clean(db: Database) -> None:
+    """A request gives up while a statement of its snapshot runs (on SQLite on a reader
+    thread, past the inline budget; on PostgreSQL on the server): SQLite stops the statement,
+    PostgreSQL is told to cancel it; the connection goes back to the pool (or, on PostgreSQL,
+    is dropped from it) with no transaction left open, and the next request reads as usual."""
     await write(db, BEFORE)
-    counted = stats._count
-    slow: list[bool] = []
-
-    async def slow_count(session: Any) -> Any:
-        if not slow:
-            slow.append(True)
-            step = select(literal(1).label("x")).cte("steps", recursive=True)
-            step = step.union_all(select(step.c.x + 1).where(step.c.x < 50_000_000))
-            await (await session.connection()).execute(select(func.count()).select_from(step))
-        return await counted(session)
-
-    ended: list[str] = []  # how each statement on a SQLite connection's thread ended
-    run_statement = catalog_db._run_statement
-    loop_thread = threading.current_thread()
-
-    def recorded(*args: Any) -> Any:
-        if threading.current_thread() is loop_thread:  # inline: the budget stops it, as ever
-            return run_statement(*args)
-        try:
-            result = run_statement(*args)
-        except sqlite3.Error as error:
-            ended.append(str(error))
-            raise
-        ended.append("rows")
-        return result
-
-    monkeypatch.setattr(catalog_db, "_run_statement", recorded)
-    monkeypatch.setattr(stats, "_count", slow_count)
-    monkeypatch.setattr(system, "STATS_TIMEOUT_S", 0.2)
-    api = await make_api()
-    assert "registry_catalog_stats_ok 0" in (await api.get("/metrics")).body
-    if db.dialect == "sqlite":  # the count was stopped, not left to run on the thread for seconds
-        assert "interrupted" in ended
-    body = (await api.get("/metrics")).body
-    assert slow == [True] and "registry_catalog_stats_ok 1" in body and "registry_catalog_repos 1" in body
-    await write(db, make_snapshot("other/model-GGUF"))
-    assert "registry_catalog_repos 2" in (await api.get("/metrics")).body
-    pool = db.engine.sync_engine.pool
-    assert pool.checkedout() == 0
-    if db.dialect == "sqlite":
-        for _ in range(pool.checkedin()):  # type: ignore[attr-defined]
-            record = pool._pool.get_nowait()  # type: ignore[attr-defined]
-            try:
-                assert not record.dbapi_connection._in_transaction()
-            finally:
-                pool._pool.put_nowait(record)  # type: ignore[attr-defined]
+    step = select(literal(1).label("x")).cte("steps", recursive=True)
+    step = step.union_all(select(step.c.x + 1).where(step.c.x < 50_000_000))
+    slow = select(func.count()).select_from(step)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.3), open_read_session(db.sessions) as session:
+            assert await count_repos(session) == 1
+            await (await session.connection()).execute(slow)
+    async with open_read_session(db.sessions) as session:
+        assert await count_repos(session) == 1
+        await write(db, make_snapshot("other/model-GGUF"))
+    async with open_read_session(db.sessions) as session:
+        assert await count_repos(session) == 2
+    assert time.monotonic() - started < 5  # the count of 50 million steps did not run to its end
+    assert db.engine.sync_engine.pool.checkedout() == 0
+    if db.reads.sqlite is not None:
+        assert db.reads.sqlite.in_use() == 0

@@ -28,8 +28,7 @@ from typing import Any
 from hypothesis import strategies as st
 from sqlalchemy import select, update
 
-from registry.catalog import search as search_module
-from registry.catalog import search_index
+from registry.catalog.caches import Hints
 from registry.catalog.db import Database
 from registry.catalog.lineage import MAX_DEPTH
 from registry.catalog.models import VERIFICATION_STATUSES, Artifact, Repo
@@ -39,6 +38,7 @@ from registry.catalog.search import (
     SORT_ALIASES,
     SORTS,
     STATUSES,
+    PlannerSettings,
     SearchItem,
     SearchQuery,
 )
@@ -679,24 +679,23 @@ def queries(
     )
 
 
-# The SQLite plan thresholds (see registry.catalog.search): small values make every filter,
-# term and family "common", so the walks along the sort index, LIKE checks, memoised short-
-# term scans and family walks are taken on a catalog of a few rows.
-THRESHOLDS = ("COMMON_ROWS", "WALK_INDEX_COMMON_ROWS", "FAMILY_COMMON_ROWS", "FAMILY_COMMON_ROWS_WALK_INDEX",
-              "COMMON_TOGETHER_ROWS", "TERM_SCAN_ROWS", "TERM_SCAN_SLICE")  # fmt: skip
-ALL_COMMON = {**dict.fromkeys(THRESHOLDS, 0), "TERM_SCAN_ROWS": 600, "TERM_SCAN_SLICE": 2, "COMMON_TERM": 0}
+# The SQLite plan thresholds (registry.catalog.search.PlannerSettings): small values make
+# every filter, term and family "common", so the walks along the sort index, LIKE checks,
+# memoised short-term scans and family walks are taken on a catalog of a few rows.
+THRESHOLDS = ("common_rows", "walk_index_common_rows", "family_common_rows", "family_common_rows_walk_index",
+              "common_together_rows", "term_scan_rows", "term_scan_slice", "common_term_rows")  # fmt: skip
+ALL_COMMON = {**dict.fromkeys(THRESHOLDS, 0), "term_scan_rows": 600, "term_scan_slice": 2}
 plan_thresholds = st.fixed_dictionaries(
     {
-        **{name: st.integers(0, 4) for name in THRESHOLDS if name != "TERM_SCAN_SLICE"},
-        "TERM_SCAN_SLICE": st.integers(1, 4),
-        "COMMON_TERM": st.integers(0, 4),
+        **{name: st.integers(0, 4) for name in THRESHOLDS if name != "term_scan_slice"},
+        "term_scan_slice": st.integers(1, 4),
     }
 )
 
 
-class ArbitraryAnswers(search_module._Hints):
-    """A probe memo that answers "common or rare?" at random, without probing: the plans
-    take any mix of ways in, which must change nothing but speed."""
+class ArbitraryAnswers(Hints):
+    """Probe answers that say "common or rare?" at random, without probing: the plans take
+    any mix of ways in, which must change nothing but speed."""
 
     def __init__(self, seed: int) -> None:
         super().__init__()
@@ -708,21 +707,15 @@ class ArbitraryAnswers(search_module._Hints):
 
 @contextlib.contextmanager
 def thresholds(db: Database, values: dict[str, int] | None, answers: int | None = None) -> Iterator[None]:
-    """The plan thresholds set to `values` (None: the defaults), with the engine's memo of
-    probe answers emptied before and after, so that the plans follow these thresholds;
-    or, with `answers` (a seed), every probe answered at random instead."""
-    saved = {name: getattr(search_module, name) for name in THRESHOLDS}
-    saved_term = search_index.COMMON_TERM
-    engine = db.engine.sync_engine
-    search_module._HINTS.pop(engine, None)
-    if answers is not None:
-        search_module._HINTS[engine] = ArbitraryAnswers(answers)
+    """The database's planner settings with these thresholds (None: the defaults), its kept
+    probe answers emptied before and after, so that the plans follow these thresholds; or,
+    with `answers` (a seed), every probe answered at random instead."""
+    reads = db.reads
+    saved = reads.planner
+    reads.planner = PlannerSettings(**values) if values else None
+    reads.caches.hints = ArbitraryAnswers(answers) if answers is not None else Hints()
     try:
-        for name, value in (values or {}).items():
-            setattr(search_index if name == "COMMON_TERM" else search_module, name, value)
         yield
     finally:
-        for name, value in saved.items():
-            setattr(search_module, name, value)
-        search_index.COMMON_TERM = saved_term
-        search_module._HINTS.pop(engine, None)
+        reads.planner = saved
+        reads.caches.hints = Hints()

@@ -8,21 +8,23 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, cast
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
-from sqlalchemy import Float, bindparam, event, exc, func, insert, literal, select, text
+from sqlalchemy import Float, bindparam, event, exc, func, insert, literal, select, text, tuple_
 from sqlalchemy import cast as sql_cast
-from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 from registry.api import reads
-from registry.catalog import lineage, readpath
+from registry.catalog import lineage
 from registry.catalog.db import Database
 from registry.catalog.facets import facets
 from registry.catalog.models import Artifact, Facts, Repo
-from registry.catalog.readpath import ReadSession, Rows, uses_read_path
-from registry.catalog.search import SearchQuery, descendant_repo_pks, search
+from registry.catalog.readpath import CatalogSession, ReadSession, run
+from registry.catalog.search import SearchQuery, search
+from registry.catalog.search.statements import FAMILY_WALK
 from registry.catalog.services import upsert_repo_snapshot
+from registry.catalog.shapes import Keyed, Rows, Shapes
 from tests.catalog.conftest import empty_tables
 from tests.catalog.test_search import _catalog
 
@@ -40,15 +42,17 @@ async def catalog(db_url: str) -> AsyncIterator[Database]:
         await database.dispose()
 
 
-async def both(db: Database, read: Callable[[AsyncSession], Awaitable[Any]]) -> tuple[Any, Any]:
-    """`read` through SQLAlchemy's session and through the read path."""
+async def both(db: Database, read: Callable[[CatalogSession], Awaitable[Any]]) -> tuple[Any, Any]:
+    """`read` through SQLAlchemy's session and through the read path (every statement of it)."""
     async with db.sessions() as session:
         expected = await read(session)
-    lean = ReadSession(db.engine, db.sessions)
+    lean = ReadSession(db.reads)
+    before = dataclasses.replace(db.reads.counts)
     try:
-        got = await read(cast(AsyncSession, lean))
+        got = await read(lean)
     finally:
         await lean.close()
+    assert db.reads.counts.session == before.session  # nothing went to SQLAlchemy
     return expected, got
 
 
@@ -129,42 +133,44 @@ async def test_detail_and_lineage_reads_agree(catalog: Database) -> None:
 
 async def test_values_bound_every_way_sqlalchemy_binds_them(catalog: Database) -> None:
     names = ["qwen/Qwen2-0.5B-GGUF", "mistralai/Mixtral-8x7B-GGUF"]
+    llama = {"family_root": "meta-llama/llama-3-8b"}
     statements: list[tuple[Any, dict[str, Any] | None]] = [
         # an IN list of a parameter, expanded per execution
         (select(Repo.repo_id).where(Repo.repo_id.in_(bindparam("names", expanding=True))), {"names": names}),
-        # a literal IN list: its values are part of the statement, not of its shape
+        # a literal IN list: its values are part of the statement
         (select(Repo.repo_id).where(Repo.repo_id.in_(names)), None),
-        # values given to .params() of a statement built once
-        (descendant_repo_pks("meta-llama/Llama-3-8B"), None),
+        # a keyed statement (built once per key) and its parameters
+        (FAMILY_WALK, llama),
         # literal values and LIMIT/OFFSET
         (select(Artifact.path, literal("x").label("tag")).order_by(Artifact.path).limit(2).offset(1), None),
-    ]
+        # a date bound through its type's processor, in a tuple comparison
+        (select(Repo.repo_id).where(tuple_(Repo.created_at, Repo.id) > tuple_(
+            bindparam("when", type_=Repo.created_at.type), bindparam("id"))).order_by(Repo.id),
+         {"when": datetime(2000, 1, 1, tzinfo=UTC), "id": 0}),
+    ]  # fmt: skip
     for statement, params in statements:
 
-        async def read(s: AsyncSession, statement: Any = statement, params: Any = params) -> list[Any]:
-            return [tuple(r) for r in (await (await s.connection()).execute(statement, params)).all()]
+        async def read(s: CatalogSession, statement: Any = statement, params: Any = params) -> list[Any]:
+            return [tuple(r) for r in (await run(s, statement, params)).all()]
 
         expected, got = await both(catalog, read)
         assert got == expected and got
     # the same shape with another value reads that value's rows, not the first one's
-    other = descendant_repo_pks("bartowski/Llama-3-8B-GGUF")
-    first, second = await both(
-        catalog, lambda s: _scalars(s, descendant_repo_pks("meta-llama/Llama-3-8B"))
-    )
-    lean = ReadSession(catalog.engine, catalog.sessions)
+    first, second = await both(catalog, lambda s: _scalars(s, FAMILY_WALK, llama))
+    lean = ReadSession(catalog.reads)
     try:
-        fewer = await _scalars(cast(AsyncSession, lean), other)
+        fewer = await _scalars(lean, FAMILY_WALK, {"family_root": "bartowski/llama-3-8b-gguf"})
     finally:
         await lean.close()
     assert first == second and 0 < len(fewer) < len(first)
 
 
-async def _scalars(session: AsyncSession, statement: Any) -> list[Any]:
-    return sorted((await (await session.connection()).execute(statement)).scalars())
+async def _scalars(session: CatalogSession, statement: Any, params: Any = None) -> list[Any]:
+    return sorted((await run(session, statement, params)).scalars())
 
 
 async def test_rows_read_like_sqlalchemy_rows(catalog: Database) -> None:
-    lean = ReadSession(catalog.engine, catalog.sessions)
+    lean = ReadSession(catalog.reads)
     try:
         conn = await lean.connection()
         stmt = select(Repo.repo_id, func.count(Artifact.id).label("count"), literal(7).label("index"))
@@ -197,7 +203,7 @@ async def test_rows_read_like_sqlalchemy_rows(catalog: Database) -> None:
         .order_by(Repo.likes, Facts.bits_per_weight)
     )
 
-    async def read(s: AsyncSession) -> list[tuple[Any, ...]]:
+    async def read(s: CatalogSession) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in (await (await s.connection()).execute(typed)).all()]
 
     expected_rows, got_rows = await both(catalog, read)
@@ -206,7 +212,7 @@ async def test_rows_read_like_sqlalchemy_rows(catalog: Database) -> None:
 
 
 async def test_result_methods_and_their_errors(catalog: Database) -> None:
-    lean = ReadSession(catalog.engine, catalog.sessions)
+    lean = ReadSession(catalog.reads)
     try:
         conn = await lean.connection()
         many = await conn.execute(select(Repo.repo_id).order_by(Repo.repo_id))
@@ -229,7 +235,7 @@ async def test_result_methods_and_their_errors(catalog: Database) -> None:
 
 
 async def test_what_the_path_does_not_run_goes_to_sqlalchemy(catalog: Database) -> None:
-    lean = ReadSession(catalog.engine, catalog.sessions)
+    lean = ReadSession(catalog.reads)
     try:
         conn = await lean.connection()
         # not a select: SQLAlchemy runs it, on its own connection
@@ -250,13 +256,16 @@ async def test_driver_errors_are_sqlalchemys(catalog: Database) -> None:
     async with catalog.sessions() as session:
         with pytest.raises(exc.DBAPIError) as expected:
             await (await session.connection()).execute(bad)
-    lean = ReadSession(catalog.engine, catalog.sessions)
+    lean = ReadSession(catalog.reads)
     try:
         with pytest.raises(exc.DBAPIError) as got:
             await (await lean.connection()).execute(bad)
     finally:
         await lean.close()
-    assert type(got.value) is type(expected.value) and type(got.value.orig) is type(expected.value.orig)
+    # SQLAlchemy's class for the error (OperationalError on SQLite, ProgrammingError on
+    # PostgreSQL), wrapping the dialect's DB-API error
+    assert type(got.value) is type(expected.value)
+    assert isinstance(got.value.orig, catalog.engine.dialect.loaded_dbapi.Error)
     assert "no_such_function" in str(got.value) and not got.value.connection_invalidated
     # the failed statement's transaction was ended: the connection went back, and reads
     expected_ids, got_ids = await both(catalog, lambda s: _scalars(s, select(Repo.id)))
@@ -264,61 +273,57 @@ async def test_driver_errors_are_sqlalchemys(catalog: Database) -> None:
     assert catalog.engine.sync_engine.pool.checkedout() == 0
 
 
-async def test_shapes_are_compiled_once_and_bounded(catalog: Database, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(readpath, "SHAPES_PER_ENGINE", 3)
-    shapes = readpath._shapes(catalog.engine.sync_engine)
-    shapes._entries.clear()
-    lean = ReadSession(catalog.engine, catalog.sessions)
-    try:
-        conn = await lean.connection()
-        for repo_id in ("a/b", "c/d", "qwen/Qwen2-0.5B-GGUF"):  # one shape, three values
-            await conn.execute(select(Repo.id).where(Repo.repo_id == repo_id))
-        assert len(shapes._entries) == 1
-        await conn.execute(select(Repo.id).where(Repo.id > 1).limit(2))
-        await conn.execute(select(Repo.id).where(Repo.id > 3).limit(4))  # the same shape again
-        assert len(shapes._entries) == 2
-        for column in (Repo.repo_id, Repo.downloads, Repo.likes, Repo.gated):  # four more shapes
-            await conn.execute(select(column))
-        assert len(shapes._entries) == 3  # the oldest went
-    finally:
-        await lean.close()
+async def test_shapes_are_compiled_once_per_key_and_bounded(catalog: Database) -> None:
+    shapes = Shapes(catalog.engine.dialect, limit=3)
+    built: list[str] = []
+
+    def by_name() -> Any:
+        built.append("by name")
+        return select(Repo.id).where(Repo.repo_id == bindparam("name"))
+
+    keyed = Keyed("repo by name", by_name)
+    for name in ("a/b", "c/d", "qwen/Qwen2-0.5B-GGUF"):  # one shape, three values
+        shape = shapes.get(keyed)
+        assert shape is not None and shape.bind({"name": name})[1] == (name,)
+    assert built == ["by name"] and len(shapes) == 1
+    constant = select(Repo.id).where(Repo.id > 1).limit(2)  # a statement built once is its own key
+    assert shapes.get(constant) is shapes.get(constant) and len(shapes) == 2
+    for column in (Repo.repo_id, Repo.downloads, Repo.likes):  # three more shapes
+        shapes.get(select(column))
+    assert len(shapes) == 3  # the oldest went
+    shapes.get(keyed)
+    assert built == ["by name", "by name"]  # built again once it was dropped
 
 
-async def test_writes_are_not_taken(catalog: Database) -> None:
-    lean = ReadSession(catalog.engine, catalog.sessions)
-    try:
-        conn = await lean.connection()
-        shape = readpath._shapes(catalog.engine.sync_engine).get(
-            insert(Repo).values(repo_id="x/y"), conn.dialect
-        )
-    finally:
-        await lean.close()
-    assert shape is None
+async def test_what_the_path_does_not_compile(catalog: Database) -> None:
+    shapes = catalog.reads.caches.shapes
+    assert shapes.get(insert(Repo).values(repo_id="x/y")) is None  # not a read
+    assert shapes.get(text("SELECT 1")) is None  # no result columns it can name
+    assert shapes.get(select(Repo.id).union(select(Artifact.repo_pk))) is not None  # a UNION of SELECTs
 
 
-def test_which_engines_read_through_the_path(sqlite_url: str) -> None:
+def test_which_databases_read_through_the_path(sqlite_url: str) -> None:
     database = Database.from_url(sqlite_url)
     echoing = Database.from_url(sqlite_url, echo=True)
-    stock = create_async_engine(sqlite_url)  # aiosqlite, but not the catalog's adapter
+    memory = Database.from_url("sqlite+aiosqlite:///:memory:")
     try:
-        assert uses_read_path(database.engine)
-        assert not uses_read_path(echoing.engine)  # its statements must be logged
-        assert not uses_read_path(stock)  # no read transactions, no inline reads
+        assert database.reads.fast
+        assert not echoing.reads.fast  # its statements must be logged
+        assert not memory.reads.fast  # no file to open read-only connections of
     finally:
         from tests.catalog.conftest import run_sync
 
-        run_sync(database.dispose)
-        run_sync(echoing.dispose)
-        run_sync(stock.dispose)
+        for db in (database, echoing, memory):
+            run_sync(db.dispose)
 
 
 @pytest.mark.postgres
-def test_which_postgresql_engines_read_through_the_path(postgresql_url: str) -> None:
+def test_which_postgresql_databases_read_through_the_path(postgresql_url: str) -> None:
     database = Database.from_url(postgresql_url)
     echoing = Database.from_url(postgresql_url, echo=True)
     try:
-        assert uses_read_path(database.engine)
-        assert not uses_read_path(echoing.engine)
+        assert database.reads.fast
+        assert not echoing.reads.fast
     finally:
         from tests.catalog.conftest import run_sync
 
@@ -336,7 +341,7 @@ async def test_a_statement_cut_short_takes_its_connection_out_of_the_pool(catalo
     next request; the next read gets a sound one."""
     invalidated: list[object] = []
     event.listen(catalog.engine.sync_engine.pool, "invalidate", lambda *args: invalidated.append(args[0]))
-    lean = ReadSession(catalog.engine, catalog.sessions)
+    lean = ReadSession(catalog.reads)
 
     async def slow() -> Any:
         conn = await lean.connection()
@@ -368,7 +373,7 @@ async def test_a_lost_connection_is_an_invalidated_error_and_leaves_the_pool(cat
     """The server ends the connection under a request (a restart, an administrator): the
     statement fails with SQLAlchemy's error marked as a lost connection, and the pool drops
     the connection instead of handing it to the next request."""
-    lean = ReadSession(catalog.engine, catalog.sessions)
+    lean = ReadSession(catalog.reads)
     try:
         conn = await lean.connection()
         pid = (await conn.execute(select(func.pg_backend_pid()))).scalar_one()
@@ -389,7 +394,7 @@ async def test_after_a_lost_connection_the_pool_reconnects_the_others(catalog: D
     """The server restarted: every pooled connection is dead. The first request to find one
     fails, and has the pool retire all connections made before (as SQLAlchemy's own execution
     does), so the next requests reconnect instead of failing one by one."""
-    sessions = [ReadSession(catalog.engine, catalog.sessions) for _ in range(3)]
+    sessions = [ReadSession(catalog.reads) for _ in range(3)]
     try:
         pids = [(await (await s.connection()).execute(select(func.pg_backend_pid()))).scalar_one() for s in sessions]
     finally:
@@ -404,9 +409,9 @@ async def test_after_a_lost_connection_the_pool_reconnects_the_others(catalog: D
     finally:
         await admin.dispose()
     for attempt in range(4):
-        lean = ReadSession(catalog.engine, catalog.sessions)
+        lean = ReadSession(catalog.reads)
         try:
-            got = await _scalars(cast(AsyncSession, lean), select(Repo.id))
+            got = await _scalars(lean, select(Repo.id))
         except exc.DBAPIError as error:
             assert error.connection_invalidated and attempt == 0, attempt  # one request only
         else:
@@ -422,7 +427,7 @@ async def test_a_schema_change_under_a_prepared_statement_costs_one_request(cata
     statements prepared before it. The request that meets the refusal fails, as it does
     through SQLAlchemy, and has the prepared statements renewed, so the next ones read."""
     likes = select(Repo.likes).order_by(Repo.id)
-    lean = ReadSession(catalog.engine, catalog.sessions)
+    lean = ReadSession(catalog.reads)
     try:
         before = (await (await lean.connection()).execute(likes)).scalars().all()
     finally:
@@ -433,7 +438,7 @@ async def test_a_schema_change_under_a_prepared_statement_costs_one_request(cata
             await conn.execute(text("ALTER TABLE repos ALTER COLUMN likes TYPE bigint"))
         failures = 0
         for _ in range(3):
-            lean = ReadSession(catalog.engine, catalog.sessions)
+            lean = ReadSession(catalog.reads)
             try:
                 after = (await (await lean.connection()).execute(likes)).scalars().all()
             except exc.DBAPIError as error:
@@ -452,7 +457,7 @@ async def test_a_schema_change_under_a_prepared_statement_costs_one_request(cata
 async def test_postgresql_fallbacks_read_only_too(catalog: Database) -> None:
     """What the path hands to SQLAlchemy (text, ORM) runs in a read-only snapshot as well,
     though a transaction of its own."""
-    lean = ReadSession(catalog.engine, catalog.sessions)
+    lean = ReadSession(catalog.reads)
     try:
         level = (await lean.execute(text("SHOW transaction_isolation"))).scalar_one()  # type: ignore[attr-defined]
         with pytest.raises(exc.DBAPIError, match="read-only transaction"):

@@ -2,34 +2,43 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
+import json
+from collections import Counter
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sqlalchemy import inspect
+from sqlalchemy import inspect, select
 
-from registry.catalog import facets as facets_module
-from registry.catalog import memo as memo_module
 from registry.catalog import migrate
 from registry.catalog.db import Database, create_engine
 from registry.catalog.errors import InvalidCursor, InvalidQuery
-from registry.catalog.facets import facets
+from registry.catalog.facets import count_facets, facets
+from registry.catalog.lineage import MAX_DEPTH
 from registry.catalog.models import Artifact
+from registry.catalog.readpath import CatalogSession, ReadSession
 from registry.catalog.search import (
     FACET_NAMES,
     FACETS,
+    MEMORY_SORT_INDEX,
     SORTS,
+    PlannerSettings,
     SearchPage,
     SearchQuery,
     decode_cursor,
     encode_cursor,
     search,
+    statements,
 )
+from registry.catalog.search.planner import Needs, Plan, Probe, plan_every_match, plan_page
 from registry.catalog.services import upsert_repo_snapshot
+from registry.catalog.shapes import Keyed, Shapes
 from registry.catalog.snapshot import ArtifactRecord, RepoSnapshot
 from registry.gguf.facts_model import QuantMixEntry
 from registry.gguf.kvcache import KVCache
@@ -93,9 +102,18 @@ async def catalog(db: Database) -> Database:
     return db
 
 
-async def run(db: Database, **kwargs: object) -> SearchPage:
+async def run(db: Database, settings: PlannerSettings | None = None, **kwargs: object) -> SearchPage:
+    """A page through SQLAlchemy's session and through the API's read path: the same."""
+    q = SearchQuery(**kwargs)  # type: ignore[arg-type]
     async with db.sessions() as session:
-        return await search(session, SearchQuery(**kwargs), with_total=True)  # type: ignore[arg-type]
+        page = await search(session, q, with_total=True, settings=settings)
+    lean = ReadSession(db.reads)
+    try:
+        fast = await search(lean, q, with_total=True, settings=settings)
+    finally:
+        await lean.close()
+    assert (fast.items, fast.next_cursor, fast.total) == (page.items, page.next_cursor, page.total), q
+    return page
 
 
 def paths(page: SearchPage) -> list[str]:
@@ -253,14 +271,11 @@ async def test_counters_refresh_moves_sort_order(catalog: Database) -> None:
     assert (await run(catalog, limit=1)).items[0].repo == "qwen/Qwen2-0.5B-GGUF"
 
 
-@pytest.fixture
-def everything_common(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make SQLite treat every filter and term as common: the `+column` and LIKE code paths."""
-    from registry.catalog import search as search_module
-    from registry.catalog import search_index
-
-    monkeypatch.setattr(search_module, "COMMON_ROWS", 0)
-    monkeypatch.setattr(search_index, "COMMON_TERM", 0)
+# Thresholds that make every filter, term and family "common" on a catalog of a few rows:
+# the `+column`, LIKE, short-term scan and family-walk ways in are all taken.
+EVERYTHING_COMMON = PlannerSettings(common_rows=0, walk_index_common_rows=0, family_common_rows=0,
+                                    family_common_rows_walk_index=0, common_together_rows=0, common_term_rows=0)  # fmt: skip
+NOTHING_COMMON = PlannerSettings(common_rows=10**9, walk_index_common_rows=10**9, common_term_rows=10**9)
 
 
 @pytest.mark.parametrize(
@@ -273,15 +288,9 @@ def everything_common(monkeypatch: pytest.MonkeyPatch) -> None:
         {"text": "mixture", "architecture": "llama"},
     ],
 )
-async def test_planner_steering_keeps_results(
-    catalog: Database, everything_common: None, kwargs: dict[str, object]
-) -> None:
-    from registry.catalog import search as search_module
-    from registry.catalog import search_index
-
-    steered = set(paths(await run(catalog, **kwargs)))
-    search_module.COMMON_ROWS, search_index.COMMON_TERM = 10**9, 10**9
-    assert steered == set(paths(await run(catalog, **kwargs)))
+async def test_planner_steering_keeps_results(catalog: Database, kwargs: dict[str, object]) -> None:
+    steered = set(paths(await run(catalog, settings=EVERYTHING_COMMON, **kwargs)))
+    assert steered == set(paths(await run(catalog, settings=NOTHING_COMMON, **kwargs)))
     assert steered
 
 
@@ -408,11 +417,11 @@ async def test_nul_in_query_text_is_harmless(catalog: Database) -> None:
         assert (await facets(session, SearchQuery(license="mit\x00")))["license"] == {"mit": 1}
 
 
-async def _all_pages(db: Database, kwargs: dict[str, object]) -> list[int]:
+async def _all_pages(db: Database, kwargs: dict[str, object], settings: PlannerSettings | None = None) -> list[int]:
     ids: list[int] = []
     cursor = None
     while True:
-        page = await run(db, **kwargs, limit=1, cursor=cursor)
+        page = await run(db, settings, **kwargs, limit=1, cursor=cursor)
         ids += [i.id for i in page.items]
         if (cursor := page.next_cursor) is None:
             return ids
@@ -430,127 +439,63 @@ async def _all_pages(db: Database, kwargs: dict[str, object]) -> list[int]:
         {"architecture": "llama", "license": "llama3", "file_type": "Q4_K_M"},
         {"descendant_of": "meta-llama/Llama-3-8B"},
         {"descendant_of": "meta-llama/Llama-3-8B", "file_type": "Q4_K_M", "sort": "name"},
+        {"min_size": 1000, "max_size": 16_000, "sort": "file_size"},
+        {"architecture": "llama", "sort": "memory", "memory_context": 8192},
+        {"architecture": "llama", "file_type": "Q4_K_M", "sort": "memory:desc", "memory_context": 8192},
     ],
 )
-async def test_every_plan_pages_like_the_plain_one(
-    catalog: Database, monkeypatch: pytest.MonkeyPatch, threshold: int, kwargs: dict[str, object]
-) -> None:
-    """Whatever the probes decide (walk the sort index, or sort the few matches of common
-    filters), every page holds the same rows in the same order."""
-    from registry.catalog import search as search_module
-    from registry.catalog import search_index
-
-    reference = await _all_pages(catalog, kwargs)
-    monkeypatch.setattr(search_module, "COMMON_ROWS", threshold)
-    monkeypatch.setattr(search_index, "COMMON_TERM", threshold)
-    assert await _all_pages(catalog, kwargs) == reference
-
-
-async def test_rare_conjunction_of_common_filters_sorts_its_matches(
-    catalog: Database, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from registry.catalog import search as search_module
-
-    monkeypatch.setattr(search_module, "COMMON_ROWS", 1)  # llama3 (4 rows) and Q4_K_M (2) are common
-    query = SearchQuery(license="llama3", file_type="Q4_K_M")
-    async with catalog.sessions() as session:
-        plan = await search_module._filters(session, query)
-    assert plan.sort_matches == (catalog.dialect == "sqlite")  # together they match one row
-    assert paths(await run(catalog, license="llama3", file_type="Q4_K_M")) == ["Llama-3-8B-Q4_K_M.gguf"]
-
-
-async def test_a_filter_the_default_sort_index_holds_is_common_sooner(
-    catalog: Database, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """On the default sort the walk tests an architecture in the index entry, so a filter is
-    walked past WALK_INDEX_COMMON_ROWS; other sorts read a row per entry and keep COMMON_ROWS."""
-    from registry.catalog import search as search_module
-
-    monkeypatch.setattr(search_module, "WALK_INDEX_COMMON_ROWS", 3)  # llama: 6 rows
-    async with catalog.sessions() as session:
-        by_downloads = await search_module._filters(session, SearchQuery(architecture="llama"))
-        by_likes = await search_module._filters(session, SearchQuery(architecture="llama", sort="likes"))
-    sqlite = catalog.dialect == "sqlite"
-    assert ("+artifacts.architecture" in _where_sql(catalog, by_downloads.where)) == sqlite
-    assert "+artifacts.architecture" not in _where_sql(catalog, by_likes.where)
-    assert (by_downloads.filter_way_in, by_likes.filter_way_in) == (False, sqlite)
-    for sort in ("downloads", "likes"):
-        page = await run(catalog, architecture="llama", sort=sort)
-        assert len(page.items) == 6 and {i.architecture for i in page.items} == {"llama"}
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "scanned", "indexed"),
-    [
-        ({}, {"status"}, set()),
-        # llama: 6 rows, Q4_K_M: 3
-        ({"architecture": "llama", "file_type": "Q4_K_M"}, {"status", "architecture"}, {"file_type"}),
-        # llama: 6 rows, up to 8,500 bytes: 6, together 4
-        ({"architecture": "llama", "max_size": 8500}, set(), {"status", "architecture", "file_size"}),
-        ({"architecture": "llama", "min_size": 2500}, {"status", "architecture", "file_size"}, set()),  # 5 together
-    ],
-)
-async def test_sorting_every_match_checks_big_filters_on_a_scan(
-    catalog: Database, monkeypatch: pytest.MonkeyPatch, kwargs: dict[str, object], scanned: set[str], indexed: set[str]
-) -> None:
-    """By memory at a context other than the default every match is read and sorted: on
-    SQLite a filter matching more than 1 / SCAN_SHARE of the catalog is checked on a scan of
-    the table (`+column`), a rarer one is the way in, and filters that are each big but not
-    together stay indexed. The pages are the same whichever way in."""
-    from registry.catalog import search as search_module
-
-    query = {**kwargs, "sort": "memory", "memory_context": 8192}
-    reference = await _all_pages(catalog, query)
+async def test_every_plan_pages_like_the_plain_one(catalog: Database, threshold: int, kwargs: dict[str, object]) -> None:
+    """Whatever the probes decide (walk the sort index, sort the few matches of common
+    filters, check a family or a range along the index, scan for every match), every page
+    holds the same rows in the same order."""
+    reference = await _all_pages(catalog, kwargs, NOTHING_COMMON)
     assert reference
-    monkeypatch.setattr(search_module, "COMMON_ROWS", 0)
-    monkeypatch.setattr(search_module, "SCAN_SHARE", 2)  # 8 artifacts: more than 4 rows is big
-    async with catalog.sessions() as session:
-        plan = await search_module._filters(session, SearchQuery(**query), sort_all=True)  # type: ignore[arg-type]
-    where = _where_sql(catalog, plan.where)
-    if catalog.dialect == "sqlite":
-        assert {c for c in ("status", "architecture", "file_type", "file_size") if f"+artifacts.{c}" in where} == scanned
-        assert all(f"artifacts.{c}" in where for c in indexed)
-    else:  # PostgreSQL plans with its statistics
-        assert "+" not in where
-    assert await _all_pages(catalog, query) == reference
+    small = PlannerSettings(common_rows=threshold, walk_index_common_rows=threshold, family_common_rows=threshold,
+                            family_common_rows_walk_index=threshold, common_together_rows=threshold,
+                            common_term_rows=threshold, scan_share=2)  # fmt: skip
+    assert await _all_pages(catalog, kwargs, small) == reference
 
 
+async def _explain(db: Database, statement: Keyed, values: dict[str, Any]) -> list[str]:
+    """SQLite's plan of a search statement (the steps of EXPLAIN QUERY PLAN)."""
+    shape = Shapes(db.engine.dialect).get(statement)
+    assert shape is not None
+    sql, args = shape.bind(values)
+    async with db.engine.connect() as conn:
+        return [row[-1] for row in await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}", args)]
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 async def test_sqlite_sorts_by_memory_on_its_narrow_index(catalog: Database) -> None:
     """At a context other than the default, SQLite reads what the sort by memory needs from
-    MEMORY_SORT_INDEX, not from the table's rows; PostgreSQL has no such index (it was
-    slower there)."""
-    from registry.catalog import search as search_module
-
-    async with catalog.sessions() as session:
-        query = SearchQuery(sort="memory", memory_context=8192)
-        plan = await search_module._filters(session, query, sort_all=True)
-        stmt = search_module._memory_page(8192, False, plan.where, None, 5)
-        conn = await session.connection()
-        indexes = await conn.run_sync(lambda c: {i["name"] for i in inspect(c).get_indexes("artifacts")})
-        if catalog.dialect == "sqlite":
-            sql = str(stmt.compile(conn.sync_connection, compile_kwargs={"literal_binds": True}))
-            steps = [row[-1] for row in await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}")]
-            assert any(f"COVERING INDEX {search_module.MEMORY_SORT_INDEX}" in step for step in steps), steps
-        else:
-            assert search_module.MEMORY_SORT_INDEX not in indexes
+    MEMORY_SORT_INDEX, not from the table's rows."""
+    plan = plan_every_match(SearchQuery(sort="memory", memory_context=8192), None, sqlite=True)
+    page = statements.memory_page(plan, False, after=None, sqlite=True)
+    steps = await _explain(catalog, page, {**statements.params(plan.where), "memory_context": 8192, "limit": 6})
+    assert any(f"COVERING INDEX {MEMORY_SORT_INDEX}" in step for step in steps), steps
     assert [i.id for i in (await run(catalog, sort="memory", limit=50, memory_context=8192)).items] == [
         1, 2, 3, 4, 5, 6, 7,
     ]  # fmt: skip
 
 
+@pytest.mark.postgres
+async def test_postgresql_has_no_narrow_memory_index(temp_databases: TempDatabases) -> None:
+    """It was slower there than reading the rows."""
+    db = await _migrated_postgres(temp_databases)
+    try:
+        async with db.engine.connect() as conn:
+            indexes = await conn.run_sync(lambda c: {i["name"] for i in inspect(c).get_indexes("artifacts")})
+    finally:
+        await db.dispose()
+    assert MEMORY_SORT_INDEX not in indexes
+
+
 @pytest.mark.parametrize("descending", [False, True])
-async def test_by_memory_at_the_default_context_walks_its_index(
-    catalog: Database, descending: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_by_memory_at_the_default_context_walks_its_index(catalog: Database, descending: bool) -> None:
     """At the default context the sort by memory reads the database's own
     `memory_at_default` (on SQLite, its status common as in a real catalog, by walking its
-    index, no sort; the statement adds up nothing itself): the hits by their `memory`, then
-    those without an estimate by id, in either direction, and cursors crossing from the one
-    to the other."""
-    from registry.catalog import search as search_module
-
-    monkeypatch.setattr(search_module, "COMMON_ROWS", 0)
-
+    index, no sort): the hits by their `memory`, then those without an estimate by id, in
+    either direction, and cursors crossing from the one to the other."""
     async with catalog.sessions() as session, session.begin():
         # Sized at 4,096 tokens, or their own shorter context; two alike (then by id).
         await upsert_repo_snapshot(session, make_snapshot("x/sized", artifacts=tuple(
@@ -562,18 +507,13 @@ async def test_by_memory_at_the_default_context_walks_its_index(
             ])
         )))  # fmt: skip
     sort = "memory:desc" if descending else "memory"
-    async with catalog.sessions() as session:
-        plan = await search_module._filters(session, SearchQuery(sort=sort))
-        estimated = dataclasses.replace(plan, where=[*plan.where, search_module._HAS_MEMORY_AT_DEFAULT])
-        stmt = search_module._sorted_page(Artifact.memory_at_default, descending, estimated, SearchQuery(sort=sort),
-                                          f"{sort}@4096")  # fmt: skip
-        conn = await session.connection()
-        sql = str(stmt.compile(conn.sync_connection, compile_kwargs={"literal_binds": True}))
-        assert "kv_bytes_per_token" not in sql.split("FROM")[1] and "memory_at_default" in sql
-        if catalog.dialect == "sqlite":
-            steps = [row[-1] for row in await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}")]
-            assert any("ix_artifacts_memory_at_default_id" in step for step in steps), steps
-            assert not any("TEMP B-TREE" in step for step in steps), steps  # walked in order, not sorted
+    if catalog.dialect == "sqlite":
+        q = SearchQuery(sort=sort)
+        plan = _planned(q, lambda probe: True)  # every filter common, as in a real catalog
+        page = statements.page(plan, "memory_at_default", descending, after=False, estimated=True, sqlite=True)
+        steps = await _explain(catalog, page, {**statements.params(plan.where), "limit": 6})
+        assert any("ix_artifacts_memory_at_default_id" in step for step in steps), steps
+        assert not any("TEMP B-TREE" in step for step in steps), steps  # walked in order, not sorted
     items = (await run(catalog, limit=50)).items
     with_memory = sorted((i for i in items if i.memory is not None), key=lambda i: (i.memory["bytes"], i.id),
                          reverse=descending)  # fmt: skip
@@ -583,162 +523,57 @@ async def test_by_memory_at_the_default_context_walks_its_index(
     assert [i.memory["bytes"] for i in with_memory if i.memory is not None][:: -1 if descending else 1] == [
         9 + 3 * 2 + 4 * 2, 5000 + 10 * 4096, 5000 + 10 * 4096, 1000 + 100 * 1024 + 7 * 512, 100 + 4096 + 1000 * 512,
     ]  # fmt: skip
-    assert [i.id for i in (await run(catalog, sort=sort, limit=50)).items] == expected
-    for limit in (1, 2, 3, 7):
-        walked, cursor = [], None
-        while True:
-            page = await run(catalog, sort=sort, limit=limit, cursor=cursor)
-            walked += [i.id for i in page.items]
-            if (cursor := page.next_cursor) is None:
-                break
-        assert walked == expected, limit
-    fits = (await run(catalog, sort=sort, limit=50, max_memory=with_memory[3].memory["bytes"])).items
-    assert [i.id for i in fits] == [i.id for i in with_memory if i.memory["bytes"] <= with_memory[3].memory["bytes"]]
+    for settings in (EVERYTHING_COMMON, None):
+        assert [i.id for i in (await run(catalog, settings, sort=sort, limit=50)).items] == expected
+        for limit in (1, 2, 3, 7):
+            walked, cursor = [], None
+            while True:
+                page_ = await run(catalog, settings, sort=sort, limit=limit, cursor=cursor)
+                walked += [i.id for i in page_.items]
+                if (cursor := page_.next_cursor) is None:
+                    break
+            assert walked == expected, limit
+    bound = with_memory[3].memory["bytes"]  # type: ignore[index]
+    fits = (await run(catalog, sort=sort, limit=50, max_memory=bound)).items
+    assert [i.id for i in fits] == [i.id for i in with_memory if i.memory["bytes"] <= bound]  # type: ignore[index]
 
 
-def _where_sql(catalog: Database, where: list[Any]) -> str:
-    return " AND ".join(str(w.compile(catalog.engine.sync_engine)) for w in where)
+def _planned(q: SearchQuery, answer: Callable[[Probe], object]) -> Plan:
+    """The plan of a page of `q` on SQLite, each probe answered by `answer`."""
+    answers: dict[Probe, object] = {}
+    while isinstance(out := plan_page(q, None, answers, PlannerSettings(), sqlite=True, memo=True), Needs):
+        answers.update((p, answer(p)) for p in out.probes)
+    return out
 
 
-async def test_a_rare_filter_seeks_the_facet_index_prefix(catalog: Database, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A rare file type among a common status, architecture and license: all four stay
-    indexed, so SQLite seeks the four-column prefix of the covering index."""
-    from registry.catalog import search as search_module
-
-    monkeypatch.setattr(search_module, "COMMON_ROWS", 3)  # llama (6 rows) and llama3 (4) common, Q4_K_M (2) rare
-    async with catalog.sessions() as session:
-        plan = await search_module._filters(session, SearchQuery(architecture="llama", license="llama3",
-                                                                 file_type="Q4_K_M"))  # fmt: skip
-    assert "+" not in _where_sql(catalog, plan.where)
-    async with catalog.sessions() as session:
-        plan = await search_module._filters(session, SearchQuery(architecture="llama", license="llama3"))
-    if catalog.dialect == "sqlite":  # both common: walked along the sort index
-        assert "+artifacts.architecture" in _where_sql(catalog, plan.where)
-
-
-async def test_a_common_range_of_the_sort_column_bounds_the_walk_of_its_index(
-    catalog: Database, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A common size range sorted by size: SQLite walks the size index between the bounds
-    (the range stays indexed) instead of from the biggest file down, checking each row. A
-    common range of another column is checked row by row; a rare filter beside it is the
-    way in, and the range is then checked row by row too. Pages come out in order."""
-    from registry.catalog import search as search_module
-
-    monkeypatch.setattr(search_module, "COMMON_ROWS", 1)  # every filter is common
-    bounded = SearchQuery(min_size=1000, max_size=16_000, sort="file_size")
-    async with catalog.sessions() as session:
-        walked = _where_sql(catalog, (await search_module._filters(session, bounded)).where)
-        by_name = _where_sql(catalog, (await search_module._filters(session, SearchQuery(
-            min_size=1000, max_size=16_000, sort="name"))).where)  # fmt: skip
-    if catalog.dialect == "sqlite":
-        assert "artifacts.file_size >=" in walked and "+artifacts.file_size" not in walked
-        assert "+artifacts.file_size >=" in by_name
-    monkeypatch.setattr(search_module, "COMMON_ROWS", 2000)  # every filter is rare: the way in
-    async with catalog.sessions() as session:
-        rare = await search_module._filters(session, SearchQuery(architecture="qwen2", min_size=1000, sort="file_size"))
-    assert rare.filter_way_in is (catalog.dialect == "sqlite")
-    monkeypatch.setattr(search_module, "COMMON_ROWS", 1)
-    seen, cursor = [], None
-    for _ in range(10):
-        page = await run(catalog, min_size=1000, max_size=16_000, sort="file_size", limit=2, cursor=cursor)
-        seen += [(i.file_size, i.id) for i in page.items]
-        if (cursor := page.next_cursor) is None:
-            break
-    assert seen == sorted(seen, reverse=True) and len(seen) == len(set(seen)) >= 3
-    assert all(1000 <= size <= 16_000 for size, _ in seen)
-
-
-async def test_a_big_lineage_family_is_walked_along_the_sort_index(
-    catalog: Database, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from registry.catalog import search as search_module
-
-    monkeypatch.setattr(search_module, "COMMON_ROWS", 1)
-    monkeypatch.setattr(search_module, "FAMILY_COMMON_ROWS", 10)
-    async with catalog.sessions() as session:
-        alone = await search_module._filters(session, SearchQuery(descendant_of="meta-llama/Llama-3-8B"))
-        with_type = await search_module._filters(
-            session, SearchQuery(descendant_of="meta-llama/Llama-3-8B", file_type="Q4_K_M")
-        )
-    walked = catalog.dialect == "sqlite"
-    assert ("+artifacts.repo_pk IN" in _where_sql(catalog, alone.where)) == walked
-    # Q4_K_M is common (2 rows), but rare within the family (at most 10 rows): its index is
-    # the way in and the family a check; common within the family too, both are checks
-    # along the sort index.
-    sql = _where_sql(catalog, with_type.where)
-    assert ("+artifacts.repo_pk IN" in sql, "+artifacts.file_type" in sql) == (walked, False)
-    monkeypatch.setattr(search_module, "FAMILY_COMMON_ROWS", 0)
-    async with catalog.sessions() as session:
-        common_within = await search_module._filters(
-            session, SearchQuery(descendant_of="meta-llama/Llama-3-8B", file_type="Q4_K_M")
-        )
-    sql = _where_sql(catalog, common_within.where)
-    assert ("+artifacts.repo_pk IN" in sql, "+artifacts.file_type" in sql) == (walked, walked)
-    assert common_within.filter_way_in is False  # a next page seeks the sort index too
-    assert set(paths(await run(catalog, descendant_of="meta-llama/Llama-3-8B"))) == {
-        "Llama-3-8B-Q4_K_M.gguf", "Llama-3-8B-IQ2_XS.gguf", "Llama-3-8B-Q8_0.gguf", "ft.gguf"}  # fmt: skip
-
-
-async def test_a_next_page_of_a_rare_filter_keeps_off_the_sort_index(
-    catalog: Database, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+async def test_a_next_page_of_a_rare_filter_keeps_off_the_sort_index(catalog: Database) -> None:
     """The first page of a rare filter comes through the filter's index; the next page's
-    cursor range is written on `+column` too, or SQLite walks the sort index from the
-    cursor on and checks the whole rest of the table for the filter's few rows."""
-    from sqlalchemy import event
-
-    from registry.catalog import search as search_module
-
-    monkeypatch.setattr(search_module, "COMMON_ROWS", 3)  # Q4_K_M (2 rows) rare, llama (6 rows) common
-    statements: list[str] = []
-    listen = (catalog.engine.sync_engine, "before_cursor_execute")
-
-    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        statements.append(statement)
-
-    async with catalog.sessions() as session:
-        rare = await search_module._filters(session, SearchQuery(file_type="Q4_K_M"))
-        common = await search_module._filters(session, SearchQuery(architecture="llama"))
-    sqlite = catalog.dialect == "sqlite"
-    assert (rare.filter_way_in, common.filter_way_in) == ((True, False) if sqlite else (False, False))
-    for kwargs, unindexed in (({"file_type": "Q4_K_M"}, sqlite), ({"architecture": "llama"}, False)):
-        first = await run(catalog, **kwargs, limit=1)
-        event.listen(*listen, record)
-        try:
-            second = await run(catalog, **kwargs, limit=1, cursor=first.next_cursor)
-        finally:
-            event.remove(*listen, record)
-        page_sql = next(sql for sql in statements if "ORDER BY" in sql)
-        statements.clear()
-        assert ("(+artifacts.downloads, +artifacts.id) <" in page_sql) == unindexed, page_sql
-        assert second.items and second.items[0].id != first.items[0].id
+    cursor range keeps SQLite off the sort index too, or it walks that index from the cursor
+    on and checks the whole rest of the table for the filter's few rows."""
+    plan = _planned(SearchQuery(file_type="Q4_K_M"), lambda p: p.where.filters[0].column == "status")  # type: ignore[union-attr]
+    assert plan.filter_way_in
+    page = statements.page(plan, "downloads", True, after=True, sqlite=True)
+    values = {**statements.params(plan.where), "limit": 2, "after_value": 500, "after_id": 3}
+    steps = await _explain(catalog, page, values)
+    assert not any("downloads" in step for step in steps), steps
+    first = await run(catalog, file_type="Q4_K_M", limit=1)
+    second = await run(catalog, file_type="Q4_K_M", limit=1, cursor=first.next_cursor)
+    assert second.items and second.items[0].id != first.items[0].id
 
 
-async def test_a_memoised_family_follows_writes_of_any_connection(
-    catalog: Database, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A family's repos are kept until the next commit to the file (SQLite) or of any
-    transaction that wrote (PostgreSQL, where the search binds them as one array): a new
-    descendant, written by another engine, is in the next page at once."""
-    from registry.catalog import search as search_module
-
-    monkeypatch.setattr(search_module, "COMMON_ROWS", 1)  # the family (4 artifacts) is big
+async def test_a_memoised_family_follows_writes_of_any_connection(catalog: Database) -> None:
+    """A family's repos are kept until the next commit to the file (SQLite, as a JSON array)
+    or of any transaction that wrote (PostgreSQL, where the search binds them as one array):
+    a new descendant, written by another engine, is in the next page at once."""
     family = {"Llama-3-8B-Q4_K_M.gguf", "Llama-3-8B-IQ2_XS.gguf", "Llama-3-8B-Q8_0.gguf", "ft.gguf"}
     for _ in range(2):  # the second page comes from the memo
-        assert set(paths(await run(catalog, descendant_of="meta-llama/Llama-3-8B"))) == family
-    key = ("meta-llama/llama-3-8b", search_module.MAX_DEPTH)
+        assert set(paths(await run(catalog, EVERYTHING_COMMON, descendant_of="meta-llama/Llama-3-8B"))) == family
+    memo = catalog.reads.caches.memo
+    assert memo is not None
     async with catalog.sessions() as session:
-        file_memo = memo_module.FileMemo.of(session)
-        snapshots = memo_module.SnapshotMemo.of(session)
-        if file_memo is not None:
-            assert isinstance(file_memo.family(key, file_memo.generation()), str)
-        else:
-            assert snapshots is not None and catalog.dialect == "postgresql"
-            pks = snapshots.family(key, await memo_module.SnapshotMemo.generation(session))
-            assert isinstance(pks, list) and len(pks) == 2  # the quant repo and its fine-tune
-            plan = await search_module._filters(session, SearchQuery(descendant_of="meta-llama/Llama-3-8B"))
-            assert "= ANY (" in _where_sql(catalog, plan.where)
+        pks = memo.family(("meta-llama/llama-3-8b", MAX_DEPTH), await memo.generation(session))
+    assert isinstance(pks, str if catalog.dialect == "sqlite" else list) and len(json.loads(str(pks))) == 2
     other = Database.from_url(catalog.engine.url.render_as_string(hide_password=False))
     try:
         async with other.sessions() as session, session.begin():
@@ -747,36 +582,36 @@ async def test_a_memoised_family_follows_writes_of_any_connection(
                 artifacts=(artifact("abl.gguf", make_facts()),)))  # fmt: skip
     finally:
         await other.dispose()
-    assert set(paths(await run(catalog, descendant_of="meta-llama/Llama-3-8B"))) == family | {"abl.gguf"}
+    found = set(paths(await run(catalog, EVERYTHING_COMMON, descendant_of="meta-llama/Llama-3-8B")))
+    assert found == family | {"abl.gguf"}
 
 
-async def test_short_terms_rare_together_are_found_by_one_scan(
-    catalog: Database, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_short_terms_rare_together_are_found_by_one_scan(catalog: Database) -> None:
     """Short terms have no index. On a SQLite file, with no other way in, a scan (in slices
     of ids) finds the few artifacts holding them all; those are memoised until the next
     commit to the file (by any connection), fetched by id and sorted, and pages follow each
     other as before. Common together, they are checked along the sort index."""
-    from registry.catalog import search as search_module
-
-    monkeypatch.setattr(search_module, "COMMON_ROWS", 1)  # the status (7 rows) is no way in
-    monkeypatch.setattr(search_module, "TERM_SCAN_SLICE", 2)  # the scan in slices of 2 ids
+    sliced = dataclasses.replace(EVERYTHING_COMMON, term_scan_slice=2, term_scan_rows=600)
     llama_8b = {"llama-3-8b-f16.gguf", "Llama-3-8B-Q4_K_M.gguf", "Llama-3-8B-IQ2_XS.gguf", "Llama-3-8B-Q8_0.gguf",
                 "ft.gguf"}  # fmt: skip
-    async with catalog.sessions() as session:
-        plan = await search_module._filters(session, SearchQuery(text="3 8b"))
-    file_memo = catalog.dialect == "sqlite"
-    assert plan.filter_way_in is file_memo
-    assert ("json_each" in _where_sql(catalog, plan.where)) is file_memo
     seen: list[str] = []
     cursor = None
     for _ in range(len(llama_8b) + 1):
-        page = await run(catalog, text="3 8b", limit=1, cursor=cursor)
+        page = await run(catalog, sliced, text="3 8b", limit=1, cursor=cursor)
         seen += paths(page)
         assert page.total == len(llama_8b)
         if (cursor := page.next_cursor) is None:
             break
     assert len(seen) == len(llama_8b) and set(seen) == llama_8b  # in downloads order, each once
+    memo = catalog.reads.caches.memo
+    assert memo is not None
+    async with catalog.sessions() as session:
+        known, ids = memo.term_ids(("3", "8b"), await memo.generation(session))
+    assert (known, sorted(json.loads(ids or "[]")) if known else None) == (
+        (True, sorted(json.loads(ids or "[]"))) if catalog.dialect == "sqlite" else (False, None)
+    )
+    if catalog.dialect == "sqlite":
+        assert len(json.loads(str(ids))) == len(llama_8b)
     other = Database.from_url(catalog.engine.url.render_as_string(hide_password=False))
     try:
         async with other.sessions() as session, session.begin():
@@ -785,44 +620,23 @@ async def test_short_terms_rare_together_are_found_by_one_scan(
                     name="Llama 3 8B abliterated")),)))  # fmt: skip
     finally:
         await other.dispose()
-    assert set(paths(await run(catalog, text="3 8b"))) == llama_8b | {"abl.gguf"}
-
-    monkeypatch.setattr(search_module, "TERM_SCAN_ROWS", 2)  # 6 matches: common
-    async with catalog.sessions() as session:
-        plan = await search_module._filters(session, SearchQuery(text="8b"))
-    assert plan.filter_way_in is False and "json_each" not in _where_sql(catalog, plan.where)
-    assert set(paths(await run(catalog, text="8b"))) == llama_8b | {"abl.gguf"}
+    assert set(paths(await run(catalog, sliced, text="3 8b"))) == llama_8b | {"abl.gguf"}
+    few = dataclasses.replace(sliced, term_scan_rows=2)  # 6 matches: common
+    assert set(paths(await run(catalog, few, text="8b"))) == llama_8b | {"abl.gguf"}
 
 
-async def test_first_pages_of_column_filters_share_their_statement(catalog: Database) -> None:
-    """Filter clauses and first-page statements are built once per filter values and sort;
-    text, tensor type and lineage filters, and next pages, are built per query."""
-    from sqlalchemy import event
-
-    from registry.catalog import search as search_module
-
-    executed: list[Any] = []
-    listen = (catalog.engine.sync_engine, "before_execute")
-
-    def record(_conn: Any, clauseelement: Any, *_args: Any) -> None:
-        executed.append(clauseelement)
-
-    event.listen(*listen, record)
-    try:
-        pages = [await run(catalog, architecture="llama", limit=2) for _ in range(2)]
-        other = await run(catalog, architecture="qwen2", limit=2)
-        texts = [await run(catalog, architecture="llama", text="llama", limit=2) for _ in range(2)]
-    finally:
-        event.remove(*listen, record)
-    page_statements = [e for e in executed if "sort_value" in str(e)]
-    assert len(page_statements) == 5
-    first, second, qwen, text_1, text_2 = page_statements
-    assert first is second and qwen is not first and text_1 is not text_2
-    assert paths(pages[0]) == paths(pages[1]) and paths(other) != paths(pages[0])
-    assert paths(texts[0]) == paths(texts[1])
-    assert search_module._clause(search_module._column_predicates(SearchQuery(architecture="llama"))[1]) is (
-        search_module._clause(search_module._column_predicates(SearchQuery(architecture="llama"))[1])
-    )
+async def test_statements_are_compiled_once_per_shape(catalog: Database) -> None:
+    """A search's statements are built and compiled once per shape (its plan without the
+    values): other values of the same filters reuse them; another filter or sort adds one."""
+    shapes = catalog.reads.caches.shapes
+    await run(catalog, architecture="llama", limit=2)
+    known = len(shapes)
+    llama = await run(catalog, architecture="llama", limit=2)
+    qwen = await run(catalog, architecture="qwen2", limit=3)
+    assert len(shapes) == known  # the same shapes, other values
+    assert paths(llama) != paths(qwen) and {i.architecture for i in qwen.items} == {"qwen2"}
+    await run(catalog, architecture="llama", sort="likes", limit=2)
+    assert len(shapes) > known
 
 
 async def test_facet_counts_follow_writes_of_any_connection(catalog: Database) -> None:
@@ -841,144 +655,90 @@ async def test_facet_counts_follow_writes_of_any_connection(catalog: Database) -
     assert after["architecture"]["phi3"] == 1
 
 
-async def test_facet_counts_are_kept_until_a_write_and_never_miss_one_in_flight(
-    catalog: Database, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def _read(db: Database, read: Callable[[CatalogSession], Awaitable[Any]]) -> tuple[Any, int]:
+    """`read` through the read path, and how many statements it ran there."""
+    before = db.reads.counts.fast
+    lean = ReadSession(db.reads)
+    try:
+        return await read(lean), db.reads.counts.fast - before
+    finally:
+        await lean.close()
+
+
+async def test_facet_counts_are_kept_until_a_write_and_never_miss_one_in_flight(catalog: Database) -> None:
     """Asked again with nothing written, the counts come from the memo (SQLite file or
-    PostgreSQL snapshot). A write that another connection has begun but not committed while
-    the counts are taken, and commits afterwards, is in the next answer."""
+    PostgreSQL snapshot): no count runs (on PostgreSQL one statement reads the snapshot). A
+    write that another connection has begun but not committed while the counts are taken,
+    and commits afterwards, is in the next answer."""
+    kept = 0 if catalog.dialect == "sqlite" else 1  # the statements of an answer from the memo
 
-    counted = 0
-    count_facets = facets_module._count_facets
+    async def architectures() -> tuple[dict[str, int], int]:
+        counts, ran = await _read(catalog, lambda s: facets(s, SearchQuery()))
+        return counts["architecture"], ran
 
-    async def counting(session: Any, q: SearchQuery, names: tuple[str, ...]) -> dict[str, dict[str, int]]:
-        nonlocal counted
-        counted += 1
-        return await count_facets(session, q, names)
-
-    monkeypatch.setattr(facets_module, "_count_facets", counting)
-
-    async def architectures() -> dict[str, int]:
-        async with catalog.sessions() as session:
-            return (await facets(session, SearchQuery()))["architecture"]
-
-    first = await architectures()
-    assert await architectures() == first and counted == 1
+    first, counted = await architectures()
+    assert counted > kept and await architectures() == (first, kept)
     other = Database.from_url(catalog.engine.url.render_as_string(hide_password=False))
     try:
         async with other.sessions() as session, session.begin():
             await upsert_repo_snapshot(session, make_snapshot("new/Phi-GGUF", artifacts=(
                 artifact("phi.gguf", make_facts(architecture="phi3")),)))  # fmt: skip
             await session.flush()
-            during = await architectures()  # the write is in flight, not committed
-        after = await architectures()
+            during, _ = await architectures()  # the write is in flight, not committed
+        after, recounted = await architectures()
     finally:
         await other.dispose()
-    assert "phi3" not in during and after["phi3"] == 1
-    settled = counted
-    assert await architectures() == after and counted == settled
+    assert "phi3" not in during and after["phi3"] == 1 and recounted > kept
+    assert await architectures() == (after, kept)
     # Facets counted on request join those kept; asked again, in any order, none is recounted.
-    async with catalog.sessions() as session:
-        kinds = await facets(session, SearchQuery(), ("kind", "verification"))
-        assert counted == settled + 1 and kinds["kind"] == {"model": sum(after.values())}
-        both = await facets(session, SearchQuery(), ("verification", "architecture", "kind"))
-        assert both == {"verification": kinds["verification"], "architecture": after, "kind": kinds["kind"]}
-        assert counted == settled + 1
-        await facets(session, SearchQuery(), ("capability",))
-        assert counted == settled + 2
+    kinds, ran = await _read(catalog, lambda s: facets(s, SearchQuery(), ("kind", "verification")))
+    assert ran > kept and kinds["kind"] == {"model": sum(after.values())}
+    both, ran = await _read(catalog, lambda s: facets(s, SearchQuery(), ("verification", "architecture", "kind")))
+    assert both == {"verification": kinds["verification"], "architecture": after, "kind": kinds["kind"]}
+    assert ran == kept
+    _, ran = await _read(catalog, lambda s: facets(s, SearchQuery(), ("capability",)))
+    assert ran > kept
 
 
-async def test_requests_for_counts_under_way_wait_for_them(catalog: Database, monkeypatch: pytest.MonkeyPatch) -> None:
-    """After a commit, the requests asking for counts that one is taking wait for its answer
-    instead of counting too; one that asks for other facets counts them itself. A count that
-    fails or is cancelled leaves its waiters to count for themselves, never stuck."""
-    import asyncio
-
-
-    count_facets = facets_module._count_facets
-    calls: list[tuple[str, ...]] = []
-    release = asyncio.Event()
-    fail: list[BaseException] = []
-
-    async def held(session: Any, q: SearchQuery, names: tuple[str, ...]) -> dict[str, dict[str, int]]:
-        calls.append(names)
-        if len(calls) == 1:
-            await release.wait()  # the first count stays under way until released
-            if fail:
-                raise fail[0]
-        return await count_facets(session, q, names)
-
-    monkeypatch.setattr(facets_module, "_count_facets", held)
-
-    async def ask(*names: str) -> dict[str, dict[str, int]]:
+async def test_requests_for_counts_under_way_wait_for_them(catalog: Database) -> None:
+    """The requests asking for counts that one is taking wait for its answer instead of
+    counting too; one that asks for other facets counts them itself. A count that fails or
+    is cancelled leaves its waiters to count for themselves, never stuck."""
+    memo = catalog.reads.caches.memo
+    assert memo is not None
+    groups = (FACETS, ("license", "architecture"), ("size_bucket",))
+    for q, outcome in ((SearchQuery(), "counted"), (SearchQuery(status="all"), "failed")):
         async with catalog.sessions() as session:
-            return await facets(session, SearchQuery(), names or FACETS)
-
-    commits: list[str] = []
-
-    async def commit() -> None:
-        commits.append(f"new/Phi-{len(commits)}-GGUF")
-        other = Database.from_url(catalog.engine.url.render_as_string(hide_password=False))
-        try:
-            async with other.sessions() as session, session.begin():
-                await upsert_repo_snapshot(session, make_snapshot(commits[-1], artifacts=(
-                    artifact("phi.gguf", make_facts(architecture="phi3")),)))  # fmt: skip
-        finally:
-            await other.dispose()
-
-    async def settle() -> None:
-        for _ in range(20):  # let the others reach their wait
+            expected = await count_facets(session, q, FACET_NAMES)
+            generation = await memo.generation(session)
+        other, ran = await _read(catalog, lambda s, q=q: facets(s, q, ("kind",)))  # type: ignore[misc]
+        assert other == {"kind": expected["kind"]} and ran > 0  # nothing under way: counted here
+        under_way = memo.start_counting(q, generation, FACETS)  # as a request taking them says
+        before = catalog.reads.counts.fast
+        waiting = [asyncio.create_task(_read(catalog, lambda s, n=names, q=q: facets(s, q, n)))  # type: ignore[misc]
+                   for names in groups]  # fmt: skip
+        for _ in range(20):
             await asyncio.sleep(0.01)
-
-    # One counts; four more ask for the same or fewer of the four, one for `kind`.
-    await commit()
-    first = asyncio.create_task(ask())
-    await settle()
-    others = [asyncio.create_task(ask(*names)) for names in ((), (), ("license", "architecture"), ("size_bucket",))]
-    kinds = asyncio.create_task(ask("kind"))
-    await settle()
-    assert len(calls) == 2 and calls[1] == ("kind",)  # only the one asking for other facets counted
-    release.set()
-    whole = await first
-    answers = await asyncio.wait_for(asyncio.gather(*others), 60)
-    assert answers[0] == answers[1] == whole and whole["architecture"]["phi3"] == 1
-    assert answers[2] == {"license": whole["license"], "architecture": whole["architecture"]}
-    assert answers[3] == {"size_bucket": whole["size_bucket"]}
-    assert (await kinds)["kind"] == {"model": sum(whole["architecture"].values())}
-    assert len(calls) == 2
-
-    for failure in (RuntimeError("the database went away"), None):  # None: the first is cancelled
-        await commit()
-        calls.clear()
-        release.clear()
-        fail[:] = [failure] if failure is not None else []
-        first = asyncio.create_task(ask())
-        await settle()
-        waiting = [asyncio.create_task(ask()) for _ in range(3)]
-        await settle()
-        assert len(calls) == 1
-        if failure is None:
-            first.cancel()
-        release.set()
-        with pytest.raises(RuntimeError if failure is not None else asyncio.CancelledError):
-            await first
+        assert not any(task.done() for task in waiting)  # they wait for the count under way
+        memo.end_counting(q, under_way, {f: expected[f] for f in FACETS} if outcome == "counted" else None)
         answers = await asyncio.wait_for(asyncio.gather(*waiting), 60)  # a hang fails, not blocks
-        assert answers[0] == answers[1] == answers[2] and answers[0]["architecture"]["phi3"] == len(commits)
-        assert 2 <= len(calls) <= 4  # the waiters counted: at least one, one each at most
+        for (counts, _), names in zip(answers, groups, strict=True):
+            assert counts == {name: expected[name] for name in names}
+        ran = catalog.reads.counts.fast - before
+        kept = 0 if catalog.dialect == "sqlite" else len(groups)  # PostgreSQL reads its snapshot
+        if outcome == "counted":
+            assert ran == kept  # the answer of the count under way
+        else:
+            assert ran > kept  # they counted for themselves
 
 
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)  # SQLite reads PRAGMA data_version
-async def test_facets_of_a_family_read_the_snapshot_once_per_transaction(
-    catalog: Database, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_facets_of_a_family_read_the_snapshot_once_per_transaction(catalog: Database) -> None:
     """PostgreSQL: facet counts under `descendant_of` need the generation twice (the counts'
     memo and the family's); one `txid_current_snapshot()` per transaction serves both, and
     the session's next transaction reads it again, so it sees a commit made in between."""
     from sqlalchemy import event
 
-    from registry.catalog import search as search_module
-
-    monkeypatch.setattr(search_module, "COMMON_ROWS", 1)  # the family (4 artifacts) is big: memoised
     reads: list[str] = []
 
     def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
@@ -990,7 +750,7 @@ async def test_facets_of_a_family_read_the_snapshot_once_per_transaction(
     event.listen(*listen, record)
     try:
         async with catalog.sessions() as session:
-            first = await facets(session, q)
+            first = await facets(session, q, settings=EVERYTHING_COMMON)  # the family is big: memoised
             assert len(reads) == 1
             await session.commit()
             other = Database.from_url(catalog.engine.url.render_as_string(hide_password=False))
@@ -1001,7 +761,7 @@ async def test_facets_of_a_family_read_the_snapshot_once_per_transaction(
                         artifacts=(artifact("abl.gguf", make_facts(architecture="phi3")),)))  # fmt: skip
             finally:
                 await other.dispose()
-            second = await facets(session, q)
+            second = await facets(session, q, settings=EVERYTHING_COMMON)
             assert len(reads) == 2
     finally:
         event.remove(*listen, record)
@@ -1009,25 +769,20 @@ async def test_facets_of_a_family_read_the_snapshot_once_per_transaction(
 
 
 @pytest.mark.parametrize("common", [False, True], ids=["rare", "common"])
-async def test_a_word_matches_the_same_rows_whichever_way_in(
-    db: Database, monkeypatch: pytest.MonkeyPatch, common: bool
-) -> None:
+async def test_a_word_matches_the_same_rows_whichever_way_in(db: Database, common: bool) -> None:
     """Words are substrings of the lower-cased text. FTS5's trigram tokenizer takes `ſ` for
     `s` and final `ς` for `σ`; LIKE (common terms, PostgreSQL) does not: "sty" found
     "ſtyle" on SQLite while the word was rare, and no longer once it was common."""
-    from registry.catalog import search as search_module
-    from registry.catalog import search_index
-
     async with db.sessions() as session, session.begin():
         await upsert_repo_snapshot(session, make_snapshot(
             "org/greek", artifacts=(artifact("m.gguf", make_facts(name="ſtyle λόγοσ x1")),)))  # fmt: skip
-    if common:  # every term and filter common: LIKE along the sort index, short terms scanned
-        monkeypatch.setattr(search_module, "COMMON_ROWS", 0)
-        monkeypatch.setattr(search_index, "COMMON_TERM", 0)
+    # every term and filter common: LIKE along the sort index, short terms scanned
+    settings = EVERYTHING_COMMON if common else None
     for text, found in (("sty", 0), ("ſty", 1), ("όγος", 0), ("όγοσ", 1), ("x1 sty", 0), ("x1 ſty", 1)):
-        assert (await run(db, text=text)).total == found, text
+        assert (await run(db, settings, text=text)).total == found, text
         async with db.sessions() as session:
-            assert (await facets(session, SearchQuery(text=text)))["architecture"] == ({"llama": 1} if found else {})
+            counts = await facets(session, SearchQuery(text=text), settings=settings)
+        assert counts["architecture"] == ({"llama": 1} if found else {})
 
 
 async def _migrated_postgres(temp_databases: TempDatabases, pg_options: str = "") -> Database:
@@ -1086,14 +841,12 @@ async def test_postgres_plans_a_search_with_its_values_and_only_that_transaction
 
 
 @pytest.mark.parametrize("few", [True, False])
-async def test_facets_of_models_are_every_kind_less_the_others(
-    db: Database, monkeypatch: pytest.MonkeyPatch, few: bool
-) -> None:
+async def test_facets_of_models_are_every_kind_less_the_others(db: Database, few: bool) -> None:
     """`kind=model` facets, with no other filter outside the facet columns, are counted as
     the facets without the kind filter less those of the artifacts of other kinds when those
-    are few: the same counts as read directly (each value's count, values of no model
-    left out, NULL as unknown), memoised or afresh, before and after a commit."""
-    from registry.catalog import search as search_module
+    are few (`few`; else, every other kind counting as many, read directly): the same counts
+    as SQLite and PostgreSQL read them plainly (each value's count, values of no model left
+    out, NULL as unknown), memoised or afresh, before and after a commit."""
 
     def files(repo: int) -> tuple[ArtifactRecord, ...]:
         return (
@@ -1110,37 +863,36 @@ async def test_facets_of_models_are_every_kind_less_the_others(
 
     for repo in range(6):
         await write(repo)
-    if not few:  # every other kind counts as many: read directly
-        monkeypatch.setattr(search_module, "COMMON_ROWS", 0)
-        monkeypatch.setattr(search_module, "SCAN_SHARE", 10**9)
-    taken: list[tuple[SearchQuery, bool]] = []
-    decide = facets_module._other_kinds_are_few
+    settings = None if few else PlannerSettings(common_rows=0, scan_share=10**9)
 
-    async def spy(session: Any, q: SearchQuery) -> tuple[SearchQuery, list[Any]] | None:
-        few = await decide(session, q)
-        if q.kind is not None:  # not the counts without it, which this asks for in turn
-            taken.append((q, few is not None))
-        return few
-
-    async def direct(session: Any, q: SearchQuery) -> None:
-        return None
+    async def plainly(q: SearchQuery) -> dict[str, dict[str, int]]:
+        """The counts as the artifacts' rows give them, read here."""
+        async with db.sessions() as session:
+            rows = (await session.execute(select(Artifact).where(
+                *([] if q.status == "all" else [Artifact.status == q.status]), Artifact.kind == "model",
+                *([Artifact.architecture == q.architecture] if q.architecture else []),
+                *([Artifact.license == q.license] if q.license else []),
+            ))).scalars().all()  # fmt: skip
+        out: dict[str, dict[str, int]] = {}
+        for facet in FACETS:
+            counted = Counter(getattr(r, facet) or "unknown" for r in rows)
+            out[facet] = dict(sorted(counted.items(), key=lambda kv: (-kv[1], kv[0])))
+        return out
 
     queries = [SearchQuery(kind="model"), SearchQuery(kind="model", status="all"),
                SearchQuery(kind="model", architecture="a1"), SearchQuery(kind="model", license="mit", status="all"),
                SearchQuery(kind="model", status="error")]  # fmt: skip
     for round_ in range(2):
         for q in queries:
-            monkeypatch.setattr(facets_module, "_other_kinds_are_few", direct)
+            expected = await plainly(q)
             async with db.sessions() as session:
-                expected = await facets_module.count_facets(session, q, FACET_NAMES)
-            monkeypatch.setattr(facets_module, "_other_kinds_are_few", spy)
-            async with db.sessions() as session:
-                assert await facets_module.count_facets(session, q, FACET_NAMES) == expected, q
-                assert await facets(session, q, FACET_NAMES) == expected, q
-                assert await facets(session, q, FACET_NAMES) == expected, q  # from the memo
+                assert await count_facets(session, q, settings=settings) == expected, q
+            lean = ReadSession(db.reads)
+            try:
+                assert await facets(lean, q, settings=settings) == expected, q
+                assert await facets(lean, q, settings=settings) == expected, q  # from the memo
+            finally:
+                await lean.close()
         if round_ == 0:
             await write(6)  # a commit: counted again
-    assert expected["kind"] == {}  # status=error: no model
-    # Without the threshold only a filter that no other kind matches (`a1`) subtracts: nothing.
-    assert len(taken) == 4 * len(queries)
-    assert all(t == (few or q.architecture == "a1") for q, t in taken), taken
+    assert expected["file_type"] == {}  # status=error: no model

@@ -6,7 +6,6 @@ from typing import Any
 
 from aiohttp import web
 from sqlalchemy import Row
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry.api import pages, present, reads
 from registry.api.errors import InvalidParameter, Moved, NotFound
@@ -16,6 +15,7 @@ from registry.api.responses import json_response
 from registry.api.sessions import read_session
 from registry.catalog import lineage
 from registry.catalog.models import REPO_ID_LENGTH
+from registry.catalog.readpath import CatalogSession
 
 routes = web.RouteTableDef()
 
@@ -41,7 +41,7 @@ def repo_id_from_path(request: web.Request) -> str:
     return f"{org}/{name}"
 
 
-async def _moved(request: web.Request, session: AsyncSession, repo_id: str, repo: Row[Any] | None) -> None:
+async def _moved(request: web.Request, session: CatalogSession, repo_id: str, repo: Row[Any] | None) -> None:
     """A repo id the hub has moved to another repo (renamed, transferred) redirects there, as
     the hub does: 308 to the same route of the repo's id, with the same query. Only an id
     with no indexed row of its own is looked up (a retired row keeps no revision)."""
