@@ -8,6 +8,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic.script import ScriptDirectory
@@ -86,7 +87,7 @@ def test_index_then_search(url: str, models: Path, capsys: pytest.CaptureFixture
     assert page["next"] is None
     assert {i["architecture"] for i in page["items"]} == {"llama", "gemma3"}
     for key in ("repo", "path", "architecture", "parameter_count", "file_type", "size_label", "license",
-                "shards", "status", "error"):  # fmt: skip
+                "shard_count", "status", "error", "verification_status", "url"):  # fmt: skip
         assert key in page["items"][0]
 
     [error_row] = json.loads(run(capsys, "search", "--status", "error", "--json")[1])["items"]
@@ -195,22 +196,17 @@ def test_search_facets(url: str, models: Path, capsys: pytest.CaptureFixture[str
     code, out, _ = run(capsys, "search", "--facets", "kind,file_type", "--status", "all", "--json")
     assert code == 0
     assert json.loads(out) == {"facets": {"kind": {"model": 2, "unknown": 1}, "file_type": {
-        "Q4_1": 1, "Q4_K_M": 1, "unknown": 1}}}  # fmt: skip
+        "Q4_1": 1, "Q4_K_M": 1, "unknown": 1}}, "filters": {"status": "all"}}  # fmt: skip
     code, out, _ = run(capsys, "search", "--facets", "license", "--architecture", "LLAMA", "--json")
-    assert json.loads(out) == {"facets": {"license": {"apache-2.0": 1}}}
+    assert json.loads(out) == {"facets": {"license": {"apache-2.0": 1}},
+                               "filters": {"architecture": "llama", "status": "indexed"}}  # fmt: skip
     code, out, _ = run(capsys, "search", "--facets", "verification,capability", "--kind", "vocab")
     assert out == "VERIFICATION\n  (none)\nCAPABILITY\n  (none)\n"
-    code, _, err = run(capsys, "search", "--facets", "kind,sizes")
-    assert code == 2 and "invalid_query: unknown facet 'sizes'" in err
+    with pytest.raises(SystemExit) as stop:
+        run(capsys, "search", "--facets", "kind,sizes")
+    assert stop.value.code == 2 and "argument --facets: unknown facet 'sizes'" in capsys.readouterr().err
     code, _, err = run(capsys, "search", "--facets", "--all")
     assert code == 2 and "--facets" in err
-
-
-def test_search_facets_default_is_the_catalogs() -> None:
-    from registry.catalog.search import FACETS
-    from registry.cli import catalog
-
-    assert ",".join(FACETS) == catalog.DEFAULT_FACETS
 
 
 def test_search_errors(url: str, models: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -221,8 +217,12 @@ def test_search_errors(url: str, models: Path, capsys: pytest.CaptureFixture[str
     assert code == 2 and "invalid_cursor" in err
     code, _, err = run(capsys, "search", "--cursor", encode_cursor("likes:desc", 1, 1))
     assert code == 2 and "invalid_cursor" in err
-    code, _, err = run(capsys, "search", "--sort", "nope")
-    assert code == 2 and "invalid_query" in err
+    with pytest.raises(SystemExit) as stop:
+        run(capsys, "search", "--sort", "nope")
+    err = capsys.readouterr().err
+    # the keys it takes, as the API's 400 lists them
+    assert stop.value.code == 2 and "argument --sort: sort must be one of downloads, likes" in err
+    assert "parameter_count (or params)" in err and "memory, optionally with :asc or :desc" in err
     code, _, err = run(capsys, "index", str(models / "missing"))
     assert code == 1 and "no such file or folder" in err
 
@@ -265,16 +265,22 @@ def test_index_says_which_folder_it_could_not_read(
     assert out.count("indexed ") == 2  # the rest of the folder is indexed all the same
 
 
+def _option(name: str) -> Any:
+    """The command line's reader of the search parameter `name`."""
+    from registry.cli.common import value_of
+    from registry.responses.params import filter_param
+
+    return value_of(filter_param(name))
+
+
 @pytest.mark.parametrize(
     ("text", "count"),
     [("7000000000", 7_000_000_000), ("7e9", 7_000_000_000), ("7B", 7_000_000_000), ("1.5b", 1_500_000_000),
      ("500M", 500_000_000), ("135m", 135_000_000), ("2T", 2_000_000_000_000), ("0", 0),
-     ("123456789012345678", 123_456_789_012_345_678), ("1e30", 2**63 - 1), (" 7B ", 7_000_000_000)],
+     ("123456789012345678", 123_456_789_012_345_678), ("1e30", 2**63 - 1)],
 )
 def test_param_count_arguments(text: str, count: int) -> None:
-    from registry.cli.catalog import param_count
-
-    assert param_count(text) == count
+    assert _option("min_params")(text) == count
 
 
 @pytest.mark.parametrize(
@@ -310,14 +316,29 @@ def test_bad_byte_size_arguments(text: str) -> None:
         byte_size(text)
 
 
-@pytest.mark.parametrize("text", ["", "abc", "7X", "-1B", "nan", "7BB", "1e1000"])
+@pytest.mark.parametrize("text", ["", "abc", "7X", "-1B", "nan", "7BB", "1e1000", " 7B "])
 def test_bad_param_count_arguments(text: str) -> None:
-    import argparse
-
-    from registry.cli.catalog import param_count
-
     with pytest.raises(argparse.ArgumentTypeError):
-        param_count(text)
+        _option("min_params")(text)
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("memory_context", "32K"), ("memory_context", "1m"), ("max_memory", "8GiB"), ("min_params", "1.5B"),
+     ("max_size", "7.5e9"), ("capability", "tools,system"), ("sort", "params:asc"), ("with_projector", "off")],
+)  # fmt: skip
+def test_the_command_line_reads_a_parameter_as_the_api_reads_it(name: str, text: str) -> None:
+    """One declaration per parameter: the command line's option and the API's query parameter
+    read the same text to the same value."""
+    from registry.cli import _build_parser
+    from registry.responses.params import search_params
+
+    [param] = [p for p in search_params() if p.name == name]
+    parser, _ = _build_parser()
+    option = f"--{name.replace('_', '-')}"
+    argv = ["search", option if name != "with_projector" else "--no-with-projector"]
+    given = getattr(parser.parse_args([*argv, text] if name != "with_projector" else argv), name)
+    assert (given[0] if name == "capability" else given) == param.read(text)
 
 
 def test_search_by_expert_count_and_verification(
@@ -360,9 +381,10 @@ def test_search_offers_every_verification_status() -> None:
     from registry.cli import _build_parser
 
     parser, _ = _build_parser()
-    [subcommands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    [action] = [a for a in subcommands.choices["search"]._actions if a.dest == "verification"]
-    assert tuple(action.choices or ()) == VERIFICATION_STATUSES
+    for status in VERIFICATION_STATUSES:
+        assert parser.parse_args(["search", "--verification", status]).verification == status
+    with pytest.raises(SystemExit):
+        parser.parse_args(["search", "--verification", "great"])
 
 
 def _write_catalog(url: str, repos: dict[str, tuple[tuple[str, str, str], ...]],
@@ -457,7 +479,7 @@ def test_tree_of_a_repo_only_its_children_name(url: str, capsys: pytest.CaptureF
 
 
 def test_search_help_states_the_catalogs_constants(capsys: pytest.CaptureFixture[str]) -> None:
-    # The CLI writes these numbers out (importing the catalog would slow every command's start).
+    # The options' help is the API's parameter descriptions, its numbers the catalog's.
     from registry.catalog.search import MEMORY_CONTEXT
     from registry.gguf.facts_model import KINDS, MODALITIES
     from registry.gguf.vocab import MAX_SIZE_DIFFERENCE
@@ -468,7 +490,8 @@ def test_search_help_states_the_catalogs_constants(capsys: pytest.CaptureFixture
     assert stop.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
     assert f"at most {MAX_SIZE_DIFFERENCE} tokens more or fewer" in text
-    assert f"(default: {MEMORY_CONTEXT // 1024}K, or the model's own context length when shorter)" in text
-    assert f"chat templates can do C: {', '.join(CAPABILITIES[:-1])} or {CAPABILITIES[-1]} " in text
+    assert f"--max-memory, the sort by memory and each hit's `memory` size the KV cache for (default: {MEMORY_CONTEXT}" in text
+    assert f"chat templates can do all of these, comma-separated: {', '.join(CAPABILITIES)} " in text
     assert f"--kind {{{','.join(KINDS)}}}" in text
-    assert f"a projector that takes M: {' or '.join(MODALITIES)};" in text
+    assert f"takes all of these, comma-separated: {', '.join(MODALITIES)} " in text
+    assert "`memory_context`" not in text  # another option is named as the command line spells it

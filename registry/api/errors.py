@@ -25,7 +25,7 @@ from aiohttp import web
 from sqlalchemy import exc as sa_exc
 
 from registry.api.keys import REQUEST_ID_KEY
-from registry.api.responses import json_response
+from registry.api.replies import json_response
 from registry.catalog.errors import CatalogError, InvalidCursor
 
 log = logging.getLogger("registry.api")
