@@ -495,3 +495,65 @@ def test_search_help_states_the_catalogs_constants(capsys: pytest.CaptureFixture
     assert f"--kind {{{','.join(KINDS)}}}" in text
     assert f"takes all of these, comma-separated: {', '.join(MODALITIES)} " in text
     assert "`memory_context`" not in text  # another option is named as the command line spells it
+
+
+def test_index_again_says_unchanged(url: str, models: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "index", str(models))[0] == 0
+    code, out, err = run(capsys, "index", str(models))
+    assert code == 0, err
+    assert sorted(line.split()[0] for line in out.splitlines()) == ["error", "unchanged", "unchanged"]
+    assert "3 artifact(s) in 1 repo(s), 2 unchanged, 1 with errors" in err
+    # A file alone is written again when the folder wrote it (another view of the folder), then unchanged.
+    for status in ("indexed", "unchanged"):
+        code, out, _ = run(capsys, "index", str(models / "gemma-3-270m-q4_k_m.gguf"), "--json")
+        assert [json.loads(line) for line in out.splitlines()] == [
+            {"repo": "local/models", "path": "gemma-3-270m-q4_k_m.gguf", "status": status, "error": None}]  # fmt: skip
+    code, out, _ = run(capsys, "index", "--full", str(models))
+    assert out.count("indexed ") == 2 and "unchanged" not in out
+
+
+def test_identify_finds_the_files_index_read(
+    url: str, models: Path, smollm2_path: Path, gemma3_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`registry index` keeps each file's sha256, so the files it read are known by their bytes,
+    under any path (here the files the folder's links point to)."""
+    assert run(capsys, "index", str(models))[0] == 0
+    ids = {i["path"]: i["id"] for i in json.loads(run(capsys, "search", "--json")[1])["items"]}
+    code, out, err = run(capsys, "identify", str(smollm2_path), str(gemma3_path), "--json")
+    assert code == 0, err
+    found = {Path(f["path"]).name: f for f in json.loads(out)}
+    for path in (smollm2_path, gemma3_path):
+        [match] = found[path.name]["files"]
+        assert (match["repo"], match["path"], match["artifact"]["id"]) == ("local/models", path.name, ids[path.name])
+        assert match["url"] is None  # a local folder's file: nothing to download
+    shown = json.loads(run(capsys, "show", str(ids[smollm2_path.name]), "--json")[1])
+    assert shown["shards"][0]["sha256"] == found[smollm2_path.name]["sha256"]
+
+
+def test_the_template_column_tells_clean_from_none_and_not_scanned(
+    url: str, models: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SmolLM2 has a chat template with no finding, gemma 3's sample none; an error row has no facts."""
+    from sqlalchemy import null, update
+
+    from registry.catalog.db import Database
+    from registry.catalog.models import Artifact
+
+    def column(*argv: str) -> dict[str, str]:
+        code, out, err = run(capsys, "search", "--sort", "name", *argv)
+        assert code == 0, err
+        head, *rows = out.splitlines()
+        at = head.split().index("TEMPLATE")
+        return {row.split()[2]: row.split()[at + 1] for row in rows}  # after the two words of FILESIZE
+
+    assert run(capsys, "index", str(models))[0] == 0
+    assert column() == {"gemma-3-270m-q4_k_m.gguf": "none", "SmolLM2-135M-Instruct.Q4_1.gguf": "clean"}
+    assert column("--status", "error") == {"hostile.gguf": "-"}
+
+    async def not_scanned() -> None:  # as when the sandbox could not start
+        async with Database.from_url(url) as db, db.sessions.begin() as session:
+            await session.execute(update(Artifact).where(Artifact.path.like("SmolLM2%"))
+                                  .values(chat_template_findings=null(), chat_template_capabilities=None))  # fmt: skip
+
+    asyncio.run(not_scanned())
+    assert column()["SmolLM2-135M-Instruct.Q4_1.gguf"] == "unscanned"

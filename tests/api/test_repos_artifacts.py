@@ -177,6 +177,17 @@ async def test_the_kv_cache_is_sized_at_the_context_asked_for(api: ApiClient) ->
         assert reply.status == 400 and reply.body["error"]["details"]["parameter"] == "context", bad
 
 
+async def test_a_context_beyond_the_models_own_sizes_both_answers_at_its_own(api: ApiClient) -> None:
+    """One question, one answer: `memory` and `kv_cache.at_context` at the same tokens, each
+    saying which: an 8K model asked for 32K is sized at its 8,192."""
+    with_kv = await _artifact_id(api, "file_type=F16")
+    for context in ("32768", "32K"):
+        body = (await api.get(f"/v1/artifacts/{with_kv}?context={context}")).body
+        assert body["facts"]["context_length"] == 8192
+        assert body["memory"] == {"tokens": 8192, "bytes": body["file_size"] + 8192 * 131072}
+        assert body["facts"]["kv_cache"]["at_context"] == {"tokens": 8192, "bytes": 8192 * 131072}
+
+
 def test_the_stored_estimate_is_sized_as_the_format_core_sizes_it() -> None:
     from dataclasses import asdict
 
