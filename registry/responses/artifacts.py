@@ -249,9 +249,6 @@ class BaseModelRef(Response, kw_only=True, forbid_unknown_fields=False):
     repo_id: str | None = None
 
 
-Long = Summary  # a value summarised on the page; see `summarised`
-
-
 class Facts(Response, kw_only=True):
     """Every fact the catalog derived from the file's header (registry/gguf/facts_model.py), but those the
     artifact page shows on its own (quant_mix, chat_template(s), metadata)."""
@@ -291,12 +288,12 @@ class Facts(Response, kw_only=True):
     bos_token_id: int | None
     eos_token_id: int | None
     chat_template_sha256: str | None
-    base_models: list[BaseModelRef] | Long
+    base_models: list[BaseModelRef] | Summary
     source: dict[str, Any]
-    tags: list[str] | Long
-    languages: list[str] | Long
-    datasets: list[str] | Long
-    description: str | Long | None
+    tags: list[str] | Summary
+    languages: list[str] | Summary
+    datasets: list[str] | Summary
+    description: str | Summary | None
     kind: Kind
     modalities: Annotated[
         dict[str, str | None],

@@ -55,3 +55,14 @@ def test_the_response_models_load_neither_the_database_nor_the_http_layer() -> N
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_facts_model_holds_every_fact_the_format_core_derives() -> None:
+    """A fact the format core adds must be added to the response model too (or shown apart)."""
+    from dataclasses import fields
+
+    from registry.responses import Facts
+
+    shown_apart = {"quant_mix", "chat_template", "chat_templates", "metadata"}  # fields of the artifact itself
+    derived = {f.name for f in fields(facts_model.Facts)}
+    assert derived - shown_apart == set(Facts.__struct_fields__)
