@@ -7,38 +7,67 @@ The API answers with these models, `/openapi.json` holds their JSON Schemas (`sc
 import: neither aiohttp nor SQLAlchemy, so the command line builds its parser from here.
 """
 
-from registry.responses.artifacts import (
-    Artifact,
-    ArtifactError,
-    ArtifactInRepo,
-    ArtifactPage,
-    ArtifactSummary,
-    Facets,
-    Facts,
-    FileMatch,
-    FileMatches,
-    KVCacheAt,
-    KVCacheFacts,
-    Memory,
-    Projector,
-    QuantMixEntry,
-    Shard,
-    TemplateFinding,
-)
-from registry.responses.base import Response, Summary, encode, encode_text
-from registry.responses.operations import (
-    Crawl,
-    CrawlPage,
-    Error,
-    ErrorBody,
-    Health,
-    Job,
-    JobPage,
-    Ready,
-    Verification,
-    WebhookIgnored,
-)
-from registry.responses.repos import Lineage, LineageEdge, Neighbours, Repo, RepoDetail
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from registry.responses.artifacts import (
+        Artifact,
+        ArtifactError,
+        ArtifactInRepo,
+        ArtifactPage,
+        ArtifactSummary,
+        Facets,
+        Facts,
+        FileMatch,
+        FileMatches,
+        KVCacheAt,
+        KVCacheFacts,
+        Memory,
+        Projector,
+        QuantMixEntry,
+        Shard,
+        TemplateFinding,
+    )
+    from registry.responses.base import Response, Summary, encode, encode_text
+    from registry.responses.operations import (
+        Crawl,
+        CrawlPage,
+        Error,
+        ErrorBody,
+        Health,
+        Job,
+        JobPage,
+        Ready,
+        Verification,
+        WebhookIgnored,
+    )
+    from registry.responses.repos import Lineage, LineageEdge, Neighbours, Repo, RepoDetail
+
+# Where each name lives: loaded on first use, so that the command line's parser, which reads
+# `params` and `vocab` only, does not build every model class at start-up.
+_HOMES = {
+    "artifacts": ("Artifact", "ArtifactError", "ArtifactInRepo", "ArtifactPage", "ArtifactSummary", "Facets",
+                  "Facts", "FileMatch", "FileMatches", "KVCacheAt", "KVCacheFacts", "Memory", "Projector",
+                  "QuantMixEntry", "Shard", "TemplateFinding"),
+    "base": ("Response", "Summary", "encode", "encode_text"),
+    "operations": ("Crawl", "CrawlPage", "Error", "ErrorBody", "Health", "Job", "JobPage", "Ready", "Verification",
+                   "WebhookIgnored"),
+    "repos": ("Lineage", "LineageEdge", "Neighbours", "Repo", "RepoDetail"),
+}  # fmt: skip
+_MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Artifact", "ArtifactError", "ArtifactInRepo", "ArtifactPage", "ArtifactSummary", "Crawl", "CrawlPage", "Error",
