@@ -33,6 +33,7 @@ from registry.responses.vocab import (
     KINDS,
     MAX_DEPTH,
     MAX_LIMIT,
+    MAX_MEMORY_CONTEXT,
     MAX_SIZE_DIFFERENCE,
     MEMORY_CONTEXT,
     MODALITIES,
@@ -127,18 +128,17 @@ def amount(read: Callable[[str], int]) -> Parser:
     return parse
 
 
-# A number of tokens, bounded by its digits so that every match is at most MAX_MEMORY_CONTEXT
-# (2**40): 12 digits alone, 9 with K (times 1,024), 6 with M (times 1,048,576).
-TOKENS_PATTERN = r"^([1-9][0-9]{0,11}|[1-9][0-9]{0,8}[kK]|[1-9][0-9]{0,5}[mM])$"
+TOKENS_PATTERN = r"^[1-9][0-9]{0,12}[kKmM]?$"
 _TOKEN_SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20}
 
 
 def tokens(name: str, raw: str) -> int:
-    """A number of tokens of context: `8192`, `8K` (times 1,024, as contexts are counted), `1M`."""
+    """A number of tokens of context: `8192`, `8K` (times 1,024, as contexts are counted), `1M`.
+    More than MAX_MEMORY_CONTEXT counts as that: every text the pattern allows is a context."""
     if re.fullmatch(TOKENS_PATTERN, raw) is None:
         raise BadValue(name, f"{name}: not a token count: {raw!r} (e.g. 8192, 8K, 1M)", pattern=TOKENS_PATTERN)
     unit = raw[-1].lower() if raw[-1].isalpha() else ""
-    return int(raw.removesuffix(raw[-1]) if unit else raw) * _TOKEN_SCALE[unit]
+    return min(int(raw.removesuffix(raw[-1]) if unit else raw) * _TOKEN_SCALE[unit], MAX_MEMORY_CONTEXT)
 
 
 def choice(values: Sequence[str], shown: str | None = None) -> Parser:
@@ -229,8 +229,8 @@ def size_param(name: str, description: str) -> Param:
 def tokens_param(name: str, description: str) -> Param:
     """A context in tokens: `8192`, `8K`, `1M`."""
     schema = {"type": "string", "pattern": TOKENS_PATTERN, "examples": ["4096", "8K", "32k", "1M"]}
-    note = (" A whole number of tokens (at most 12 digits), or of K (times 1,024; at most 9 digits) or M (times "
-            "1,048,576; at most 6 digits), in any case: 8192, 8K, 1M.")  # fmt: skip
+    note = (" A whole number of tokens, or of K (times 1,024) or M (times 1,048,576), in any case: 8192, 8K, 1M; "
+            f"more than {MAX_MEMORY_CONTEXT} counts as that.")  # fmt: skip
     return Param(name, tokens, schema, description + note, metavar="TOKENS")
 
 

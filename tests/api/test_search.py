@@ -146,7 +146,7 @@ async def test_keyset_pages_walk_everything_once_with_link_headers(api: ApiClien
         ("max_memory=8GB&memory_context=0", "memory_context", "invalid_parameter"),
         ("max_memory=8GB&memory_context=8X", "memory_context", "invalid_parameter"),
         ("max_memory=8GB&memory_context=1.5K", "memory_context", "invalid_parameter"),
-        ("max_memory=8GB&memory_context=1099511627777", "memory_context", "invalid_parameter"),
+        ("max_memory=8GB&memory_context=10995116277770", "memory_context", "invalid_parameter"),  # 14 digits
     ],
 )
 async def test_bad_parameters_are_400_naming_them(api: ApiClient, query: str, parameter: str, code: str) -> None:
