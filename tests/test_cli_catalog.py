@@ -8,6 +8,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic.script import ScriptDirectory
@@ -87,7 +88,7 @@ def test_index_then_search(url: str, models: Path, capsys: pytest.CaptureFixture
     assert page["next"] is None
     assert {i["architecture"] for i in page["items"]} == {"llama", "gemma3"}
     for key in ("repo", "path", "architecture", "parameter_count", "file_type", "size_label", "license",
-                "shards", "status", "error"):  # fmt: skip
+                "shard_count", "status", "error", "verification_status", "url"):  # fmt: skip
         assert key in page["items"][0]
 
     [error_row] = json.loads(run(capsys, "search", "--status", "error", "--json")[1])["items"]
@@ -196,22 +197,17 @@ def test_search_facets(url: str, models: Path, capsys: pytest.CaptureFixture[str
     code, out, _ = run(capsys, "search", "--facets", "kind,file_type", "--status", "all", "--json")
     assert code == 0
     assert json.loads(out) == {"facets": {"kind": {"model": 2, "unknown": 1}, "file_type": {
-        "Q4_1": 1, "Q4_K_M": 1, "unknown": 1}}}  # fmt: skip
+        "Q4_1": 1, "Q4_K_M": 1, "unknown": 1}}, "filters": {"status": "all"}}  # fmt: skip
     code, out, _ = run(capsys, "search", "--facets", "license", "--architecture", "LLAMA", "--json")
-    assert json.loads(out) == {"facets": {"license": {"apache-2.0": 1}}}
+    assert json.loads(out) == {"facets": {"license": {"apache-2.0": 1}},
+                               "filters": {"architecture": "llama", "status": "indexed"}}  # fmt: skip
     code, out, _ = run(capsys, "search", "--facets", "verification,capability", "--kind", "vocab")
     assert out == "VERIFICATION\n  (none)\nCAPABILITY\n  (none)\n"
-    code, _, err = run(capsys, "search", "--facets", "kind,sizes")
-    assert code == 2 and "invalid_query: unknown facet 'sizes'" in err
+    with pytest.raises(SystemExit) as stop:
+        run(capsys, "search", "--facets", "kind,sizes")
+    assert stop.value.code == 2 and "argument --facets: unknown facet 'sizes'" in capsys.readouterr().err
     code, _, err = run(capsys, "search", "--facets", "--all")
     assert code == 2 and "--facets" in err
-
-
-def test_search_facets_default_is_the_catalogs() -> None:
-    from registry.catalog.search import FACETS
-    from registry.cli import catalog
-
-    assert ",".join(FACETS) == catalog.DEFAULT_FACETS
 
 
 def test_search_errors(url: str, models: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -222,8 +218,12 @@ def test_search_errors(url: str, models: Path, capsys: pytest.CaptureFixture[str
     assert code == 2 and "invalid_cursor" in err
     code, _, err = run(capsys, "search", "--cursor", encode_cursor("likes:desc", 1, 1))
     assert code == 2 and "invalid_cursor" in err
-    code, _, err = run(capsys, "search", "--sort", "nope")
-    assert code == 2 and "invalid_query" in err
+    with pytest.raises(SystemExit) as stop:
+        run(capsys, "search", "--sort", "nope")
+    err = capsys.readouterr().err
+    # the keys it takes, as the API's 400 lists them
+    assert stop.value.code == 2 and "argument --sort: sort must be one of downloads, likes" in err
+    assert "parameter_count (or params)" in err and "memory, optionally with :asc or :desc" in err
     code, _, err = run(capsys, "index", str(models / "missing"))
     assert code == 1 and "no such file or folder" in err
 
@@ -266,16 +266,22 @@ def test_index_says_which_folder_it_could_not_read(
     assert out.count("indexed ") == 2  # the rest of the folder is indexed all the same
 
 
+def _option(name: str) -> Any:
+    """The command line's reader of the search parameter `name`."""
+    from registry.cli.common import value_of
+    from registry.responses.params import filter_param
+
+    return value_of(filter_param(name))
+
+
 @pytest.mark.parametrize(
     ("text", "count"),
     [("7000000000", 7_000_000_000), ("7e9", 7_000_000_000), ("7B", 7_000_000_000), ("1.5b", 1_500_000_000),
      ("500M", 500_000_000), ("135m", 135_000_000), ("2T", 2_000_000_000_000), ("0", 0),
-     ("123456789012345678", 123_456_789_012_345_678), ("1e30", 2**63 - 1), (" 7B ", 7_000_000_000)],
+     ("123456789012345678", 123_456_789_012_345_678), ("1e30", 2**63 - 1)],
 )
 def test_param_count_arguments(text: str, count: int) -> None:
-    from registry.cli.catalog import param_count
-
-    assert param_count(text) == count
+    assert _option("min_params")(text) == count
 
 
 @pytest.mark.parametrize(
@@ -311,14 +317,29 @@ def test_bad_byte_size_arguments(text: str) -> None:
         byte_size(text)
 
 
-@pytest.mark.parametrize("text", ["", "abc", "7X", "-1B", "nan", "7BB", "1e1000"])
+@pytest.mark.parametrize("text", ["", "abc", "7X", "-1B", "nan", "7BB", "1e1000", " 7B "])
 def test_bad_param_count_arguments(text: str) -> None:
-    import argparse
-
-    from registry.cli.catalog import param_count
-
     with pytest.raises(argparse.ArgumentTypeError):
-        param_count(text)
+        _option("min_params")(text)
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("memory_context", "32K"), ("memory_context", "1m"), ("max_memory", "8GiB"), ("min_params", "1.5B"),
+     ("max_size", "7.5e9"), ("capability", "tools,system"), ("sort", "params:asc"), ("with_projector", "off")],
+)  # fmt: skip
+def test_the_command_line_reads_a_parameter_as_the_api_reads_it(name: str, text: str) -> None:
+    """One declaration per parameter: the command line's option and the API's query parameter
+    read the same text to the same value."""
+    from registry.cli import build_parser
+    from registry.responses.params import search_params
+
+    [param] = [p for p in search_params() if p.name == name]
+    parser, _ = build_parser()
+    option = f"--{name.replace('_', '-')}"
+    argv = ["search", option if name != "with_projector" else "--no-with-projector"]
+    given = getattr(parser.parse_args([*argv, text] if name != "with_projector" else argv), name)
+    assert (given[0] if name == "capability" else given) == param.read(text)
 
 
 def test_search_by_expert_count_and_verification(
@@ -361,9 +382,10 @@ def test_search_offers_every_verification_status() -> None:
     from registry.cli import build_parser
 
     parser, _ = build_parser()
-    [subcommands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    [action] = [a for a in subcommands.choices["search"]._actions if a.dest == "verification"]
-    assert tuple(action.choices or ()) == VERIFICATION_STATUSES
+    for status in VERIFICATION_STATUSES:
+        assert parser.parse_args(["search", "--verification", status]).verification == status
+    with pytest.raises(SystemExit):
+        parser.parse_args(["search", "--verification", "great"])
 
 
 def _write_catalog(url: str, repos: dict[str, tuple[tuple[str, str, str], ...]],
@@ -458,7 +480,7 @@ def test_tree_of_a_repo_only_its_children_name(url: str, capsys: pytest.CaptureF
 
 
 def test_search_help_states_the_catalogs_constants(capsys: pytest.CaptureFixture[str]) -> None:
-    # The CLI writes these numbers out (importing the catalog would slow every command's start).
+    # The options' help is the API's parameter descriptions, its numbers the catalog's.
     from registry.catalog.search import MEMORY_CONTEXT
     from registry.gguf.facts_model import KINDS, MODALITIES
     from registry.gguf.vocab import MAX_SIZE_DIFFERENCE
@@ -469,7 +491,70 @@ def test_search_help_states_the_catalogs_constants(capsys: pytest.CaptureFixture
     assert stop.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
     assert f"at most {MAX_SIZE_DIFFERENCE} tokens more or fewer" in text
-    assert f"(default: {MEMORY_CONTEXT // 1024}K, or the model's own context length when shorter)" in text
-    assert f"chat templates can do C: {', '.join(CAPABILITIES[:-1])} or {CAPABILITIES[-1]} " in text
+    assert f"--max-memory, the sort by memory and each hit's `memory` size the KV cache for (default: {MEMORY_CONTEXT}" in text
+    assert f"chat templates can do all of these, comma-separated: {', '.join(CAPABILITIES)} " in text
     assert f"--kind {{{','.join(KINDS)}}}" in text
-    assert f"a projector that takes M: {' or '.join(MODALITIES)};" in text
+    assert f"takes all of these, comma-separated: {', '.join(MODALITIES)} " in text
+    assert "`memory_context`" not in text  # another option is named as the command line spells it
+
+
+def test_index_again_says_unchanged(url: str, models: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "index", str(models))[0] == 0
+    code, out, err = run(capsys, "index", str(models))
+    assert code == 0, err
+    assert sorted(line.split()[0] for line in out.splitlines()) == ["error", "unchanged", "unchanged"]
+    assert "3 artifact(s) in 1 repo(s), 2 unchanged, 1 with errors" in err
+    # A file alone is written again when the folder wrote it (another view of the folder), then unchanged.
+    for status in ("indexed", "unchanged"):
+        code, out, _ = run(capsys, "index", str(models / "gemma-3-270m-q4_k_m.gguf"), "--json")
+        assert [json.loads(line) for line in out.splitlines()] == [
+            {"repo": "local/models", "path": "gemma-3-270m-q4_k_m.gguf", "status": status, "error": None}]  # fmt: skip
+    code, out, _ = run(capsys, "index", "--full", str(models))
+    assert out.count("indexed ") == 2 and "unchanged" not in out
+
+
+def test_identify_finds_the_files_index_read(
+    url: str, models: Path, smollm2_path: Path, gemma3_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`registry index` keeps each file's sha256, so the files it read are known by their bytes,
+    under any path (here the files the folder's links point to)."""
+    assert run(capsys, "index", str(models))[0] == 0
+    ids = {i["path"]: i["id"] for i in json.loads(run(capsys, "search", "--json")[1])["items"]}
+    code, out, err = run(capsys, "identify", str(smollm2_path), str(gemma3_path), "--json")
+    assert code == 0, err
+    found = {Path(f["path"]).name: f for f in json.loads(out)}
+    for path in (smollm2_path, gemma3_path):
+        [match] = found[path.name]["files"]
+        assert (match["repo"], match["path"], match["artifact"]["id"]) == ("local/models", path.name, ids[path.name])
+        assert match["url"] is None  # a local folder's file: nothing to download
+    shown = json.loads(run(capsys, "show", str(ids[smollm2_path.name]), "--json")[1])
+    assert shown["shards"][0]["sha256"] == found[smollm2_path.name]["sha256"]
+
+
+def test_the_template_column_tells_clean_from_none_and_not_scanned(
+    url: str, models: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SmolLM2 has a chat template with no finding, gemma 3's sample none; an error row has no facts."""
+    from sqlalchemy import null, update
+
+    from registry.catalog.db import Database
+    from registry.catalog.models import Artifact
+
+    def column(*argv: str) -> dict[str, str]:
+        code, out, err = run(capsys, "search", "--sort", "name", *argv)
+        assert code == 0, err
+        head, *rows = out.splitlines()
+        at = head.split().index("TEMPLATE")
+        return {row.split()[2]: row.split()[at + 1] for row in rows}  # after the two words of FILESIZE
+
+    assert run(capsys, "index", str(models))[0] == 0
+    assert column() == {"gemma-3-270m-q4_k_m.gguf": "none", "SmolLM2-135M-Instruct.Q4_1.gguf": "clean"}
+    assert column("--status", "error") == {"hostile.gguf": "-"}
+
+    async def not_scanned() -> None:  # as when the sandbox could not start
+        async with Database.from_url(url) as db, db.sessions.begin() as session:
+            await session.execute(update(Artifact).where(Artifact.path.like("SmolLM2%"))
+                                  .values(chat_template_findings=null(), chat_template_capabilities=None))  # fmt: skip
+
+    asyncio.run(not_scanned())
+    assert column()["SmolLM2-135M-Instruct.Q4_1.gguf"] == "unscanned"

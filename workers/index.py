@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import itertools
 import logging
@@ -48,7 +49,9 @@ from registry.gguf.facts import derive_facts
 from registry.gguf.filename import ShardGroup, group_shards, parse_shard
 from registry.gguf.limits import Limits
 from registry.hub.local import DEFAULT_FIRST_WINDOW, LocalHeader, read_header
+from workers.cache import sha256_file
 from workers.crawl import CancelWatch
+from workers.hashes import FileHashes
 from workers.templates import TemplateScanner, scanner_scope, template_columns
 
 log = logging.getLogger(__name__)
@@ -70,7 +73,7 @@ class LocalRepo:
 class IndexedArtifact:
     repo: str
     path: str
-    status: str  # indexed | error
+    status: str  # indexed | unchanged (as the catalog has it already: nothing written) | error
     error: str | None = None
 
 
@@ -314,6 +317,23 @@ async def _unique_pseudo_id(db: Database, repo: LocalRepo) -> str:
     return f"{repo.repo_id}-{hashlib.sha1(os.fsencode(repo.root), usedforsecurity=False).hexdigest()[:6]}"
 
 
+async def _with_sha256(root: Path, record: ArtifactRecord, hashes: FileHashes) -> ArtifactRecord:
+    """The record with the sha256 of each of its regular files (taken once: `hashes` keeps
+    it for a file that has not changed), so that the catalog knows local files by their
+    bytes as it knows the hub's by their LFS oid. A file that cannot be read keeps none."""
+    shards = []
+    for shard in record.shards:
+        sha = None
+        if shard.size is not None:  # a FIFO or a device would block or never end: never read one
+            with contextlib.suppress(OSError):
+                try:
+                    sha = await hashes.sha256(root / shard.path)
+                except UnicodeEncodeError:  # a name that is not UTF-8 has no key in the hash cache
+                    sha = await sha256_file(root / shard.path)
+        shards.append(dataclasses.replace(shard, sha256=sha))
+    return dataclasses.replace(record, shards=tuple(shards))
+
+
 async def build_snapshot(
     db: Database,
     repo: LocalRepo,
@@ -322,13 +342,13 @@ async def build_snapshot(
     scanner: TemplateScanner | None = None,
     *,
     force: bool = False,
+    hashes: FileHashes | None = None,
 ) -> RepoSnapshot:
     records = []
     async with scanner_scope(scanner) as scanner:  # without one from the caller: one for this repo
         for group in group_shards(repo.files):
-            records.append(
-                await asyncio.to_thread(_read_group, repo.root, group, limits, first_window, scanner)
-            )
+            record = await asyncio.to_thread(_read_group, repo.root, group, limits, first_window, scanner)
+            records.append(record if hashes is None else await _with_sha256(repo.root, record, hashes))
     repo_id = await _unique_pseudo_id(db, repo) if repo.pseudo else repo.repo_id
     # A stat of every file: off the loop too (a network share may answer slowly).
     last_modified, revision = await asyncio.to_thread(
@@ -354,11 +374,14 @@ async def index_paths(
     first_window: int = DEFAULT_FIRST_WINDOW,
     crawl_id: int | None = None,
     full: bool = False,
+    hashes: FileHashes | None = None,
 ) -> IndexReport:
     """Index files and folders; creates or migrates the database first when needed.
 
     Every header is read each time; a folder whose files did not change writes nothing,
-    unless `full` (after an upgrade that derives more or other facts from headers).
+    unless `full` (after an upgrade that derives more or other facts from headers). With
+    `hashes`, each file's sha256 is stored too (taken from a file once, while it does not
+    change).
 
     The run is recorded as a `local` crawl: the row `crawl_id` (a crawl of the `local`
     source, queued by the API or local.schedule) or a new one. A cancelled crawl stops
@@ -390,10 +413,11 @@ async def index_paths(
                 continue
             repo_id = repo.repo_id
             try:
-                snap = await build_snapshot(db, repo, limits, first_window, scanner, force=full)
+                snap = await build_snapshot(db, repo, limits, first_window, scanner, force=full, hashes=hashes)
                 repo_id = snap.repo_id
                 async with db.sessions() as session, session.begin():
-                    report.results.append(await upsert_repo_snapshot(session, snap))
+                    result = await upsert_repo_snapshot(session, snap)
+                report.results.append(result)
             except Exception as exc:
                 if _database_down(exc):
                     raise
@@ -403,8 +427,10 @@ async def index_paths(
                 error = f"{type(exc).__name__}: {exc}".splitlines()[0]
                 report.failed.append({"repo": repo_id, "path": "", "error": error})
                 continue
+            # Nothing written: the catalog has every file as it is (same folder fingerprint or cache revision).
+            same = "unchanged" if result.unchanged or result.written == 0 else "indexed"
             report.artifacts += [
-                IndexedArtifact(snap.repo_id, a.path, "indexed" if a.facts else "error",
+                IndexedArtifact(snap.repo_id, a.path, same if a.facts else "error",
                                 f"{a.error.code}: {a.error.message}" if a.error else None)
                 for a in snap.artifacts
             ]  # fmt: skip

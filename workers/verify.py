@@ -23,27 +23,31 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import select
+import msgspec
+from sqlalchemy import and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
 from registry.api.launchers import TaskVerifier
 from registry.catalog.amounts import LARGEST
 from registry.catalog.db import Database
-from registry.catalog.models import Artifact, Verification, utcnow
+from registry.catalog.models import Artifact, Repo, Shard, Verification, utcnow
 from registry.config import Settings
 from registry.gguf.filename import group_shards, normalise_quant_label, quant_label_from_filename
 from registry.hub.client import HubClient, RepoInfo
 from registry.hub.errors import HubError
 from registry.hub.http import HttpOptions
 from registry.hub.local import shard_paths
+from registry.responses.commands import VerifyReport
 from workers.cache import DownloadCache, Downloader, SizeMismatch, cache_key, sha256_file
 from workers.verify_checks import CheckReport, Reason, status_for
 
@@ -87,29 +91,8 @@ class VerifyResult:
         return cls(status_for(reason), str(reason), message, **kw)
 
     def to_dict(self, *, tensors: bool = True) -> dict[str, Any]:
-        r = self.report or CheckReport()
-        out: dict[str, Any] = {
-            "status": self.status,
-            "reason": self.reason,
-            "message": self.message,
-            "sha256": self.sha256,
-            "bytes_downloaded": self.bytes_downloaded,
-            "peak_rss_bytes": r.peak_rss_bytes,
-            "kept_matrices": r.kept_matrices,
-            "timings": self.timings,
-            "architecture": r.architecture,
-            "tensors_checked": r.tensors_checked,
-            "nonfinite_values": r.nonfinite_values,
-            "perplexity": r.perplexity,
-            "text_tokens": r.text_tokens,
-            "prompt": r.prompt,
-            "generated_tokens": r.generated_tokens,
-            "generated_text": r.generated_text,
-            "prompt_tokens_per_second": r.prompt_tokens_per_second,
-            "tokens_per_second": r.tokens_per_second,
-        }
-        if tensors:
-            out["tensors"] = [vars(t) for t in r.tensors]
+        """The report as `registry verify --json` prints it (`responses.VerifyReport`)."""
+        out: dict[str, Any] = msgspec.to_builtins(VerifyReport.from_result(self, tensors=tensors))
         return out
 
 
@@ -544,6 +527,55 @@ async def _record(db: Database, verification_id: int, artifact_id: int | None, r
         if art is not None:
             art.verification_status = result.status
         await session.commit()
+
+
+class LocalArtifact(NamedTuple):
+    """The catalog's artifact a local file is (any shard of it), and what it knew of its files."""
+
+    artifact_id: int
+    sha256: list[str | None]  # of each shard, in split order (None: indexed without one)
+
+
+async def local_artifact(db: Database, path: Path) -> LocalArtifact | None:
+    """The artifact (not gone) whose files the local file at `path` is one of: a file of a
+    folder `registry index` read, by its path under the folder."""
+    # As `registry index` recorded the folder (absolute, links kept), and as its real path.
+    spellings = {Path(path).absolute(), Path(os.path.abspath(path)), Path(os.path.realpath(path))}
+    places = {(str(folder), here.relative_to(folder).as_posix()) for here in spellings for folder in here.parents}
+    found = or_(*(and_(Repo.local_path == folder, Shard.path == rel) for folder, rel in sorted(places)))
+    async with db.sessions() as session:
+        artifact_id = await session.scalar(
+            select(Shard.artifact_id).join(Repo, Repo.id == Shard.repo_pk).join(Artifact, Artifact.id == Shard.artifact_id)
+            .where(found, Artifact.status != "gone").order_by(Shard.artifact_id.desc()).limit(1)
+        )  # fmt: skip
+        if artifact_id is None:
+            return None
+        shas = (await session.scalars(select(Shard.sha256).where(Shard.artifact_id == artifact_id)
+                                      .order_by(Shard.split_no))).all()  # fmt: skip
+    return LocalArtifact(artifact_id, list(shas))
+
+
+async def record_local(
+    db: Database, found: LocalArtifact, result: VerifyResult, started_at: datetime
+) -> Verification | None:
+    """Record a verification of a local file as one of its catalog artifact `found`, as a
+    verify job would: its row, and the artifact's latest status. Not when the files hashed
+    are not the ones the catalog indexed (changed since; a hash it did not take is not
+    compared): the verdict would be another file's. Returns the row, or None."""
+    if len(found.sha256) != len(result.sha256) or any(
+        kept is not None and kept != taken for kept, taken in zip(found.sha256, result.sha256, strict=True)
+    ):
+        return None
+    async with db.sessions() as session:
+        row = Verification(artifact_id=found.artifact_id, status=result.status, queued_at=started_at,
+                           started_at=started_at)  # fmt: skip
+        _fill_row(row, result)
+        session.add(row)
+        art = await session.get(Artifact, found.artifact_id)
+        if art is not None:
+            art.verification_status = result.status
+        await session.commit()
+    return row
 
 
 @contextlib.asynccontextmanager

@@ -1,8 +1,9 @@
 """Validation of JSON request bodies into typed requests.
 
-Bodies are small and few, so each is checked by hand against the same rules its
-OpenAPI schema states (unknown fields rejected, lengths and ranges bounded); errors are
-400 `invalid_body` naming the offending field in `details.field`.
+Bodies are small and few, so each is checked by hand against the rules of its model in
+`registry.responses.requests` (whose JSON Schema the OpenAPI document holds: unknown fields
+rejected, lengths and ranges bounded, with the same bounds) and those a schema cannot state;
+errors are 400 `invalid_body` naming the offending field in `details.field`.
 """
 
 from __future__ import annotations
@@ -17,17 +18,21 @@ from aiohttp import web
 
 from registry.api.errors import InvalidBody
 from registry.api.launchers import CrawlSpec
-from registry.api.params import BIGINT_MAX
-from registry.catalog.models import REPO_PART
+from registry.responses.requests import (
+    EVENT_WORD_PATTERN,
+    LOCAL_SOURCE,
+    MAX_CRAWL_LIMIT,
+    MAX_CRAWL_REPOS,
+    MAX_SEARCH,
+    REPO_ID_PATTERN,
+)
+from registry.responses.vocab import BIGINT_MAX, REPO_PART
 
 # Hub ids: "org/name", each part starting with an alphanumeric (the hub's own rule, which
 # also rules out "..", absolute paths and URLs). Matched with fullmatch: `$` alone also
 # matches before a final newline.
-REPO_ID = re.compile(rf"^{REPO_PART}/{REPO_PART}$")
+REPO_ID = re.compile(REPO_ID_PATTERN)
 AUTHOR = re.compile(rf"^{REPO_PART}$")
-MAX_CRAWL_REPOS = 100
-MAX_CRAWL_LIMIT = 1_000_000
-MAX_SEARCH = 200
 
 
 async def read_json_object(request: web.Request) -> dict[str, Any]:
@@ -88,9 +93,6 @@ def _optional_int(body: Mapping[str, Any], name: str, minimum: int, maximum: int
     return value
 
 
-LOCAL_SOURCE = "local"  # the server's local.folders
-
-
 def crawl_spec(body: Mapping[str, Any], sources: Collection[str]) -> CrawlSpec:
     _reject_unknown(body, ("source", "repos", "author", "search", "limit", "full"))
     source = body.get("source")
@@ -130,8 +132,7 @@ def verification_artifact_id(body: Mapping[str, Any]) -> int:
     return value
 
 
-# A hub webhook's event words (`repo.content`, `update`): short words of the hub's own.
-EVENT_WORD = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+EVENT_WORD = re.compile(EVENT_WORD_PATTERN)
 MAIN_REF = "refs/heads/main"
 
 

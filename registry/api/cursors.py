@@ -10,7 +10,7 @@ import binascii
 import json
 
 from registry.api.errors import InvalidParameter
-from registry.api.params import BIGINT_MAX
+from registry.responses.vocab import BIGINT_MAX
 
 
 def encode_id_cursor(last_id: int) -> str:

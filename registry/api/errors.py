@@ -25,8 +25,9 @@ from aiohttp import web
 from sqlalchemy import exc as sa_exc
 
 from registry.api.keys import REQUEST_ID_KEY
-from registry.api.responses import json_response
+from registry.api.replies import json_response
 from registry.catalog.errors import CatalogError, InvalidCursor
+from registry.responses import Error, ErrorBody
 
 log = logging.getLogger("registry.api")
 
@@ -141,7 +142,7 @@ def error_response(
     headers: Mapping[str, str] | None = None,
 ) -> web.Response:
     """The only place an error body is built."""
-    body = {"error": {"code": code, "message": message, "details": dict(details or {})}}
+    body = Error(error=ErrorBody(code=code, message=message, details=dict(details or {})))
     # An odd detail value (a Path, a datetime) is written as its str(), never a 500.
     return json_response(body, status=status, headers=headers)
 

@@ -21,6 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from registry.catalog.models import Job, Verification
+from registry.responses.vocab import JOB_STATES as JOB_STATES  # what the runners say of a job
 
 if TYPE_CHECKING:
     from registry.catalog.db import Database
@@ -232,34 +233,21 @@ class InProcessLauncher:
 
 # -- the job queue: one protocol for the embedded pool and procrastinate ---------------------
 
-JOB_STATES = ("queued", "running", "failed", "done")
-
 
 @dataclass(frozen=True)
 class JobInfo:
-    """One job as the API and `registry jobs` show it, whichever runner holds it."""
+    """One job as a runner holds it (the API and `registry jobs` show it as `responses.Job`)."""
 
     id: int
     kind: str  # "crawl", "index_repo", "verify"
     queue: str
-    status: str  # one of JOB_STATES
+    status: str  # one of JOB_STATES (registry.responses.vocab)
     args: dict[str, Any]
     attempts: int
     error: str | None
     created_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
-
-    def to_dict(self) -> dict[str, Any]:
-        def iso(t: datetime | None) -> str | None:
-            return t.isoformat() if t is not None else None
-
-        return {
-            "id": self.id, "kind": self.kind, "queue": self.queue, "status": self.status,
-            "args": self.args, "attempts": self.attempts, "error": self.error,
-            "created_at": iso(self.created_at), "started_at": iso(self.started_at),
-            "finished_at": iso(self.finished_at),
-        }  # fmt: skip
 
 
 @runtime_checkable

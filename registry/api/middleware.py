@@ -13,11 +13,11 @@ import os
 import re
 import time
 
-import orjson
 from aiohttp import web
 
 from registry.api.errors import Handler
 from registry.api.keys import METRICS_KEY, REQUEST_ID_KEY, SHARES_KEY
+from registry.responses import encode_text
 
 REQUEST_ID_HEADER = "X-Request-Id"
 CLIENT_CLOSED = 499  # nginx's convention for "client closed the connection"
@@ -107,4 +107,4 @@ def _log_access(request: web.Request, request_id: str, route: str, status: int, 
     }
     # The message is the JSON itself so any handler prints one parseable line; the fields
     # are also attached to the record for handlers that format structured output.
-    access_log.info(orjson.dumps(record).decode(), extra={"access": record})
+    access_log.info(encode_text(record), extra={"access": record})

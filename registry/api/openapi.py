@@ -1,4 +1,6 @@
-"""The OpenAPI 3.1 document, built from the same parameter declarations the routes parse.
+"""The OpenAPI 3.1 document, built from the same parameter declarations the routes parse
+(`registry.responses.params`) and the JSON Schemas of the models they answer with
+(`registry.responses.schema`).
 
 Each operation is declared once below (path, parameters, body, responses); a test checks
 that the set of operations equals the set of routes the app registers, so neither can
@@ -11,10 +13,15 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from registry.api.params import BIGINT_MAX, Param
-from registry.api.routes import artifacts, crawls, files, jobs, repos
-from registry.api.schemas import COMPONENT_SCHEMAS, crawl_request, ref
+from registry.api import reads
+from registry.api.routes import files
+from registry.catalog.lineage import MAX_EDGES
 from registry.config import ApiSettings
+from registry.responses import params, schema
+from registry.responses.params import Param
+from registry.responses.requests import LOCAL_SOURCE
+from registry.responses.schema import ref
+from registry.responses.vocab import BIGINT_MAX
 
 OPENAPI_VERSION = "3.1.0"
 API_VERSION = "1"
@@ -91,19 +98,19 @@ def operations(api: ApiSettings) -> list[Operation]:
                   ok_content_type="text/plain"),
         Operation("get", "/openapi.json", "openapi", "This document.", "system"),
         Operation("get", "/v1/artifacts", "search_artifacts", "Search artifacts (keyset-paged).", "artifacts",
-                  ok_schema="ArtifactPage", query=artifacts.search_params(api.max_limit), headers=_LINK,
+                  ok_schema="ArtifactPage", query=params.search_params(api.max_limit), headers=_LINK,
                   errors=("404",)),
         Operation("get", "/v1/artifacts/{id}", "get_artifact", "One artifact in full.", "artifacts",
-                  ok_schema="Artifact", query=artifacts.DETAIL_PARAMS,
+                  ok_schema="Artifact", query=params.DETAIL_PARAMS,
                   path_params=(("id", _ID, "Artifact id."),), errors=("404", "501")),
         Operation("get", "/v1/facets", "facets", "Counts per facet under the given filters.", "artifacts",
-                  ok_schema="Facets", query=(*artifacts.FILTER_PARAMS, artifacts.FACETS_PARAM), errors=("404",)),
+                  ok_schema="Facets", query=(*params.FILTER_PARAMS, params.FACETS_PARAM), errors=("404",)),
         Operation("get", "/v1/repos/{org}/{name}", "get_repo",
                   "A repo with its artifacts and direct lineage edges.", "repos",
                   ok_schema="RepoDetail", path_params=_REPO_PATH, errors=("308", "404")),
         Operation("get", "/v1/repos/{org}/{name}/lineage", "get_lineage",
                   "The model tree around a repo: at most `max_edges` edges a side, shallowest first.",
-                  "repos", ok_schema="Lineage", query=repos.LINEAGE_PARAMS, path_params=_REPO_PATH,
+                  "repos", ok_schema="Lineage", query=params.LINEAGE_PARAMS, path_params=_REPO_PATH,
                   errors=("308", "404")),
         Operation("get", "/v1/files/{sha256}", "get_files",
                   "The catalog's files that hold the bytes of this sha256 (the hub's LFS oid): repos, artifacts, "
@@ -120,7 +127,7 @@ def operations(api: ApiSettings) -> list[Operation]:
                   headers={"Location": "URL of the new crawl (`GET /v1/crawls/{id}`)."},
                   also_ok=(("200", "WebhookIgnored", "The delivery asks for no crawl: `ignored` says why."),)),
         Operation("get", "/v1/crawls", "list_crawls", "Crawls, newest first (keyset-paged).", "crawls",
-                  ok_schema="CrawlPage", query=crawls.list_params(api.max_limit), headers=_LINK),
+                  ok_schema="CrawlPage", query=params.crawl_list_params(api.max_limit), headers=_LINK),
         Operation("get", "/v1/crawls/{id}", "get_crawl", "One crawl.", "crawls", ok_schema="Crawl",
                   path_params=(("id", _ID, "Crawl id."),), errors=("404",)),
         Operation("post", "/v1/crawls/{id}/cancel", "cancel_crawl",
@@ -135,15 +142,22 @@ def operations(api: ApiSettings) -> list[Operation]:
                   ok_schema="Verification", path_params=(("id", _ID, "Verification id."),),
                   errors=("404", "503")),
         Operation("get", "/v1/jobs", "list_jobs", "Jobs of either runner, newest first (keyset-paged).", "jobs",
-                  ok_schema="JobPage", query=jobs.list_params(api.max_limit), headers=_LINK),
+                  ok_schema="JobPage", query=params.job_list_params(api.max_limit), headers=_LINK),
         Operation("get", "/v1/jobs/{id}", "get_job", "One job.", "jobs", ok_schema="Job",
                   path_params=(("id", _ID, "Job id."),), errors=("404",)),
     ]  # fmt: skip
 
 
-def _operation(op: Operation, api: ApiSettings) -> dict[str, Any]:
-    params = [p.openapi("query") for p in op.query]
-    params += [{"name": n, "in": "path", "required": True, "description": d, "schema": s}
+def _crawl_request(sources: Collection[str]) -> dict[str, Any]:
+    """A crawl body: of a hub source, or of the local one, as the server has them."""
+    shapes = ([ref("CrawlRequest")] if set(sources) - {LOCAL_SOURCE} or not sources else []) + (
+        [ref("LocalCrawlRequest")] if LOCAL_SOURCE in sources else [])  # fmt: skip
+    return shapes[0] if len(shapes) == 1 else {"oneOf": shapes}
+
+
+def _operation(op: Operation, api: ApiSettings, sources: Collection[str]) -> dict[str, Any]:
+    listed = [p.openapi() for p in op.query]
+    listed += [{"name": n, "in": "path", "required": True, "description": d, "schema": s}
                for n, s, d in op.path_params]  # fmt: skip
     ok: dict[str, Any] = {"description": "Success."}
     if op.ok_schema is not None:
@@ -154,7 +168,7 @@ def _operation(op: Operation, api: ApiSettings) -> dict[str, Any]:
         ok["content"] = {"application/json": {"schema": {"type": "object"}}}
     read = op.method == "get"
     if read:
-        params.append(_IF_NONE_MATCH)
+        listed.append(_IF_NONE_MATCH)
     if headers := {**op.headers, **(_ETAG if read else {})}:
         ok["headers"] = {name: {"description": text, "schema": {"type": "string"}} for name, text in headers.items()}
     errors = {"400", "500", *op.errors}
@@ -170,8 +184,8 @@ def _operation(op: Operation, api: ApiSettings) -> dict[str, Any]:
     responses: dict[str, Any] = {op.ok_status: ok}
     if read:
         responses["304"] = _NOT_MODIFIED
-    for status, schema, text in op.also_ok:
-        responses[status] = {"description": text, "content": {"application/json": {"schema": ref(schema)}}}
+    for status, name, text in op.also_ok:
+        responses[status] = {"description": text, "content": {"application/json": {"schema": ref(name)}}}
     if op.webhook:
         errors |= {"401", "403"}
     responses.update({code: {"$ref": f"#/components/responses/E{code}"} for code in sorted(errors)})
@@ -179,12 +193,28 @@ def _operation(op: Operation, api: ApiSettings) -> dict[str, Any]:
         "operationId": op.operation_id,
         "summary": op.summary,
         "tags": [op.tag],
-        "parameters": params,
+        "parameters": listed,
         "responses": responses,
     }
     if op.body is not None:
-        out["requestBody"] = {"required": True, "content": {"application/json": {"schema": ref(op.body)}}}
+        body = _crawl_request(sources) if op.body == "CrawlRequest" else ref(op.body)
+        out["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
     out["security"] = [{"webhookSecret": []}] if op.webhook else [{"bearer": []}] if secured else []
+    return out
+
+
+def _limits(sources: Collection[str]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Bounds of the models' properties that the server's queries and settings set."""
+    edges = {"maxItems": MAX_EDGES}
+    out: dict[tuple[str, str], dict[str, Any]] = {
+        ("Artifact", "projectors"): {"maxItems": reads.MAX_PROJECTORS},
+        ("RepoDetail", "artifacts"): {"maxItems": reads.MAX_REPO_ARTIFACTS},
+        ("FileMatches", "files"): {"maxItems": reads.MAX_FILE_MATCHES},
+        ("Lineage", "ancestors"): edges,
+        ("Lineage", "descendants"): edges,
+    }
+    if hub_sources := sorted(set(sources) - {LOCAL_SOURCE}):
+        out["CrawlRequest", "source"] = {"enum": hub_sources}
     return out
 
 
@@ -192,7 +222,7 @@ def build_openapi(api: ApiSettings, sources: Collection[str] = ()) -> dict[str, 
     """The document for an app with these settings and crawl sources."""
     paths: dict[str, dict[str, Any]] = {}
     for op in operations(api):
-        paths.setdefault(op.path, {})[op.method] = _operation(op, api)
+        paths.setdefault(op.path, {})[op.method] = _operation(op, api, sources)
     error_content = {"application/json": {"schema": ref("Error")}}
     return {
         "openapi": OPENAPI_VERSION,
@@ -206,7 +236,7 @@ def build_openapi(api: ApiSettings, sources: Collection[str] = ()) -> dict[str, 
         },
         "paths": paths,
         "components": {
-            "schemas": {**COMPONENT_SCHEMAS, "CrawlRequest": crawl_request(sources)},
+            "schemas": schema.components(_limits(sources)),
             "responses": {
                 f"E{code}": {"description": text, "content": error_content, **_ERROR_HEADERS.get(code, {})}
                 for code, text in _ERROR_TEXT.items()

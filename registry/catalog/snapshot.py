@@ -27,7 +27,7 @@ DERIVATION = 3
 class ShardRecord:
     path: str
     size: int | None = None
-    sha256: str | None = None  # LFS oid from the hub; None for local files (not worth hashing)
+    sha256: str | None = None  # LFS oid from the hub; taken from a local file by `registry index`
     header_bytes: int | None = None
     split_no: int = 0
 

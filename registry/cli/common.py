@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from registry.config import Settings
+from registry.responses.params import BadValue, Param, boolean, tokens
 
 if TYPE_CHECKING:
     from registry.catalog.db import Database
@@ -22,14 +24,65 @@ EXIT_USAGE = 2
 INT64_MAX = 2**63 - 1  # the largest number a catalog column or query parameter holds
 
 
+def option(name: str) -> str:
+    """The command line's option for a query parameter: `memory_context` -> `--memory-context`."""
+    return "--" + name.replace("_", "-")
+
+
+def value_of(param: Param) -> Callable[[str], Any]:
+    """An argparse type reading `param` as the API reads it; its refusal is argparse's error."""
+
+    def read(raw: str) -> Any:
+        try:
+            return param.read(raw)
+        except BadValue as exc:
+            # argparse names the option before the message: leave out the parameter's name.
+            raise argparse.ArgumentTypeError(exc.message.removeprefix(f"{param.name}: ")) from None
+
+    read.__name__ = param.name  # argparse's "invalid <name> value" when a type fails otherwise
+    return read
+
+
+_NAMED = re.compile(r"`([a-z_]+)`")
+
+
+def help_text(param: Param, names: set[str]) -> str:
+    """A parameter's description for `--help`: the other parameters it names in backticks
+    as their options (`memory_context` -> --memory-context), and % as argparse wants it."""
+    text = _NAMED.sub(lambda m: option(m[1]) if m[1] in names else m[0], param.description)
+    return text.replace("%", "%%")
+
+
+MAX_SHOWN_CHOICES = 8  # a choice of more values is named by its metavar; its description lists them
+
+
+def add_param(
+    parser: argparse.ArgumentParser, param: Param, names: set[str], *, positional: bool = False, **kw: Any
+) -> None:
+    """An option (or with `positional`, an optional positional argument) reading `param`:
+    the same parser, description and default as the API's query parameter. A boolean is
+    --name / --no-name; `names` are the parameters this command has (for the help's
+    cross-references)."""
+    kw.setdefault("help", help_text(param, names))
+    if param.parse is boolean:
+        parser.add_argument(option(param.name), action=argparse.BooleanOptionalAction, default=param.default, **kw)
+        return
+    allowed = param.schema.get("enum")
+    shown = "{" + ",".join(allowed) + "}" if allowed and len(allowed) <= MAX_SHOWN_CHOICES else None
+    kw.setdefault("metavar", param.metavar or shown or param.name.upper())
+    kw.setdefault("default", param.default)
+    if positional:
+        parser.add_argument(param.name, nargs="?", type=value_of(param), **kw)
+    else:
+        parser.add_argument(option(param.name), dest=param.name, type=value_of(param), **kw)
+
+
 def context_tokens(text: str) -> int:
-    """`8192`, `8k` or `8K` (times 1,024, as contexts are counted), `1M`."""
-    t = text.strip().lower()
-    scale = {"k": 1 << 10, "m": 1 << 20}.get(t[-1:], 1)
-    digits = t[:-1] if scale > 1 else t
-    if not digits.isdigit() or not 0 < int(digits) * scale <= 1 << 40:
-        raise argparse.ArgumentTypeError(f"not a token count: {text!r} (e.g. 8192, 8K, 1M)")
-    return int(digits) * scale
+    """`8192`, `8k` or `8K` (times 1,024, as contexts are counted), `1M`: the API's `tokens`."""
+    try:
+        return tokens("context", text)
+    except BadValue as exc:
+        raise argparse.ArgumentTypeError(exc.message.removeprefix("context: ")) from None
 
 
 def catalog_call(name: str, work: Callable[[], Coroutine[Any, Any, int]]) -> int:
@@ -45,6 +98,8 @@ def catalog_call(name: str, work: Callable[[], Coroutine[Any, Any, int]]) -> int
     except CatalogError as exc:
         print(f"registry: {name}: {exc.code}: {exc.message}", file=sys.stderr)
         return EXIT_USAGE if exc.status == 400 else EXIT_ERROR
+    except BrokenPipeError:
+        raise  # the reader of the output went away (`| head`): `main` ends quietly
     except (SQLAlchemyError, OSError) as exc:
         print(
             f"registry: {name}: database error: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr
@@ -106,13 +161,14 @@ def file_size(n_bytes: int | None) -> str:
     return f"{n_bytes} B"
 
 
-def memory_text(memory: dict[str, int] | None) -> str:
-    """What a hit needs to run and at how many tokens: `192.7 MB@4K`; `-` without an estimate."""
+def memory_text(memory: Any) -> str:
+    """What a hit needs to run and at how many tokens (a `responses.Memory`, or the catalog's
+    `{"tokens", "bytes"}`): `192.7 MB@4K`; `-` without an estimate."""
     if memory is None:
         return "-"
-    tokens = memory["tokens"]
+    tokens, size = (memory["tokens"], memory["bytes"]) if isinstance(memory, dict) else (memory.tokens, memory.bytes)
     at = f"{tokens >> 10}K" if tokens >= 1024 and tokens % 1024 == 0 else f"{tokens:,}"
-    return f"{file_size(memory['bytes']).replace(' ', '')}@{at}"
+    return f"{file_size(size).replace(' ', '')}@{at}"
 
 
 def catalog_id(target: str) -> int | None:

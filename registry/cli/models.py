@@ -15,11 +15,11 @@ from registry.cli.common import (
     EXIT_USAGE,
     INT64_MAX,
     Handler,
+    add_param,
     byte_size,
     catalog_call,
     catalog_id,
     catalog_set_up,
-    context_tokens,
     file_size,
     int_in,
     memory_text,
@@ -27,8 +27,12 @@ from registry.cli.common import (
     terminal_text,
 )
 from registry.config import Settings
+from registry.responses.params import filter_param
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from registry.responses.commands import Namesake
     from workers.hashes import FileHashes
 
 
@@ -51,21 +55,24 @@ def add_verify(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
 
 def _cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     import asyncio
-    import json
     from pathlib import Path
 
     from registry.gguf.errors import GGUFError
     from registry.hub.errors import HubError
-    from workers.verify import TargetError, verify_hub, verify_local
+    from registry.responses import Verification, encode_text
+    from registry.responses.commands import VerifyReport
+    from workers.verify import TargetError, verify_hub
 
     target: str = args.target
     repo, _, path = target.partition(":")
     # org/name[:path] unless a file by that name exists or it looks like a file name
     hub = re.fullmatch(r"[\w][\w.-]*/[\w.-]+", repo) and not repo.lower().endswith(".gguf")
     progress = ProgressLine.for_args(args)
+    recorded: Verification | None = None
+    local = bool(Path(target).exists() or not hub)
     try:
-        if Path(target).exists() or not hub:
-            result = asyncio.run(verify_local(Path(target), settings))
+        if local:
+            result, recorded = asyncio.run(_verify_local(Path(target), settings))
         else:
             try:
                 result = asyncio.run(verify_hub(repo, path or None, settings, revision=args.revision,
@@ -79,29 +86,59 @@ def _cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     except Exception as exc:  # e.g. a repo id the hub client rejects: still one line, no traceback
         print(f"registry: verify: {target}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    report = VerifyReport.from_result(result, tensors=args.tensors)
+    if local:
+        report.verification = recorded
     if args.json:
-        print(json.dumps(result.to_dict(tensors=args.tensors), indent=2))
+        print(encode_text(report))
     else:
-        print(_verify_text(target, result.to_dict(tensors=False)))
+        print(_verify_text(target, report))
     return {"passed": EXIT_OK, "skipped": 3}.get(result.status, EXIT_ERROR)
 
 
-def _verify_text(target: str, r: dict[str, Any]) -> str:
-    lines = [f"{r['status']}: {target}" + (f" ({r['reason']}: {r['message']})" if r["reason"] else "")]
-    lines += [f"  sha256      {h}" for h in r["sha256"]]
-    if r["tensors_checked"]:
-        lines.append(
-            f"  tensors     {r['tensors_checked']} dequantized, {r['nonfinite_values']} NaN/Inf values"
-        )
-    if r["perplexity"] is not None:
-        lines.append(f"  perplexity  {r['perplexity']:.3f} over {r['text_tokens']} tokens")
-    if r["generated_text"] is not None:
-        lines.append(f"  generated   {r['prompt']!r} -> {r['generated_text']!r}")
-    lines.append(f"  downloaded  {r['bytes_downloaded']} bytes; peak RSS {r['peak_rss_bytes'] or 0} bytes")
-    if r.get("kept_matrices"):
-        lines.append(f"  weights     {r['kept_matrices']} matrices kept quantized, dequantized at each use "
+async def _verify_local(path: Path, settings: Settings) -> tuple[Any, Any]:
+    """Verify a local file, and when it is a catalog artifact's (`registry index` read its
+    folder) record the run as that artifact's latest verification: (result, the recorded
+    row's model or None)."""
+    from registry.catalog import migrate
+    from registry.catalog.db import Database
+    from registry.catalog.types import utcnow
+    from registry.responses import Verification
+    from workers.verify import local_artifact, record_local, verify_local
+
+    started = utcnow()
+    result = await verify_local(path, settings)
+    db_file = settings.data_dir / "registry.db"
+    if not settings.database.url and not db_file.exists():  # no catalog here: nothing to record against
+        return result, None
+    async with Database.from_settings(settings) as db:
+        if await migrate.current_revision(db.engine) != migrate.head_revision():
+            return result, None
+        found = await local_artifact(db, path)
+        row = await record_local(db, found, result, started) if found is not None else None
+    if found is not None and row is None:
+        print(terminal_text(f"registry: verify: {path}: not recorded: the file is not the one the catalog indexed as "
+                            f"artifact {found.artifact_id} (run `registry index` on it again)"), file=sys.stderr)  # fmt: skip
+    return result, Verification.from_row(row) if row is not None else None
+
+
+def _verify_text(target: str, r: Any) -> str:
+    """A `VerifyReport` for people."""
+    lines = [f"{r.status}: {target}" + (f" ({r.reason}: {r.message})" if r.reason else "")]
+    lines += [f"  sha256      {h}" for h in r.sha256]
+    if r.tensors_checked:
+        lines.append(f"  tensors     {r.tensors_checked} dequantized, {r.nonfinite_values} NaN/Inf values")
+    if r.perplexity is not None:
+        lines.append(f"  perplexity  {r.perplexity:.3f} over {r.text_tokens} tokens")
+    if r.generated_text is not None:
+        lines.append(f"  generated   {r.prompt!r} -> {r.generated_text!r}")
+    lines.append(f"  downloaded  {r.bytes_downloaded} bytes; peak RSS {r.peak_rss_bytes or 0} bytes")
+    if r.kept_matrices:
+        lines.append(f"  weights     {r.kept_matrices} matrices kept quantized, dequantized at each use "
                      "(their float32 is above what verify.memory_cap_bytes leaves)")  # fmt: skip
-    lines.append("  timings     " + ", ".join(f"{k} {v:.2f}s" for k, v in r["timings"].items()))
+    lines.append("  timings     " + ", ".join(f"{k} {v:.2f}s" for k, v in r.timings.items()))
+    if v := r.verification:
+        lines.append(f"  recorded    verification {v.id} of artifact {v.artifact_id} (registry show {v.artifact_id})")
     return "\n".join(lines)
 
 
@@ -120,12 +157,13 @@ def add_download(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument("--revision", help="hub revision for REPO[:...] (default: main, pinned to its commit)")
     p.add_argument("--json", action="store_true", help="print the files as one JSON array")
     _add_progress(p)
-    p.add_argument("--max-memory", type=byte_size, metavar="S",
-                   help="with REPO alone: the catalog's largest model file of the repo that needs at most S "
-                   "bytes to run (the file plus its f16 KV cache at --memory-context tokens), e.g. 8GiB")  # fmt: skip
-    p.add_argument("--memory-context", type=context_tokens, metavar="TOKENS",
-                   help="the context --max-memory sizes the KV cache for (default: 4K, or the model's own "
-                   "context length when shorter)")  # fmt: skip
+    memory, context = filter_param("max_memory"), filter_param("memory_context")
+    add_param(p, memory, {"max_memory", "memory_context"},
+              help="with REPO alone: the catalog's largest model file of the repo that needs at most S bytes to "
+              "run (the file plus its f16 KV cache at --memory-context tokens), e.g. 8GiB")  # fmt: skip
+    add_param(p, context, {"max_memory", "memory_context"},
+              help="the context --max-memory sizes the KV cache for, e.g. 8192 or 8K (default: 4K, or the model's "
+              "own context length when shorter)")  # fmt: skip
     return "download", _cmd_download
 
 
@@ -285,17 +323,18 @@ def _file_hashes(settings: Settings) -> FileHashes:
 
 
 def _cmd_identify(args: argparse.Namespace, settings: Settings) -> int:
-    import json
     from pathlib import Path
 
     from registry.api import present, reads
     from registry.catalog.db import Database
+    from registry.responses import encode_text
+    from registry.responses.commands import Identified
 
     hashes = _file_hashes(settings)
 
     async def work() -> int:
         found_all = True
-        out: list[dict[str, Any]] = []
+        out: list[Identified] = []
         async with Database.from_settings(settings) as db:
             if not await catalog_set_up(db, "identify"):
                 return EXIT_ERROR
@@ -311,18 +350,17 @@ def _cmd_identify(args: argparse.Namespace, settings: Settings) -> int:
                     namesakes = [] if count else await _namesakes(session, Path(name).name)
                 found_all = found_all and count > 0
                 files = [present.file_match(r, settings.hub.endpoint) for r in rows]
-                out.append({"path": name, "sha256": sha, "count": count, "files": files, "same_name": namesakes})
+                out.append(Identified(path=name, sha256=sha, count=count, files=files, same_name=namesakes))
                 if not args.json:
                     print(terminal_text(f"{name}  sha256 {sha}" + ("" if count else ": not in the catalog")))
                     for f in files:
-                        art = f["artifact"]
-                        print(terminal_text(f"  {f['repo']}  {f['path']}  (artifact {art['id']}, {art['status']})"))
+                        print(terminal_text(f"  {f.repo}  {f.path}  (artifact {f.artifact.id}, {f.artifact.status})"))
                     if count > len(files):
                         print(f"  and {count - len(files)} more")
                     for n in namesakes:
-                        print(terminal_text(f"  same name: {n['repo']}  {n['path']}  (artifact {n['id']})"))
+                        print(terminal_text(f"  same name: {n.repo}  {n.path}  (artifact {n.id})"))
         if args.json:
-            print(json.dumps(out, indent=2, ensure_ascii=False))
+            print(encode_text(out))
         return EXIT_OK if found_all else EXIT_ERROR
 
     try:
@@ -350,13 +388,14 @@ def _gguf_files(paths: Sequence[str]) -> list[str]:
 MAX_NAMESAKES = 5
 
 
-async def _namesakes(session: Any, file_name: str) -> list[dict[str, Any]]:
+async def _namesakes(session: Any, file_name: str) -> list[Namesake]:
     """Indexed artifacts whose file name is `file_name` (any case; a shard's name stands for
     its model's first shard): for bytes the catalog does not know, the files they may be
     another version of (an older download, a re-upload), most downloaded first."""
     from registry.catalog.errors import InvalidQuery
     from registry.catalog.search import MAX_LIMIT, SearchQuery, search
     from registry.gguf.filename import parse_shard
+    from registry.responses.commands import Namesake
 
     shard = parse_shard(file_name)
     wanted = (f"{shard[0]}-00001-of-{shard[2]:05d}.gguf" if shard else file_name).lower()
@@ -366,8 +405,9 @@ async def _namesakes(session: Any, file_name: str) -> list[dict[str, Any]]:
         page = await search(session, SearchQuery(text=wanted, limit=MAX_LIMIT))
     except InvalidQuery:  # a name the text search cannot take (too short, too long)
         return []
-    hits = [i for i in page.items if i.path.rsplit("/", 1)[-1].lower() == wanted]
-    return [{"repo": i.repo, "path": i.path, "id": i.id} for i in hits[:MAX_NAMESAKES]]
+    rows: list[Any] = list(page.rows)
+    hits = [row for row in rows if row.path.rsplit("/", 1)[-1].lower() == wanted]
+    return [Namesake(repo=row.repo_id, path=row.path, id=row.id) for row in hits[:MAX_NAMESAKES]]
 
 
 def add_run(sub: argparse._SubParsersAction) -> tuple[str, Handler]:

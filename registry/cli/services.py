@@ -12,6 +12,7 @@ from registry.cli.common import (
     EXIT_USAGE,
     INT64_MAX,
     Handler,
+    add_param,
     catalog_call,
     int_in,
     parser_limits,
@@ -47,10 +48,9 @@ def add_crawl(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
 
 
 def _cancel_crawl(args: argparse.Namespace, settings: Settings) -> int:
-    import json
-
     from registry.catalog import crawls
     from registry.catalog.db import Database
+    from registry.responses import Crawl, encode_text
 
     async def work() -> int:
         async with Database.from_settings(settings) as db, db.sessions() as session, session.begin():
@@ -58,9 +58,10 @@ def _cancel_crawl(args: argparse.Namespace, settings: Settings) -> int:
             if row is None:
                 print(f"registry: crawl: no crawl with id {args.cancel}", file=sys.stderr)
                 return EXIT_ERROR
-            status, counters = row.status, dict(row.counters or {})
-        if args.json:
-            print(json.dumps({"crawl_id": args.cancel, "status": status, "counters": counters}))
+            body = Crawl.from_row(row)
+        status, counters = body.status, body.counters
+        if args.json:  # as POST /v1/crawls/{id}/cancel answers
+            print(encode_text(body))
         elif status == "cancelled":
             pending = counters.get("pending")
             print(f"crawl {args.cancel} cancelled" + (f" ({pending} repo jobs still to end)" if pending else ""))
@@ -73,9 +74,10 @@ def _cancel_crawl(args: argparse.Namespace, settings: Settings) -> int:
 
 def _cmd_crawl(args: argparse.Namespace, settings: Settings) -> int:
     import dataclasses
-    import json
 
     from registry.catalog.db import Database
+    from registry.catalog.models import Crawl as CrawlRow
+    from registry.responses import Crawl, encode_text
     from workers.crawl import CrawlParams, crawl_from_settings
 
     if args.cancel is not None:
@@ -99,14 +101,15 @@ def _cmd_crawl(args: argparse.Namespace, settings: Settings) -> int:
     async def work() -> int:
         async with Database.from_settings(settings) as db:
             report = await crawl_from_settings(db, hub, params, limits=parser_limits(settings), progress=progress)
+            async with db.sessions() as session:
+                row = await session.get(CrawlRow, report.crawl_id)
         progress.close()
-        doc = {"crawl_id": report.crawl_id, "status": report.status, "endpoint": hub.endpoint,
-               "counters": report.counters(), "errors": report.errors}  # fmt: skip
-        if args.json:
-            print(json.dumps(doc))
-        else:
-            print(_crawl_summary(doc))
-        return EXIT_OK if report.status == "finished" else EXIT_ERROR
+        if row is None:  # the crawl's own row: gone only if someone deleted it meanwhile
+            print(f"registry: crawl: crawl {report.crawl_id} has no row", file=sys.stderr)
+            return EXIT_ERROR
+        body = Crawl.from_row(row)  # as GET /v1/crawls/{id} answers
+        print(encode_text(body) if args.json else _crawl_summary(body, hub.endpoint))
+        return EXIT_OK if body.status == "finished" else EXIT_ERROR
 
     return catalog_call("crawl", work)
 
@@ -144,10 +147,11 @@ class _CrawlProgress:
             self.stream.flush()
 
 
-def _crawl_summary(doc: dict[str, Any]) -> str:
-    c = doc["counters"]
+def _crawl_summary(crawl: Any, endpoint: str) -> str:
+    """A hub crawl's `responses.Crawl` for people."""
+    c = crawl.counters
     lines = [
-        f"crawl {doc['crawl_id']} {doc['status']} ({doc['endpoint']})",
+        f"crawl {crawl.id} {crawl.status} ({endpoint})",
         f"  repos:     {c['listed']} seen, {c['indexed']} indexed, "
         + (f"{c['rederived']} of them at the same revision (an older release wrote them), "
            if c.get("rederived") else "")
@@ -161,7 +165,7 @@ def _crawl_summary(doc: dict[str, Any]) -> str:
         f"  transfer:  {c['bytes_fetched']:,} bytes in {c['requests']} requests",
     ]
     lines += [
-        f"  error: {e['repo']}{'/' + e['path'] if e['path'] else ''}: {e['error']}" for e in doc["errors"]
+        f"  error: {e['repo']}{'/' + e['path'] if e['path'] else ''}: {e['error']}" for e in crawl.errors
     ]
     return "\n".join(lines)
 
@@ -282,38 +286,52 @@ def _cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def add_jobs(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
+    from registry.responses.params import job_list_params
+
     p = sub.add_parser("jobs", help="list jobs: queued, running, failed and done (either mode)",
-                       description="List crawl, index_repo and verify jobs, newest first.")  # fmt: skip
-    p.add_argument("--status", choices=["queued", "running", "failed", "done"], help="only jobs in this state")
-    p.add_argument("--limit", type=int_in(1, INT64_MAX), default=50, metavar="N",
-                   help="list at most N jobs (default: 50)")  # fmt: skip
-    p.add_argument("--json", action="store_true", help="print one JSON object per job")
+                       description="List crawl, index_repo and verify jobs, newest first, as GET /v1/jobs does.")  # fmt: skip
+    declared = job_list_params(JOBS_MAX_LIMIT)
+    for param in declared:
+        add_param(p, param, {q.name for q in declared})
+    p.add_argument("--json", action="store_true", help='print the page as the API answers it: {"items": [...], '
+                   '"next": cursor-or-null, "limit": N}')  # fmt: skip
     return "jobs", _cmd_jobs
 
 
-def _cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
-    import json
+# The most jobs a page of the command lists: it reads the queue itself, not through a
+# server's api.max_limit.
+JOBS_MAX_LIMIT = 1000
 
+
+def _cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
+    from registry.api.errors import ApiError
+    from registry.api.routes.jobs import jobs_page
     from registry.catalog.db import Database
+    from registry.responses import encode_text
     from workers.runtime import JobsConfigError, open_queue
     from workers.schedule import ScheduleError
 
     async def work() -> int:
         async with Database.from_settings(settings) as db, open_queue(settings, db) as queue:
-            jobs = await queue.list_jobs(status=args.status, limit=max(1, args.limit))
-        for j in jobs:
-            if args.json:
-                print(json.dumps(j.to_dict()))
-            else:
-                target = ", ".join(f"{k}={v}" for k, v in j.args.items() if v is not None)
-                print(f"{j.id:>8}  {j.status:<8} {j.kind:<10} {j.queue:<7} attempts {j.attempts}  {target}"
-                      + (f"  ({j.error})" if j.error else ""))  # fmt: skip
-        if not jobs and not args.json:
+            page = await jobs_page(queue, status=args.status, limit=args.limit, cursor=args.cursor)
+        if args.json:
+            print(encode_text(page))
+            return EXIT_OK
+        for j in page.items:
+            target = ", ".join(f"{k}={v}" for k, v in j.args.items() if v is not None)
+            print(f"{j.id:>8}  {j.status:<8} {j.kind:<10} {j.queue:<7} attempts {j.attempts}  {target}"
+                  + (f"  ({j.error})" if j.error else ""))  # fmt: skip
+        if not page.items:
             print("no jobs", file=sys.stderr)
+        if page.next:
+            print(f"more: --cursor {page.next}")
         return EXIT_OK
 
     try:
         return catalog_call("jobs", work)
     except (JobsConfigError, ScheduleError) as exc:
         print(f"registry: jobs: configuration error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ApiError as exc:  # a malformed cursor
+        print(f"registry: jobs: {exc.message}", file=sys.stderr)
         return EXIT_USAGE

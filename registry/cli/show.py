@@ -4,22 +4,26 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from registry.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
     EXIT_USAGE,
     Handler,
+    add_param,
     catalog_call,
     catalog_id,
     catalog_set_up,
-    context_tokens,
     file_size,
     memory_text,
     terminal_text,
 )
 from registry.config import Settings
+from registry.responses.params import DETAIL_PARAMS
+
+if TYPE_CHECKING:
+    from registry.responses import Artifact
 
 
 def add_show(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
@@ -35,9 +39,8 @@ def add_show(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
     p.add_argument("target", metavar="ID | REPO[:PATH|:TAG]",
                    help="a catalog artifact id, a repo org/name (any case), or one of its files: org/name:file.gguf "
                    "(any shard) or org/name:Q4_K_M")  # fmt: skip
-    p.add_argument("--context", type=context_tokens, metavar="TOKENS",
-                   help="size an artifact's memory and KV cache for this many tokens (e.g. 8192 or 8K; default: "
-                   "4K, or the model's own context length when shorter)")  # fmt: skip
+    context = next(param for param in DETAIL_PARAMS if param.name == "context")
+    add_param(p, context, {"context"})
     p.add_argument("--json", action="store_true", help="print the page as the API answers it")
     return "show", _cmd_show
 
@@ -48,11 +51,13 @@ class _NotInCatalog(Exception):
 
 def _cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     import io
-    import json
+
+    import msgspec
 
     from registry.api import pages, reads
     from registry.catalog import lineage
     from registry.catalog.db import Database
+    from registry.responses import encode_text
     from workers.verify import TargetError
 
     target: str = args.target
@@ -87,15 +92,15 @@ def _cmd_show(args: argparse.Namespace, settings: Settings) -> int:
                                   file=sys.stderr)  # fmt: skip
                             return EXIT_USAGE
                         body = await pages.repo_page(session, repo, endpoint=endpoint)
-                        print(json.dumps(body, ensure_ascii=False) if args.json else _repo_text(body), end="\n")
+                        print(encode_text(body) if args.json else _repo_text(msgspec.to_builtins(body)))
                         return EXIT_OK
                     artifact_id = await _artifact_named(session, repo, name)
                 page = await pages.artifact_page(session, artifact_id, endpoint=endpoint, context=args.context)
                 named = None if page is None or args.json else await _tag_naming(session, page, repo)
         if page is None:
             raise _NotInCatalog(f"no artifact with id {artifact_id}")
-        print(json.dumps(page, ensure_ascii=False) if args.json else _artifact_text(page, args.context, named),
-              end="\n")  # fmt: skip
+        # The text is made from the JSON's values: the two show the same.
+        print(encode_text(page) if args.json else _artifact_text(msgspec.to_builtins(page), args.context, named))
         return EXIT_OK
 
     try:
@@ -119,7 +124,7 @@ async def _artifact_named(session: Any, repo: Any, name: str) -> int:
     return by_path[tagged_path(repo.repo_id, sorted(by_path), name)]
 
 
-async def _tag_naming(session: Any, page: dict[str, Any], repo: Any = None) -> str | None:
+async def _tag_naming(session: Any, page: Artifact, repo: Any = None) -> str | None:
     """`REPO:TAG` when the quantization tag in the artifact's file name picks it and nothing
     else of its hub repo (`tagged_path`): the short name `registry download` and llama.cpp's
     `-hf` take. None for a local folder's file, a gone one, or a name without a tag of its own."""
@@ -127,16 +132,16 @@ async def _tag_naming(session: Any, page: dict[str, Any], repo: Any = None) -> s
     from registry.gguf.filename import quant_label_from_filename
     from workers.verify import TargetError, tagged_path
 
-    label = quant_label_from_filename(page["path"])
+    label = quant_label_from_filename(page.path)
     if repo is None:  # `repo`: the page's repo row, when the caller has read it already
-        repo = await reads.get_repo(session, page["repo"])
-    if label is None or repo is None or repo.source != "hub" or page["status"] == "gone":
+        repo = await reads.get_repo(session, page.repo)
+    if label is None or repo is None or repo.source != "hub" or page.status == "gone":
         return None
     try:
         picked = tagged_path(repo.repo_id, sorted(await reads.artifact_paths(session, repo.id)), label)
     except TargetError:
         return None
-    return f"{repo.repo_id}:{label}" if picked == page["path"] else None
+    return f"{repo.repo_id}:{label}" if picked == page.path else None
 
 
 def _artifact_text(page: dict[str, Any], context: int | None, named: str | None = None) -> str:
@@ -168,7 +173,10 @@ def _artifact_text(page: dict[str, Any], context: int | None, named: str | None 
     else:
         facts = facts_from_json(page["facts"], quant_mix=page["quant_mix"], chat_template=page.get("chat_template"),
                                 chat_templates=page.get("chat_templates"))  # fmt: skip
-        out = [facts_text(facts, [], title=title, template_findings=page["chat_template_findings"], context=context,
+        # The KV cache at the tokens `memory` was sized at: the context asked for, or the
+        # model's own when that is shorter. One question, one answer.
+        kv_at = memory["tokens"] if context is not None and memory is not None else context
+        out = [facts_text(facts, [], title=title, template_findings=page["chat_template_findings"], context=kv_at,
                           template_capabilities=page["chat_template_capabilities"], more=catalog).rstrip("\n")]  # fmt: skip
     if page["shards"]:
         rows = [(s["path"], f"{s['size']:,}" if s["size"] is not None else "-", s["sha256"] or "-")

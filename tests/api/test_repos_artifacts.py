@@ -172,22 +172,38 @@ async def test_the_kv_cache_is_sized_at_the_context_asked_for(api: ApiClient) ->
     without = await _artifact_id(api, "file_type=Q8_0")
     reply = await api.get(f"/v1/artifacts/{without}?context=1000")
     assert reply.status == 200 and reply.body["facts"].get("kv_cache") is None and reply.body["memory"] is None
-    for bad in ("0", "-1", "8K", str(2**40 + 1)):
+    for bad in ("0", "-1", "8X", "1" * 14):
         reply = await api.get(f"/v1/artifacts/{with_kv}?context={bad}")
         assert reply.status == 400 and reply.body["error"]["details"]["parameter"] == "context", bad
+
+
+async def test_a_context_beyond_the_models_own_sizes_both_answers_at_its_own(api: ApiClient) -> None:
+    """One question, one answer: `memory` and `kv_cache.at_context` at the same tokens, each
+    saying which: an 8K model asked for 32K is sized at its 8,192."""
+    with_kv = await _artifact_id(api, "file_type=F16")
+    for context in ("32768", "32K"):
+        body = (await api.get(f"/v1/artifacts/{with_kv}?context={context}")).body
+        assert body["facts"]["context_length"] == 8192
+        assert body["memory"] == {"tokens": 8192, "bytes": body["file_size"] + 8192 * 131072}
+        assert body["facts"]["kv_cache"]["at_context"] == {"tokens": 8192, "bytes": 8192 * 131072}
 
 
 def test_the_stored_estimate_is_sized_as_the_format_core_sizes_it() -> None:
     from dataclasses import asdict
 
-    from registry.api.present import kv_cache_at
     from registry.gguf.kvcache import KVCache
+    from registry.responses import Facts
 
+    row = {c: None for c in Facts.__struct_fields__} | {"extra": {}}
     for kv in (KVCache(3, 3072, 15, 15360, 512), KVCache(30, 23040), KVCache(0, 0, 2, 1024, 64, recurrent_layers=2)):
+        stored = Facts.from_row(row | {"extra": {"kv_cache": asdict(kv)}}).kv_cache
+        assert stored is not None
         for tokens in (1, 64, 100, 512, 513, 32768):
-            assert kv_cache_at(asdict(kv), tokens) == {"tokens": tokens, "bytes": kv.bytes_at(tokens)}
-    assert kv_cache_at({"bytes_per_token": "x"}, 10) is None
-    assert kv_cache_at({"bytes_per_token": 2, "sliding_window": "x"}, 10) is None
+            assert stored.bytes_at(tokens) == kv.bytes_at(tokens)
+    # a stored estimate of another shape (an older or newer release) reads as none
+    assert Facts.from_row(row | {"extra": {"kv_cache": {"bytes_per_token": "x"}}}).kv_cache is None
+    assert Facts.from_row(row | {"extra": {"kv_cache": {"layers": 1, "bytes_per_token": 2,
+                                                        "sliding_window": "x"}}}).kv_cache is None
 
 
 async def test_artifact_quant_mix_is_largest_first_and_shards_listed(api: ApiClient) -> None:

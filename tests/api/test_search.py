@@ -144,8 +144,9 @@ async def test_keyset_pages_walk_everything_once_with_link_headers(api: ApiClien
         ("page=2", "page", "unknown_parameter"),
         ("max_memory=8XB", "max_memory", "invalid_parameter"),
         ("max_memory=8GB&memory_context=0", "memory_context", "invalid_parameter"),
-        ("max_memory=8GB&memory_context=8K", "memory_context", "invalid_parameter"),
-        ("max_memory=8GB&memory_context=1099511627777", "memory_context", "invalid_parameter"),
+        ("max_memory=8GB&memory_context=8X", "memory_context", "invalid_parameter"),
+        ("max_memory=8GB&memory_context=1.5K", "memory_context", "invalid_parameter"),
+        ("max_memory=8GB&memory_context=10995116277770", "memory_context", "invalid_parameter"),  # 14 digits
     ],
 )
 async def test_bad_parameters_are_400_naming_them(api: ApiClient, query: str, parameter: str, code: str) -> None:
@@ -153,6 +154,26 @@ async def test_bad_parameters_are_400_naming_them(api: ApiClient, query: str, pa
     assert reply.status == 400, reply.body
     assert reply.body["error"]["code"] == code
     assert reply.body["error"]["details"]["parameter"] == parameter
+
+
+async def test_a_context_reads_as_the_command_line_reads_it(api: ApiClient) -> None:
+    """`memory_context=32K` is 32,768 tokens, as `registry search --memory-context 32K` reads it."""
+    short = await api.get("/v1/artifacts?max_memory=8GiB&memory_context=32K&sort=name")
+    long = await api.get("/v1/artifacts?max_memory=8GiB&memory_context=32768&sort=name")
+    assert short.status == long.status == 200, short.body
+    assert short.body == long.body and short.body["items"]
+    assert {hit["memory"]["tokens"] for hit in short.body["items"]} <= {32768, 8192}  # or the model's own, shorter
+    assert (await api.get("/v1/artifacts?memory_context=1m")).body == (
+        await api.get("/v1/artifacts?memory_context=1048576")
+    ).body
+
+
+async def test_an_unknown_sort_lists_the_keys(api: ApiClient) -> None:
+    reply = await api.get("/v1/artifacts?sort=bogus")
+    assert reply.status == 400
+    message = reply.body["error"]["message"]
+    assert "parameter_count (or params)" in message and "memory" in message and ":desc" in message
+    assert "parameter_count:asc" in reply.body["error"]["details"]["allowed"]
 
 
 async def test_draft_for_lists_smaller_models_with_the_same_vocabulary(

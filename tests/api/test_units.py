@@ -7,7 +7,7 @@ import pytest
 from registry.api.cursors import decode_id_cursor, encode_id_cursor
 from registry.api.errors import InvalidParameter
 from registry.api.metrics import ApiMetrics, Registry
-from registry.api.params import boolean, choice, integer, text
+from registry.responses.params import BadValue, boolean, choice, integer, text, tokens
 
 
 def test_registry_renders_prometheus_text() -> None:
@@ -57,9 +57,9 @@ def test_worker_hooks() -> None:
     "raw", ["1_000", " 12", "1e3", "0x10", "", "-", "9" * 21, "\uff11", "\u0661", "-\uff11"]  # full-width, Arabic-Indic
 )
 def test_integer_accepts_plain_digits_only(raw: str) -> None:
-    with pytest.raises(InvalidParameter) as info:
+    with pytest.raises(BadValue) as info:
         integer(0)("n", raw)
-    assert info.value.details["parameter"] == "n"
+    assert info.value.name == "n"
 
 
 def test_parsers() -> None:
@@ -67,10 +67,24 @@ def test_parsers() -> None:
     assert boolean("b", "TRUE") is True and boolean("b", "0") is False
     assert choice(["a", "b"])("c", "b") == "b"
     assert text(4)("t", " ab ") == "ab"
-    with pytest.raises(InvalidParameter):
+    with pytest.raises(BadValue):
         boolean("b", "maybe")
-    with pytest.raises(InvalidParameter):
+    with pytest.raises(BadValue):
         text(3)("t", "abcd")
+
+
+@pytest.mark.parametrize(("raw", "count"), [("8192", 8192), ("8K", 8192), ("8k", 8192), ("32K", 32768),
+                                            ("1M", 1 << 20), ("1m", 1 << 20), ("999999M", 999999 << 20),
+                                            (str(1 << 40), 1 << 40), (str((1 << 40) + 1), 1 << 40), ("1048577M", 1 << 40)])  # fmt: skip
+def test_tokens_count_as_contexts_are_counted(raw: str, count: int) -> None:
+    assert tokens("context", raw) == count
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "8X", "1.5K", "8 K", "K", "", "08K", "\uff18K", "1" * 14, "0x10"])
+def test_tokens_refuse_what_is_not_a_context(raw: str) -> None:
+    with pytest.raises(BadValue) as info:
+        tokens("context", raw)
+    assert info.value.name == "context"
 
 
 def test_id_cursor_round_trip_and_garbage() -> None:
@@ -84,14 +98,15 @@ def test_json_bodies_hold_every_value_a_catalog_can() -> None:
     import json
     from pathlib import PurePosixPath
 
-    from registry.api.responses import dumps, json_response
+    from registry.api.replies import json_response
+    from registry.responses import encode
 
     body = {"n": 2**64 - 1, "neg": -(2**63), "f": 0.5, "text": "naïve ✓", 3: "int key", "path": PurePosixPath("a/b")}
-    assert json.loads(dumps(body)) == {"n": 2**64 - 1, "neg": -(2**63), "f": 0.5, "text": "naïve ✓", "3": "int key",
-                                       "path": "a/b"}  # fmt: skip
-    assert json.loads(dumps({"nan": float("nan"), "inf": float("inf")})) == {"nan": None, "inf": None}
-    # What orjson refuses falls back to the standard encoder: nothing is lost, nothing is a 500.
-    assert json.loads(dumps({"lone": "\ud800x", "big": 2**70})) == {"lone": "\ud800x", "big": 2**70}
+    assert json.loads(encode(body)) == {"n": 2**64 - 1, "neg": -(2**63), "f": 0.5, "text": "naïve ✓", "3": "int key",
+                                        "path": "a/b"}  # fmt: skip
+    assert json.loads(encode({"nan": float("nan"), "inf": float("inf")})) == {"nan": None, "inf": None}
+    # A string with no UTF-8 form falls back to the standard encoder's escapes: nothing is lost, nothing is a 500.
+    assert json.loads(encode({"lone": "\ud800x", "big": 2**70})) == {"lone": "\ud800x", "big": 2**70}
     response = json_response({"a": [1]}, status=201, headers={"X-Test": "1"})
     assert (response.status, response.content_type, response.headers["X-Test"]) == (201, "application/json", "1")
     assert response.body == b'{"a":[1]}'

@@ -217,8 +217,9 @@ def test_cli_author(cli_db_url: str, models: Path, capsys: pytest.CaptureFixture
     assert [i["repo"] for i in json.loads(capsys.readouterr().out)["items"]] == ["local/models"]
     assert main(["search", "--author", "bartowski", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["items"] == []
-    assert main(["search", "--author", "a/b"]) == 2
-    assert "author" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:  # refused as the option is read, as the API's parameter
+        main(["search", "--author", "a/b"])
+    assert stop.value.code == 2 and "author must be a user or organisation name" in capsys.readouterr().err
 
 
 async def test_api_repo(api: ApiClient) -> None:

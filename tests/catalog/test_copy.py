@@ -79,7 +79,7 @@ async def test_a_catalog_is_copied_row_for_row_and_works_there(
                 first = (page, repo is None, [i.id for i in found.items])
             else:
                 assert (page, repo is None, [i.id for i in found.items]) == first
-        assert len(first[2]) >= 4 and first[0] is not None and first[0]["latest_verification"]["status"] == "passed"
+        assert len(first[2]) >= 4 and first[0] is not None and first[0].latest_verification.status == "passed"
 
         # new rows get new ids in the copy (PostgreSQL's sequences were moved past the copied ones)
         async with target.sessions() as session, session.begin():

@@ -175,7 +175,7 @@ async def test_a_sigkilled_worker_loses_nothing(
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert listed.returncode == 0, listed.stderr
-    done = [json.loads(line) for line in listed.stdout.splitlines()]
+    done = json.loads(listed.stdout)["items"]  # the API's JobPage
     indexed = {j["args"]["repo_id"] for j in done if j["kind"] == "index_repo"}
     assert indexed == {row[0] for row in reference}  # every repo, through `registry jobs`
 

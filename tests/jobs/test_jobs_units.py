@@ -112,7 +112,7 @@ async def test_jobs_command_and_routes_list_the_embedded_jobs(
     monkeypatch.setenv("REGISTRY_GENERAL_DATA_DIR", str(tmp_path))
     code = await asyncio.to_thread(run_cli)  # its own event loop, as from a terminal
     assert code == 0
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    lines = json.loads(capsys.readouterr().out)["items"]  # the API's JobPage
     assert [(j["id"], j["kind"], j["status"]) for j in lines] == [(job_id, "verify", "failed")]
 
     app = create_app(queue.settings, queue.db.sessions)  # default reader: the catalog's jobs table

@@ -113,8 +113,9 @@ async def test_serve_indexes_its_local_folders_when_asked(tmp_path: Path, proces
         assert status == 400, (body, reply)
         assert reply["error"]["details"]["field"] == field, reply
     doc = (await _call("GET", f"{base}/openapi.json"))[1]
-    request = doc["components"]["schemas"]["CrawlRequest"]
-    assert [s["properties"]["source"].get("enum", s["properties"]["source"].get("const")) for s in request["oneOf"]] \
+    request = doc["paths"]["/v1/crawls"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    shapes = [doc["components"]["schemas"][s["$ref"].rsplit("/", 1)[1]] for s in request["oneOf"]]
+    assert [s["properties"]["source"].get("enum", s["properties"]["source"].get("const")) for s in shapes] \
         == [["hub"], "local"]  # fmt: skip
 
 

@@ -170,7 +170,7 @@ async def test_crawl_cancel_stops_a_crawl_another_process_runs(tmp_path: Path) -
         assert code == 1, err
         doc = json.loads(out)
         c = doc["counters"]
-        assert (doc["crawl_id"], doc["status"], c["listed"]) == (1, "cancelled", 10)
+        assert (doc["id"], doc["status"], c["listed"], doc["url"]) == (1, "cancelled", 10, "/v1/crawls/1")
         assert c["indexed"] >= 1 and c["cancelled"] >= 1 and c["indexed"] + c["cancelled"] == 10
 
         code, out, err = await _registry(tmp_path, hub, "crawl", "--cancel", "2")

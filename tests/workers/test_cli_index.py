@@ -26,11 +26,11 @@ def test_names_with_control_characters_and_undecodable_bytes(
     assert main(["index", str(folder), str(tmp_path / "gone\x1b]52;c;x\x07")]) == 1
     out, err = capsys.readouterr()
     assert out.splitlines() == [
-        "error    local/models  bad\\x0d.gguf  (truncated: the file ends at 0 bytes, inside magic "
+        "error     local/models  bad\\x0d.gguf  (truncated: the file ends at 0 bytes, inside magic "
         "(field 'magic', offset 0))",
-        "indexed  local/models  caf\\udce9.gguf",
-        "indexed  local/models  fake\\x0aindexed  x\\x1b[2J.gguf",
-        "indexed  local/models  ok.gguf",
+        "indexed   local/models  caf\\udce9.gguf",
+        "indexed   local/models  fake\\x0aindexed  x\\x1b[2J.gguf",
+        "indexed   local/models  ok.gguf",
     ]
     assert "\x1b" not in err and "gone\\x1b]52;c;x\\x07: no such file or folder" in err
 

@@ -14,7 +14,6 @@ from typing import Any
 from aiohttp import web
 from sqlalchemy import select
 
-from registry.api import present
 from registry.api.auth import WEBHOOK_PATH
 from registry.api.bodies import crawl_spec, hub_event, read_json_object
 from registry.api.cursors import decode_id_cursor, encode_id_cursor
@@ -28,13 +27,17 @@ from registry.api.keys import (
     SETTINGS_KEY,
 )
 from registry.api.launchers import CrawlLauncher, CrawlSpec
-from registry.api.paging import page_response, paging_params
-from registry.api.params import Param, choice_param, parse_query, path_int
-from registry.api.responses import json_response
+from registry.api.paging import page_response
+from registry.api.params import parse_query, path_int
+from registry.api.replies import json_response
 from registry.api.sessions import read_session
 from registry.catalog import crawls
-from registry.catalog.models import CRAWL_STATUSES, Crawl
+from registry.catalog.models import Crawl
 from registry.catalog.types import utcnow
+from registry.responses import Crawl as CrawlBody
+from registry.responses import CrawlPage, WebhookIgnored
+from registry.responses.operations import WebhookEvent
+from registry.responses.params import crawl_list_params
 
 log = logging.getLogger("registry.api")
 routes = web.RouteTableDef()
@@ -46,10 +49,6 @@ HUB_SOURCE = "hub"  # the configured hub: the source whose repos webhooks speak 
 class WebhookUnauthorized(ApiError):
     status = 401
     code = "unauthorized"
-
-
-def list_params(max_limit: int) -> tuple[Param, ...]:
-    return (choice_param("status", "Only crawls in this status.", CRAWL_STATUSES), *paging_params(max_limit))
 
 
 def _launcher(request: web.Request) -> CrawlLauncher:
@@ -88,7 +87,8 @@ async def hub_webhook(request: web.Request) -> web.Response:
     metrics = request.app[METRICS_KEY]
     if event.ignored is not None:
         metrics.webhooks.inc("ignored")
-        return json_response({"ignored": event.ignored, "event": {"action": event.action, "scope": event.scope}})
+        return json_response(WebhookIgnored(ignored=event.ignored, event=WebhookEvent(action=event.action,
+                                                                                      scope=event.scope)))
     launcher = _launcher(request)
     if HUB_SOURCE not in launcher.sources():
         raise ServiceUnavailable(
@@ -119,8 +119,8 @@ async def _launch(
             "the crawl worker did not accept the crawl", details={"component": "crawler", "crawl_id": row.id}
         ) from None
     request.app[METRICS_KEY].crawls_started.inc(row.kind)
-    body = present.crawl(row)
-    return json_response(body, status=202, headers={"Location": body["url"]})
+    body = CrawlBody.from_row(row)
+    return json_response(body, status=202, headers={"Location": body.url})
 
 
 async def _mark_failed(request: web.Request, crawl_id: int, reason: str) -> None:
@@ -134,7 +134,7 @@ async def _mark_failed(request: web.Request, crawl_id: int, reason: str) -> None
 
 @routes.get("/v1/crawls", name="list_crawls")
 async def list_crawls(request: web.Request) -> web.Response:
-    args = parse_query(request, list_params(request.app[SETTINGS_KEY].api.max_limit))
+    args = parse_query(request, crawl_list_params(request.app[SETTINGS_KEY].api.max_limit))
     limit: int = args["limit"]
     query = select(Crawl).order_by(Crawl.id.desc()).limit(limit + 1)
     if args["status"] is not None:
@@ -145,8 +145,8 @@ async def list_crawls(request: web.Request) -> web.Response:
         rows = list((await session.scalars(query)).all())
     more = len(rows) > limit
     rows = rows[:limit]
-    items: list[dict[str, Any]] = [present.crawl(r) for r in rows]
-    return page_response(request, items, encode_id_cursor(rows[-1].id) if more else None, limit)
+    next_cursor = encode_id_cursor(rows[-1].id) if more else None
+    return page_response(request, CrawlPage(items=[CrawlBody.from_row(r) for r in rows], next=next_cursor, limit=limit))
 
 
 @routes.post("/v1/crawls/{id}/cancel", name="cancel_crawl")
@@ -163,7 +163,7 @@ async def cancel_crawl(request: web.Request) -> web.Response:
     if row.status != "cancelled":
         raise Conflict(f"crawl {crawl_id} has already ended: {row.status}",
                        details={"crawl_id": crawl_id, "status": row.status})  # fmt: skip
-    return json_response(present.crawl(row))
+    return json_response(CrawlBody.from_row(row))
 
 
 @routes.get("/v1/crawls/{id}", name="get_crawl")
@@ -174,4 +174,4 @@ async def get_crawl(request: web.Request) -> web.Response:
         row = await session.get(Crawl, crawl_id)
     if row is None:
         raise NotFound(f"no crawl with id {crawl_id}", details={"crawl_id": crawl_id})
-    return json_response(present.crawl(row))
+    return json_response(CrawlBody.from_row(row))

@@ -15,8 +15,9 @@ from registry.api import present, reads
 from registry.api.errors import InvalidParameter, NotFound
 from registry.api.keys import SETTINGS_KEY
 from registry.api.params import parse_query
-from registry.api.responses import json_response
+from registry.api.replies import json_response
 from registry.api.sessions import read_session
+from registry.responses import FileMatches
 
 routes = web.RouteTableDef()
 
@@ -36,4 +37,4 @@ async def get_files(request: web.Request) -> web.Response:
     if not rows:
         raise NotFound(f"no file with sha256 {sha} in the catalog", details={"sha256": sha})
     endpoint = request.app[SETTINGS_KEY].hub.endpoint
-    return json_response({"sha256": sha, "count": count, "files": [present.file_match(r, endpoint) for r in rows]})
+    return json_response(FileMatches(sha256=sha, count=count, files=[present.file_match(r, endpoint) for r in rows]))

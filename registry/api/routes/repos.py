@@ -6,29 +6,19 @@ from typing import Any
 
 from aiohttp import web
 from sqlalchemy import Row
+from registry.catalog.readpath import CatalogSession
 
-from registry.api import pages, present, reads
+from registry.api import pages, reads
 from registry.api.errors import InvalidParameter, Moved, NotFound
 from registry.api.keys import SETTINGS_KEY
-from registry.api.params import Param, choice_param, int_param, parse_query
-from registry.api.responses import json_response
+from registry.api.params import parse_query
+from registry.api.replies import json_response
 from registry.api.sessions import read_session
 from registry.catalog import lineage
 from registry.catalog.models import REPO_ID_LENGTH
-from registry.catalog.readpath import CatalogSession
+from registry.responses.params import LINEAGE_PARAMS
 
 routes = web.RouteTableDef()
-
-DIRECTIONS = ("ancestors", "descendants", "both")
-DEFAULT_DEPTH = 3
-
-LINEAGE_PARAMS: tuple[Param, ...] = (
-    choice_param("direction", "Which side of the tree to walk.", DIRECTIONS, default="both"),
-    int_param(
-        "depth", f"How many edges to follow, 1 to {lineage.MAX_DEPTH}.",
-        minimum=1, maximum=lineage.MAX_DEPTH, default=DEFAULT_DEPTH,
-    ),
-)  # fmt: skip
 
 
 def repo_id_from_path(request: web.Request) -> str:
@@ -76,17 +66,10 @@ async def get_lineage(request: web.Request) -> web.Response:
     async with read_session(request) as session:
         repo = await reads.get_repo(session, repo_id)
         await _moved(request, session, repo_id, repo)
-        in_catalog = repo is not None
         if repo is not None:
             repo_id = repo.repo_id  # any case finds it (as on the hub); the catalog's spelling
         elif not await reads.is_lineage_node(session, repo_id):
             raise NotFound(f"no repo {repo_id} in the catalog or its lineage", details={"repo": repo_id})
-        body: dict[str, object] = {"repo": repo_id, "direction": direction, "depth": depth}
-        truncated = False
-        for side, walk in (("ancestors", lineage.ancestors), ("descendants", lineage.descendants)):
-            if direction in (side, "both"):
-                found = await walk(session, repo_id, depth)
-                body[side] = [present.edge(e) for e in found.edges]
-                truncated = truncated or found.truncated
-    body.update(in_catalog=in_catalog, truncated=truncated, max_edges=lineage.MAX_EDGES)
+        body = await pages.tree_page(session, repo_id, repo, direction, depth)
     return json_response(body)
+

@@ -12,9 +12,11 @@ from registry.api.errors import ServiceUnavailable
 from registry.api.keys import METRICS_KEY, OPENAPI_KEY, REQUEST_ID_KEY, SESSIONMAKER_KEY
 from registry.api.metrics import CONTENT_TYPE
 from registry.api.params import parse_query
-from registry.api.responses import json_response
+from registry.api.replies import json_response
 from registry.api.sessions import read_session
 from registry.catalog.stats import CatalogStats, catalog_stats
+from registry.responses import Health, Ready
+from registry.responses.operations import ReadyChecks
 
 log = logging.getLogger("registry.api")
 routes = web.RouteTableDef()
@@ -26,7 +28,7 @@ STATS_TIMEOUT_S = 2.0  # the catalog's counts in /metrics; a scrape must not han
 @routes.get("/healthz", name="healthz")
 async def healthz(request: web.Request) -> web.Response:
     parse_query(request, ())
-    return json_response({"status": "ok"})
+    return json_response(Health(status="ok"))
 
 
 @routes.get("/readyz", name="readyz")
@@ -39,7 +41,7 @@ async def readyz(request: web.Request) -> web.Response:
         # The reason goes to the log, not the client: it may name hosts or credentials.
         log.warning("readiness check failed: %r", exc, extra={"request_id": request.get(REQUEST_ID_KEY)})
         raise ServiceUnavailable("the database is not reachable", details={"component": "database", "check": "database"}) from None
-    return json_response({"status": "ready", "checks": {"database": "ok"}})
+    return json_response(Ready(status="ready", checks=ReadyChecks(database="ok")))
 
 
 @routes.get("/metrics", name="metrics")

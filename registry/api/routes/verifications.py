@@ -11,15 +11,15 @@ from __future__ import annotations
 from aiohttp import web
 from sqlalchemy import select
 
-from registry.api import present
 from registry.api.bodies import read_json_object, verification_artifact_id
 from registry.api.errors import NotFound, ServiceUnavailable
 from registry.api.keys import SESSIONMAKER_KEY, VERIFIER_KEY
 from registry.api.launchers import Verifier
 from registry.api.params import parse_query, path_int
-from registry.api.responses import json_response
+from registry.api.replies import json_response
 from registry.api.sessions import read_session
 from registry.catalog.models import Artifact, Verification
+from registry.responses import Verification as VerificationBody
 
 routes = web.RouteTableDef()
 
@@ -51,8 +51,8 @@ async def start_verification(request: web.Request) -> web.Response:
             "the verification worker did not record the verification",
             details={"component": "verifier", "verification_id": verification_id},
         )
-    body = present.verification(row)
-    return json_response(body, status=202, headers={"Location": body["url"]})
+    body = VerificationBody.from_row(row)
+    return json_response(body, status=202, headers={"Location": body.url})
 
 
 @routes.get("/v1/verifications/{id}", name="get_verification")
@@ -64,4 +64,4 @@ async def get_verification(request: web.Request) -> web.Response:
         row = await session.get(Verification, verification_id)
     if row is None:
         raise NotFound(f"no verification with id {verification_id}", details={"verification_id": verification_id})
-    return json_response(present.verification(row))
+    return json_response(VerificationBody.from_row(row))
