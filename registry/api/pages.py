@@ -12,11 +12,11 @@ from typing import Any
 from urllib.parse import urlencode
 
 from sqlalchemy import Row
-from registry.catalog.readpath import CatalogSession
 
 from registry.api import present, reads
 from registry.catalog import facets, lineage
 from registry.catalog.folding import ascii_lower, folded
+from registry.catalog.readpath import CatalogSession
 from registry.catalog.search import SearchQuery, search
 from registry.responses import (
     Artifact,

@@ -7,17 +7,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sqlalchemy import select, text
+from sqlalchemy import select
 
 from registry.api import reads
-from registry.catalog import migrate
 from registry.catalog.db import Database
-from registry.catalog.models import Artifact, Shard
+from registry.catalog.models import Shard
 from registry.catalog.services import mark_repo_deleted, upsert_repo_snapshot
 from registry.catalog.snapshot import ArtifactRecord, ShardRecord
 from tests.api.conftest import MakeApi
 from tests.catalog.conftest import empty_db_url, empty_tables, temp_databases
-from tests.catalog.factories import artifact, make_facts, make_snapshot
+from tests.catalog.factories import make_facts, make_snapshot
 from tests.fakehub import FakeHub
 from tests.fakehub.corpus import Corpus, LocalBlob, RepoFile
 from tests.fakehub.corpus import Repo as HubRepo
@@ -86,29 +85,6 @@ async def test_files_by_sha256(db: Database, make_api: MakeApi) -> None:
         rows, count = await reads.files_with_sha256(session, X, limit=2)
         assert count == 4 and [r.repo_id for r in rows] == ["mirror/b-GGUF", "org/a-GGUF"]
         assert set((await session.scalars(select(Shard.sha256))).all()) == {X, Y}
-
-
-BEFORE_SHA256_INDEX = "9e4a2c6b8d15"
-
-
-async def test_the_index_migration_lower_cases_the_oids_written_before(empty_db_url: str) -> None:
-    db = Database.from_url(empty_db_url)
-    try:
-        await migrate.upgrade(db.engine)
-        async with db.sessions() as session, session.begin():
-            await upsert_repo_snapshot(session, make_snapshot(artifacts=(artifact("m.gguf"),)))
-        await migrate.downgrade(db.engine, BEFORE_SHA256_INDEX)
-        async with db.engine.begin() as conn:
-            await conn.execute(text("UPDATE shards SET sha256 = :upper"), {"upper": X.upper()})
-        await migrate.upgrade(db.engine)
-        await migrate.check(db.engine)
-        async with db.sessions() as session:
-            assert (await session.scalars(select(Shard.sha256))).all() == [X]
-            rows, count = await reads.files_with_sha256(session, X)
-            assert count == 1 and rows[0].artifact_id == await session.scalar(select(Artifact.id))
-    finally:
-        await empty_tables(db)
-        await db.dispose()
 
 
 async def test_identify_names_the_repos_that_hold_a_local_file(tmp_path: Path, smollm2_path: Path) -> None:

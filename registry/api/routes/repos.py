@@ -6,7 +6,6 @@ from typing import Any
 
 from aiohttp import web
 from sqlalchemy import Row
-from registry.catalog.readpath import CatalogSession
 
 from registry.api import pages, reads
 from registry.api.errors import InvalidParameter, Moved, NotFound
@@ -16,6 +15,7 @@ from registry.api.replies import json_response
 from registry.api.sessions import read_session
 from registry.catalog import lineage
 from registry.catalog.models import REPO_ID_LENGTH
+from registry.catalog.readpath import CatalogSession
 from registry.responses.params import LINEAGE_PARAMS
 
 routes = web.RouteTableDef()
