@@ -61,7 +61,7 @@ LIBRARIES = (
     "sqlalchemy", "sqlalchemy.ext.asyncio", "sqlalchemy.orm", "sqlalchemy.pool", "sqlalchemy.engine.default",
     "sqlalchemy.sql.compiler", "sqlalchemy.dialects.sqlite.aiosqlite", "sqlalchemy.dialects.postgresql.asyncpg",
     "aiosqlite", "asyncpg", "aiohttp", "alembic", "procrastinate", "psycopg", "huggingface_hub", "jinja2", "numpy",
-    "orjson", "aiofiles", "sqlite3", "argparse", "asyncio",
+    "msgspec", "aiofiles", "sqlite3", "argparse", "asyncio",
 )  # fmt: skip
 # (file, name): why this one place may. Every other access found is a defect to fix.
 ALLOWED: dict[tuple[str, str], str] = {
