@@ -3,7 +3,7 @@ another (tests pass small ones, so that every way in is taken on a catalog of a 
 
 Each steers SQLite's plans only (PostgreSQL plans with its statistics); a stale or odd value
 costs speed, never a wrong result. Measured on bench.search's catalog of 100,000 artifacts
-(the figures: docs/performance-catalog.md).
+(the figures: docs/performance.md).
 """
 
 from __future__ import annotations
