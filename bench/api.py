@@ -43,6 +43,7 @@ import os
 import random
 import signal
 import socket
+import sqlite3
 import statistics
 import sys
 import time
@@ -53,10 +54,11 @@ from typing import Any
 from urllib.parse import urlencode
 
 import aiohttp
-from sqlalchemy import func, select
+import asyncpg
+from sqlalchemy import func, make_url, select
 
 from bench import search as bench_search
-from registry.catalog import lineage
+from registry.catalog import lineage, migrate
 from registry.catalog.db import Database
 from registry.catalog.models import Artifact, LineageEdge, Repo
 
@@ -405,6 +407,46 @@ async def _drive(
     return Round(times if record else {}, len(labels) / elapsed, errors if record else 0, cpu_ms)
 
 
+async def _tree_head(tree: Path) -> str:
+    """The schema revision another checkout's migrations end at."""
+    code = "from alembic.script import ScriptDirectory; print(ScriptDirectory('migrations').get_current_head())"
+    proc = await asyncio.create_subprocess_exec(
+        str(tree / ".venv" / "bin" / "python"), "-c", code, cwd=str(tree), stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await proc.communicate()
+    return out.decode().strip()
+
+
+async def _catalog_for(url: str, tree: Path | None) -> str:
+    """The catalog a tree serves: the bench's own, or for a tree from before the baseline
+    migration (whose last revision is the baseline's `LEGACY_HEAD`, the same schema) a copy
+    stamped with that tree's revision, which it would otherwise refuse as unknown."""
+    if tree is None or (head := await _tree_head(tree)) != migrate.LEGACY_HEAD:
+        return url
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        source = Path(parsed.database or "")
+        copy = source.with_name(f"{source.stem}-{head}.db")
+        if not copy.exists():
+            with sqlite3.connect(source) as src, sqlite3.connect(copy) as dst:
+                src.backup(dst)
+                dst.execute("UPDATE alembic_version SET version_num = ?", (head,))
+        return str(parsed.set(database=str(copy)))
+    name = f"{parsed.database}_{head}"
+    admin = await asyncpg.connect(parsed.set(drivername="postgresql", database="postgres").render_as_string(False))
+    try:
+        if not await admin.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
+            await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{parsed.database}"')
+            target = await asyncpg.connect(parsed.set(drivername="postgresql", database=name).render_as_string(False))
+            try:
+                await target.execute("UPDATE alembic_version SET version_num = $1", head)
+            finally:
+                await target.close()
+    finally:
+        await admin.close()
+    return str(parsed.set(database=name).render_as_string(False))
+
+
 async def measure(
     db: Database, url: str, args: argparse.Namespace
 ) -> tuple[dict[str, list[Round]], list[list[tuple[str, Round]]]]:
@@ -417,7 +459,7 @@ async def measure(
     trees: list[tuple[str, Path | None]] = [("this", None)]
     if args.baseline is not None:
         trees.append(("baseline", Path(args.baseline).resolve()))
-    servers = [await _serve(name, url, args.workers, tree) for name, tree in trees]
+    servers = [await _serve(name, await _catalog_for(url, tree), args.workers, tree) for name, tree in trees]
     per_server: dict[str, list[Round]] = {s.name: [] for s in servers}
     rounds: list[list[tuple[str, Round]]] = []
     try:
