@@ -459,7 +459,11 @@ async def measure(
     trees: list[tuple[str, Path | None]] = [("this", None)]
     if args.baseline is not None:
         trees.append(("baseline", Path(args.baseline).resolve()))
-    servers = [await _serve(name, await _catalog_for(url, tree), args.workers, tree) for name, tree in trees]
+    # Everything read from the catalog here is read: let it go, so that PostgreSQL can copy
+    # the database for an older baseline (a template must have no other sessions).
+    await db.dispose()
+    urls = [await _catalog_for(url, tree) for _, tree in trees]  # before any server connects
+    servers = [await _serve(name, u, args.workers, tree) for (name, tree), u in zip(trees, urls, strict=True)]
     per_server: dict[str, list[Round]] = {s.name: [] for s in servers}
     rounds: list[list[tuple[str, Round]]] = []
     try:
