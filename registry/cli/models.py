@@ -230,6 +230,7 @@ def _cmd_download(args: argparse.Namespace, settings: Settings) -> int:
     from registry.catalog.db import Database
     from registry.catalog.errors import InvalidQuery
     from registry.hub.errors import HubError
+    from registry.responses.params import BadValue
     from workers.download import DownloadedFile, DownloadError, NothingFits, download_shards, largest_fitting
     from workers.verify import ShardSource, TargetError, artifact_shards, hub_artifact
 
@@ -291,7 +292,7 @@ def _cmd_download(args: argparse.Namespace, settings: Settings) -> int:
         else:
             print(f"registry: download: {target}: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    except (TargetError, DownloadError, HubError, InvalidQuery, OSError) as exc:
+    except (TargetError, DownloadError, HubError, InvalidQuery, BadValue, OSError) as exc:
         print(f"registry: download: {target}: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except Exception as exc:  # e.g. a repo id the hub client rejects: still one line, no traceback
