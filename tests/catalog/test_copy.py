@@ -148,18 +148,15 @@ async def test_a_row_the_target_refuses_leaves_it_empty(temp_databases: TempData
         assert all(rows == [] for rows in (await _rows(target)).values())
 
 
-async def test_every_batch_is_copied(temp_databases: TempDatabases, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_every_batch_is_copied(temp_databases: TempDatabases) -> None:
     """Batches of 2 rows: tables of several batches, composite keys (quant_mix) included."""
-    from registry.catalog import copy
-
-    monkeypatch.setattr(copy, "BATCH", 2)
     source, target = _new(temp_databases, "postgresql", True), _new(temp_databases, "sqlite", False)
     async with source, target:
         await _fill(source)
         async with source.sessions() as session, session.begin():
             facts = make_facts(quant_mix={t: make_facts().quant_mix["Q4_K"] for t in ("Q4_K", "Q6_K", "F32", "Q8_0", "F16")})
             await upsert_repo_snapshot(session, make_snapshot("mix/ed-GGUF", artifacts=(artifact("m.gguf", facts),)))
-        await copy_catalog(source, target)
+        await copy_catalog(source, target, batch=2)
         assert await _rows(target) == await _rows(source)
 
 
