@@ -218,15 +218,25 @@ class Downloader(SessionOwner):
         reader = asyncio.create_task(_read_ahead(resp.content, received))
         try:
             async with aiofiles.open(dest, mode) as f:
-                while not isinstance(chunk := await received.get(), Exception):
-                    if not chunk:
-                        return
-                    await f.write(chunk)
-                    progress.bytes += len(chunk)
-                    held += len(chunk)
-                    if progress.on_bytes is not None:
-                        progress.on_bytes(held, progress.total)
-                raise chunk
+                end: bytes | Exception | None = None
+                while end is None:
+                    batch, item = [], await received.get()
+                    while isinstance(item, bytes) and item:
+                        batch.append(item)
+                        if received.empty():
+                            break
+                        item = received.get_nowait()
+                    else:
+                        end = item  # b"" at the body's end, or the error that ended it
+                    if batch:  # all that arrived meanwhile, in one write
+                        await f.writelines(batch)
+                        size = sum(map(len, batch))
+                        progress.bytes += size
+                        held += size
+                        if progress.on_bytes is not None:
+                            progress.on_bytes(held, progress.total)
+                if isinstance(end, Exception):
+                    raise end
         finally:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
