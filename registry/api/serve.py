@@ -52,6 +52,7 @@ PARENT_POLL_S = 1.0
 # Each connection's handler options: access_log None, as the observe middleware writes the
 # structured access log.
 HANDLER_OPTIONS: dict[str, Any] = {"access_log": None}
+LISTEN_BACKLOG = 128  # connections the kernel queues before accept, aiohttp's sites' default
 PROTOCOL_ERROR_TEXT = 200  # characters of the parser's message kept (it quotes the request)
 
 
@@ -178,7 +179,7 @@ async def _listen(runner: web.AppRunner, host: str, port: int, *, reuse_port: bo
     def handler() -> RequestHandler:
         return _JsonErrorHandler(server, loop=loop, **HANDLER_OPTIONS)
 
-    return await loop.create_server(handler, host, port, reuse_port=reuse_port or None)
+    return await loop.create_server(handler, host, port, backlog=LISTEN_BACKLOG, reuse_port=reuse_port or None)
 
 
 def _start_replica(
