@@ -51,6 +51,7 @@ from registry.hub.errors import HubConnectionError, HubError, HubTimeout, Invali
 from registry.hub.http import HttpOptions, SessionOwner, origin, retry_hint
 
 _CHUNK = 1 << 20
+_READ_AHEAD = 16  # chunks read and not yet written: at most this many times _CHUNK in memory
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 _UNSATISFIED = re.compile(r"^bytes \*/(\d+)$")
@@ -207,22 +208,38 @@ class Downloader(SessionOwner):
     async def _write(
         self, resp: aiohttp.ClientResponse, dest: Path, mode: str, held: int, progress: _Progress
     ) -> None:
-        async with aiofiles.open(dest, mode) as f:
-            try:
-                while chunk := await resp.content.read(_CHUNK):
-                    await f.write(chunk)
-                    progress.bytes += len(chunk)
-                    held += len(chunk)
-                    if progress.on_bytes is not None:
-                        progress.on_bytes(held, progress.total)
-            except (TimeoutError, aiohttp.ClientError):
-                # aiohttp raises as soon as the connection is lost, before the body bytes it
-                # has received are read: write them too, or a link that drops every connection
-                # after a few hundred KiB (which then all arrive at once) never keeps a byte.
-                if rest := _unread(resp.content):
-                    await f.write(rest)
-                    progress.bytes += len(rest)
-                raise
+        """Append the body to `dest` as it arrives, until it ends or the connection fails.
+
+        One task reads and this one writes: aiohttp refuses every read once the connection
+        is lost, even of body bytes it has already received, so reading must not wait on the
+        disk, or a link that drops each connection after a burst never keeps a byte of it.
+        """
+        received: asyncio.Queue[bytes | Exception] = asyncio.Queue(_READ_AHEAD)
+        reader = asyncio.create_task(_read_ahead(resp.content, received))
+        try:
+            async with aiofiles.open(dest, mode) as f:
+                end: bytes | Exception | None = None
+                while end is None:
+                    batch, item = [], await received.get()
+                    while isinstance(item, bytes) and item:
+                        batch.append(item)
+                        if received.empty():
+                            break
+                        item = received.get_nowait()
+                    else:
+                        end = item  # b"" at the body's end, or the error that ended it
+                    if batch:  # all that arrived meanwhile, in one write
+                        await f.writelines(batch)
+                        size = sum(map(len, batch))
+                        progress.bytes += size
+                        held += size
+                        if progress.on_bytes is not None:
+                            progress.on_bytes(held, progress.total)
+                if isinstance(end, Exception):
+                    raise end
+        finally:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
 
     async def _open(self, url: str, headers: dict[str, str]) -> aiohttp.ClientResponse:
         for _ in range(self.options.max_redirects + 1):
@@ -249,19 +266,16 @@ class Downloader(SessionOwner):
         raise InvalidResponse("too many redirects", url=url)
 
 
-def _unread(stream: aiohttp.StreamReader) -> bytes:
-    """The body bytes a stream has received and not given out, after it failed.
-
-    Every public read raises the stream's exception first, so this takes the buffer as
-    aiohttp keeps it; if a later aiohttp keeps it otherwise, nothing is kept (as before).
-    """
-    read_now = getattr(stream, "_read_nowait", None)
-    if read_now is None:
-        return b""
+async def _read_ahead(stream: aiohttp.StreamReader, out: asyncio.Queue[bytes | Exception]) -> None:
+    """Put the body's chunks on `out` as they arrive, then b"" at its end or the error that
+    ended it."""
     try:
-        return bytes(read_now(-1))
-    except Exception:
-        return b""
+        while chunk := await stream.read(_CHUNK):
+            await out.put(chunk)
+    except Exception as exc:
+        await out.put(exc)
+        return
+    await out.put(b"")
 
 
 @dataclass

@@ -17,11 +17,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from registry.api.present import search_hits
 from registry.catalog.db import Database
-from registry.catalog.search import SearchItem, SearchQuery, search
+from registry.catalog.search import SearchQuery, search
 from registry.config import Settings
 from registry.hub.errors import HubError
 from registry.hub.http import HttpOptions
+from registry.responses import ArtifactSummary
+from registry.responses.params import filter_param
 from workers.cache import Downloader, SizeMismatch, sha256_file
 from workers.hashes import FileHashes
 from workers.verify import Progress, ShardSource
@@ -46,27 +49,29 @@ class NothingFits(DownloadError):
     """No model file of the repo fits in the memory asked for; `smallest`: the one that
     needs least (None when the catalog has no model file of the repo)."""
 
-    def __init__(self, repo_id: str, max_memory: int, smallest: SearchItem | None) -> None:
+    def __init__(self, repo_id: str, max_memory: int, smallest: ArtifactSummary | None) -> None:
         self.repo_id, self.max_memory, self.smallest = repo_id, max_memory, smallest
         if smallest is None:
             text = f"the catalog has no model file of {repo_id}: crawl it first (registry crawl {repo_id})"
         else:
             m = smallest.memory
-            needs = f"needs {m['bytes']:,} bytes at {m['tokens']:,} tokens" if m else "has no memory estimate"
+            needs = f"needs {m.bytes:,} bytes at {m.tokens:,} tokens" if m else "has no memory estimate"
             text = f"no model file of {smallest.repo} fits in {max_memory:,} bytes; the smallest, {smallest.path} (id {smallest.id}), {needs}"
         super().__init__(text)
 
 
-async def largest_fitting(db: Database, repo_id: str, max_memory: int, context: int | None) -> SearchItem:
+async def largest_fitting(db: Database, repo_id: str, max_memory: int, context: int | None) -> ArtifactSummary:
     """The catalog's largest model file of `repo_id` (any ASCII case) that needs at most
     `max_memory` bytes to run at `context` tokens (`SearchQuery.max_memory`): the most bits
-    per weight the memory allows. NothingFits when none does."""
+    per weight the memory allows. NothingFits when none does, BadValue for what is not a
+    repo id."""
+    repo_id = filter_param("repo").read(repo_id)
     base = SearchQuery(repo=repo_id, kind="model", memory_context=context, limit=1)
     async with db.sessions() as session:
-        hits = (await search(session, replace(base, max_memory=max_memory, sort="file_size"))).items
+        hits = search_hits(await search(session, replace(base, max_memory=max_memory, sort="file_size")))
         if hits:
             return hits[0]
-        smallest = (await search(session, replace(base, sort="file_size:asc"))).items
+        smallest = search_hits(await search(session, replace(base, sort="file_size:asc")))
     raise NothingFits(repo_id, max_memory, smallest[0] if smallest else None)
 
 

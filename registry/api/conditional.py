@@ -5,9 +5,8 @@ Clients that poll (a crawl's counters, the jobs list, a search page a UI refresh
 caches in front of the API then revalidate instead of fetching again. The tag is a digest
 of the body bytes, so it changes exactly when the answer does, in every process and after a
 restart, with nothing kept between requests; it is strong, as the bytes are the same ones
-each time (a proxy that compresses them should make it weak, as nginx does). Tagging costs
-4 us for a 2 kB answer and 46 us for 57 kB (a 100-hit page), against about 1.4 ms of
-server CPU per request in bench.api.
+each time (a proxy that compresses them should make it weak, as nginx does). Hashing the
+body is a small share of a request's CPU (docs/performance.md).
 `Cache-Control: no-cache` asks every cache, the client's own included, to revalidate
 before it reuses an answer: the catalog changes at any crawl.
 """

@@ -19,7 +19,7 @@ import socket
 import sqlite3
 from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 from sqlalchemy import exc as sa_exc
@@ -114,6 +114,18 @@ class Conflict(ApiError):
 class ServiceUnavailable(ApiError):
     status = 503
     code = "unavailable"
+
+
+T = TypeVar("T")
+
+
+def required(request: web.Request, key: web.AppKey[T | None], message: str, component: str) -> T:
+    """The application's `key`, a part this server may run without (the crawl launcher, the
+    verifier): without it, a 503 naming the missing `component`."""
+    value = request.app[key]
+    if value is None:
+        raise ServiceUnavailable(message, details={"component": component})
+    return value
 
 
 # Codes for the statuses aiohttp raises itself (routing, body size, ...).

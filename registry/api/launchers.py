@@ -77,6 +77,16 @@ class Verifier(Protocol):
         ...
 
 
+async def queued_verification(sessions: async_sessionmaker[AsyncSession], artifact_id: int) -> int:
+    """The id of a new `queued` verification of `artifact_id`, committed before any job that
+    runs it is started or queued."""
+    async with sessions() as session:
+        row = Verification(artifact_id=artifact_id, status="queued")
+        session.add(row)
+        await session.commit()
+        return row.id
+
+
 class TaskVerifier:
     """Runs verifications as asyncio tasks of this process, at most `concurrency` at once.
 
@@ -99,11 +109,7 @@ class TaskVerifier:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def enqueue(self, artifact_id: int) -> int:
-        async with self._sessions() as session:
-            row = Verification(artifact_id=artifact_id, status="queued")
-            session.add(row)
-            await session.commit()
-            verification_id = row.id
+        verification_id = await queued_verification(self._sessions, artifact_id)
         self._start(verification_id)  # after the commit: the job must find its row
         return verification_id
 
@@ -332,10 +338,6 @@ class QueueVerifier:
         self.queue = queue
 
     async def enqueue(self, artifact_id: int) -> int:
-        async with self._sessions() as session:
-            row = Verification(artifact_id=artifact_id, status="queued")
-            session.add(row)
-            await session.commit()
-            verification_id = row.id
+        verification_id = await queued_verification(self._sessions, artifact_id)
         await self.queue.enqueue_verify(verification_id)
         return verification_id

@@ -49,6 +49,10 @@ SHUTDOWN_GRACE_S = 30.0
 PARENT_POLL_S = 1.0
 
 
+# Each connection's handler options: access_log None, as the observe middleware writes the
+# structured access log.
+HANDLER_OPTIONS: dict[str, Any] = {"access_log": None}
+LISTEN_BACKLOG = 128  # connections the kernel queues before accept, aiohttp's sites' default
 PROTOCOL_ERROR_TEXT = 200  # characters of the parser's message kept (it quotes the request)
 
 
@@ -65,11 +69,6 @@ class _JsonErrorHandler(RequestHandler):
         resp = error_response(status, status_code(status), text[:PROTOCOL_ERROR_TEXT])
         resp.force_close()  # the request's bytes are not understood: nothing after them is either
         return resp
-
-
-class _JsonErrorServer(web.Server):
-    def __call__(self) -> RequestHandler:
-        return _JsonErrorHandler(self, loop=self._loop, **self._kwargs)
 
 
 async def serve(
@@ -122,20 +121,18 @@ async def serve(
         counts = ConnectionShares.attach(Path(shares[0]), shares[1])
     if counts is not None:
         app[SHARES_KEY] = counts
-    # access_log=None: the observe middleware writes the structured access log.
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
+    runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_GRACE_S, **HANDLER_OPTIONS)
+    listener: asyncio.Server | None = None
     stop = stop or asyncio.Event()
     tasks: list[asyncio.Task[object]] = []
     replicas: list[subprocess.Popen[bytes]] = []
     host = host or settings.api.host
     try:
         await runner.setup()
-        if type(runner.server) is web.Server:  # aiohttp's own: its handlers answer in JSON too
-            runner.server.__class__ = _JsonErrorServer
         shared = workers > 1 or replica
-        site = web.TCPSite(runner, host, settings.api.port if port is None else port, reuse_port=shared or None)
-        await site.start()
-        bound = int(runner.addresses[0][1])
+        listener = await _listen(runner, host, settings.api.port if port is None else port, reuse_port=shared)
+        addresses = [sock.getsockname() for sock in listener.sockets]
+        bound = int(addresses[0][1])
         if counts is not None:
             server = runner.server
             counts.watch(lambda: len(server.connections) if server is not None else 0)
@@ -144,7 +141,7 @@ async def serve(
         # walking it again, which is what made the slowest requests slow.
         gc.collect()
         gc.freeze()
-        log.info("listening on %s", ", ".join(str(a) for a in runner.addresses))
+        log.info("listening on %s", ", ".join(str(a) for a in addresses))
         replicas = [
             _start_replica(host, bound, config, (str(counts.path), slot) if counts is not None else None)
             for slot in range(1, workers)
@@ -162,11 +159,27 @@ async def serve(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await runner.cleanup()  # stops listening, waits for handlers, runs on_cleanup
+        if listener is not None:
+            listener.close()  # no new connection; those open finish as the runner shuts down
+        await runner.cleanup()  # waits for handlers in flight, runs on_cleanup
         await db.dispose()
         await asyncio.gather(*(asyncio.to_thread(_reap, proc) for proc in replicas))
         if counts is not None:
             counts.close()  # the primary's removes the file, after its replicas are gone
+
+
+async def _listen(runner: web.AppRunner, host: str, port: int, *, reuse_port: bool) -> asyncio.Server:
+    """Accept connections for the runner's application, each handled by a `_JsonErrorHandler`
+    (a site would use aiohttp's plain-text one)."""
+    server = runner.server
+    if server is None:
+        raise RuntimeError("the runner is not set up")
+    loop = asyncio.get_running_loop()
+
+    def handler() -> RequestHandler:
+        return _JsonErrorHandler(server, loop=loop, **HANDLER_OPTIONS)
+
+    return await loop.create_server(handler, host, port, backlog=LISTEN_BACKLOG, reuse_port=reuse_port or None)
 
 
 def _start_replica(

@@ -49,10 +49,17 @@ def tables() -> list[Table]:
 
 
 async def copy_catalog(
-    source: Database, target: Database, *, on_table: Callable[[str, int], None] | None = None
+    source: Database,
+    target: Database,
+    *,
+    on_table: Callable[[str, int], None] | None = None,
+    batch: int = BATCH,
 ) -> CopyReport:
-    """Copy every catalog row of `source` into `target` (see the module doc); `on_table(name,
-    rows)` as each table is done. CopyRefused when it cannot be done without loss."""
+    """Copy every catalog row of `source` into `target` (see the module doc), `batch` rows at
+    a time; `on_table(name, rows)` as each table is done. CopyRefused when it cannot be done
+    without loss."""
+    if batch < 1:
+        raise ValueError("batch must be at least 1")
     head = migrate.head_revision()
     if (at := await migrate.current_revision(source.engine)) != head:
         raise CopyRefused(
@@ -76,7 +83,7 @@ async def copy_catalog(
                         "database", table=table.name, rows=held,
                     )  # fmt: skip
             for table in tables():
-                report.rows[table.name] = await _copy_table(src_conn, dst, table)
+                report.rows[table.name] = await _copy_table(src_conn, dst, table, batch)
                 if on_table is not None:
                     on_table(table.name, report.rows[table.name])
             if target.dialect == "postgresql":
@@ -88,7 +95,7 @@ async def copy_catalog(
     return report
 
 
-async def _copy_table(src: AsyncConnection, dst: AsyncConnection, table: Table) -> int:
+async def _copy_table(src: AsyncConnection, dst: AsyncConnection, table: Table, batch: int) -> int:
     key = list(table.primary_key.columns)
     position = tuple_(*key) if len(key) > 1 else key[0]
     last: tuple[Any, ...] | None = None
@@ -96,7 +103,7 @@ async def _copy_table(src: AsyncConnection, dst: AsyncConnection, table: Table) 
     # The columns the database computes (artifacts.memory_at_default) the target computes again.
     given = [c for c in table.c if c.computed is None]
     while True:
-        stmt = select(*given).order_by(*key).limit(BATCH)
+        stmt = select(*given).order_by(*key).limit(batch)
         if last is not None:
             stmt = stmt.where(position > (tuple_(*last) if len(key) > 1 else last[0]))
         rows = [dict(r._mapping) for r in (await src.execute(stmt)).all()]

@@ -116,7 +116,7 @@ def _in_keys(column: Any, dialect: str) -> Any:
     call is the same statement: on PostgreSQL an array, prepared once per connection (an
     expanding IN list is a new statement text for every number of keys, and asyncpg
     prepared each one anew); on SQLite a JSON array read by `json_each` (rendering an
-    expanding list of 1,000 keys took 0.4 ms a walk, and SQLite plans both alike)."""
+    expanding list costs more than reading the array, and SQLite plans both alike)."""
     if dialect == "postgresql":
         return column == any_(bindparam("keys", type_=postgresql.ARRAY(String)))
     keys = func.json_each(bindparam("keys", type_=String)).table_valued("value")
@@ -133,10 +133,9 @@ def _level_statement(down: bool, dialect: str) -> Select[str, str, str, str, str
     """The edges of one step of a walk: those leaving the frontier's repos (their keys,
     bound as `keys`), in the order a walk reports them, at most `n`.
 
-    bench.search's depth-5 walk of its popular family (30,000 repos; 1,000 of its 3,992
-    edges): 175 ms with an IN list on PostgreSQL, 6.2 with the array, where the recursive
-    CTE this replaced took 29 for all 3,992 (this walk, uncapped: 18.5). SQLite: 4.0 ms
-    capped, 19 uncapped, the CTE 28. The parents' spellings are looked up apart
+    A step a level, each capped, rather than one recursive CTE: a walk stops once it has
+    the edges it reports instead of reading the whole family (figures in
+    docs/performance.md). The parents' spellings are looked up apart
     (`_spellings_statement`)."""
     e = LineageEdge
     start_col = e.parent_key if down else e.child_key
@@ -154,12 +153,9 @@ def _spellings_statement(dialect: str) -> Select[str, str]:
     """(key, spelling) of the catalog's repos of the bound `keys`, the first indexed first.
 
     Once per walk, for the parents of all its edges (the steps follow keys only): as a
-    subquery of each step's statement it was one index search per edge, and took 3.6 of
-    the 5.7 ms of the 457-edge step of bench.search's depth-5 walk on PostgreSQL, and 2.2
-    of 5.3 on SQLite (over the 5 ms of `database.sqlite_inline_read_ms`, after which a read
-    on the event loop is stopped and run again on the connection's thread). Looked up once
-    a step instead, its four lookups were four more round trips; all 233 parents of that
-    walk at once take 1.6-1.8 ms on SQLite and 3.1-3.9 on PostgreSQL."""
+    subquery of each step's statement it was one index search per edge, most of a large
+    step's time, and looked up once a step it would be a round trip a step (figures in
+    docs/performance.md)."""
     return select(Repo.repo_key, Repo.repo_id).where(_in_keys(Repo.repo_key, dialect)).order_by(Repo.id)
 
 

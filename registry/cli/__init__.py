@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from registry.cli.catalog import add_db, add_index, add_search, add_tree
-from registry.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Handler
+from registry.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Handler, Subcommands
 from registry.cli.inspecting import add_inspect
 from registry.cli.models import add_download, add_identify, add_run, add_verify
 from registry.cli.services import add_crawl, add_jobs, add_serve, add_worker
@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
 
 
-_COMMANDS: list[Callable[[argparse._SubParsersAction], tuple[str, Handler]]] = [
+_COMMANDS: list[Callable[[Subcommands], tuple[str, Handler]]] = [
     add_inspect,
     add_index,
     add_search,

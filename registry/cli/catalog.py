@@ -13,6 +13,7 @@ from registry.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     Handler,
+    Subcommands,
     add_param,
     catalog_call,
     catalog_set_up,
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
 
 
-def add_db(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
+def add_db(sub: Subcommands) -> tuple[str, Handler]:
     p = sub.add_parser(
         "db",
         help="create, migrate or inspect the catalog database schema",
@@ -107,7 +108,7 @@ def _copy_db(settings: Settings, url: str) -> int:
     return catalog_call("db copy", work)
 
 
-def add_index(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
+def add_index(sub: Subcommands) -> tuple[str, Handler]:
     p = sub.add_parser(
         "index",
         help="add local GGUF files and folders to the catalog (no network)",
@@ -166,7 +167,7 @@ def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
     return catalog_call("index", work)
 
 
-def add_search(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
+def add_search(sub: Subcommands) -> tuple[str, Handler]:
     from registry.responses.params import FACETS_PARAM, search_params
 
     p = sub.add_parser(
@@ -314,7 +315,7 @@ def _search_table(items: Sequence[ArtifactSummary], templates: dict[int, str]) -
     )
 
 
-def add_tree(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
+def add_tree(sub: Subcommands) -> tuple[str, Handler]:
     from registry.responses.params import LINEAGE_PARAMS
 
     p = sub.add_parser(

@@ -6,7 +6,7 @@ import argparse
 import re
 import sys
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from registry.config import Settings
 from registry.responses.params import BadValue, Param, boolean, tokens
@@ -17,6 +17,13 @@ if TYPE_CHECKING:
 
 
 Handler = Callable[[argparse.Namespace, Settings], int]
+
+
+class Subcommands(Protocol):
+    """What a command's `add_<name>` uses of `ArgumentParser.add_subparsers()`'s result
+    (argparse's class for it is private)."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser: ...
 
 EXIT_OK = 0
 EXIT_ERROR = 1

@@ -8,14 +8,14 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
-from registry.cli.common import EXIT_ERROR, EXIT_OK, Handler, context_tokens, parser_limits
+from registry.cli.common import EXIT_ERROR, EXIT_OK, Handler, Subcommands, context_tokens, parser_limits
 from registry.config import Settings
 
 if TYPE_CHECKING:
     from registry.hub.http import RemoteHeader
 
 
-def add_inspect(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
+def add_inspect(sub: Subcommands) -> tuple[str, Handler]:
     p = sub.add_parser(
         "inspect",
         help="show the facts of a GGUF file, local or remote (all shards of a split model)",

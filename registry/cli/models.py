@@ -15,6 +15,7 @@ from registry.cli.common import (
     EXIT_USAGE,
     INT64_MAX,
     Handler,
+    Subcommands,
     add_param,
     byte_size,
     catalog_call,
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from workers.hashes import FileHashes
 
 
-def add_verify(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
+def add_verify(sub: Subcommands) -> tuple[str, Handler]:
     p = sub.add_parser(
         "verify",
         help="prove a GGUF model works: download, sha256, dequantize every tensor, smoke inference",
@@ -142,7 +143,7 @@ def _verify_text(target: str, r: Any) -> str:
     return "\n".join(lines)
 
 
-def add_download(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
+def add_download(sub: Subcommands) -> tuple[str, Handler]:
     p = sub.add_parser(
         "download",
         help="download a model's files from the hub, every shard, sha256-checked",
@@ -229,6 +230,7 @@ def _cmd_download(args: argparse.Namespace, settings: Settings) -> int:
     from registry.catalog.db import Database
     from registry.catalog.errors import InvalidQuery
     from registry.hub.errors import HubError
+    from registry.responses.params import BadValue
     from workers.download import DownloadedFile, DownloadError, NothingFits, download_shards, largest_fitting
     from workers.verify import ShardSource, TargetError, artifact_shards, hub_artifact
 
@@ -290,7 +292,7 @@ def _cmd_download(args: argparse.Namespace, settings: Settings) -> int:
         else:
             print(f"registry: download: {target}: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    except (TargetError, DownloadError, HubError, InvalidQuery, OSError) as exc:
+    except (TargetError, DownloadError, HubError, InvalidQuery, BadValue, OSError) as exc:
         print(f"registry: download: {target}: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except Exception as exc:  # e.g. a repo id the hub client rejects: still one line, no traceback
@@ -298,7 +300,7 @@ def _cmd_download(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_ERROR
 
 
-def add_identify(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
+def add_identify(sub: Subcommands) -> tuple[str, Handler]:
     p = sub.add_parser(
         "identify",
         help="which hub repos hold a local file: its sha256 looked up in the catalog",
@@ -410,7 +412,7 @@ async def _namesakes(session: Any, file_name: str) -> list[Namesake]:
     return [Namesake(repo=row.repo_id, path=row.path, id=row.id) for row in hits[:MAX_NAMESAKES]]
 
 
-def add_run(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
+def add_run(sub: Subcommands) -> tuple[str, Handler]:
     p = sub.add_parser("run", help="run a local GGUF model on the CPU: tokenize, perplexity, generate")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     for name, text in (

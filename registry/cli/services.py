@@ -12,6 +12,7 @@ from registry.cli.common import (
     EXIT_USAGE,
     INT64_MAX,
     Handler,
+    Subcommands,
     add_param,
     catalog_call,
     int_in,
@@ -20,7 +21,7 @@ from registry.cli.common import (
 from registry.config import Settings
 
 
-def add_crawl(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
+def add_crawl(sub: Subcommands) -> tuple[str, Handler]:
     p = sub.add_parser(
         "crawl",
         help="crawl a hub: index the headers of every changed GGUF repo",
@@ -170,7 +171,7 @@ def _crawl_summary(crawl: Any, endpoint: str) -> str:
     return "\n".join(lines)
 
 
-def add_serve(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
+def add_serve(sub: Subcommands) -> tuple[str, Handler]:
     p = sub.add_parser(
         "serve",
         help="run the REST API (embedded mode: with the job pool and the crawl schedule)",
@@ -246,7 +247,7 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     return catalog_call("serve", work)
 
 
-def add_worker(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
+def add_worker(sub: Subcommands) -> tuple[str, Handler]:
     p = sub.add_parser(
         "worker",
         help="run distributed jobs (crawl, index, verify) from the PostgreSQL queue",
@@ -285,7 +286,7 @@ def _cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     return catalog_call("worker", work)
 
 
-def add_jobs(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
+def add_jobs(sub: Subcommands) -> tuple[str, Handler]:
     from registry.responses.params import job_list_params
 
     p = sub.add_parser("jobs", help="list jobs: queued, running, failed and done (either mode)",

@@ -11,6 +11,7 @@ from registry.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     Handler,
+    Subcommands,
     add_param,
     catalog_call,
     catalog_id,
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from registry.responses import Artifact
 
 
-def add_show(sub: argparse._SubParsersAction) -> tuple[str, Handler]:
+def add_show(sub: Subcommands) -> tuple[str, Handler]:
     p = sub.add_parser(
         "show",
         help="show what the catalog knows of an artifact or a repo (no network)",

@@ -257,7 +257,7 @@ def names_param(name: str, description: str, values: Sequence[str], max_length: 
 
 # -- the search's filters -------------------------------------------------------------------
 
-AUTHOR_PATTERN = REPO_PART  # catalog.search.AUTHOR_PATTERN: an owner as the hub allows it
+AUTHOR_PATTERN = REPO_PART  # an owner as the hub allows it
 REPO_ID = r"[^/\x00]+/[^/\x00]+"
 
 FILTER_PARAMS: tuple[Param, ...] = (

@@ -23,7 +23,7 @@ def test_the_vocabulary_is_the_catalogs() -> None:
     assert words.CRAWL_STATUSES == models.CRAWL_STATUSES
     assert words.JOB_KINDS == models.JOB_KINDS
     assert words.JOB_STATES == models.JOB_STATUSES
-    assert words.REPO_PART == models.REPO_PART == search.AUTHOR_PATTERN
+    assert words.REPO_PART == models.REPO_PART
     assert words.REPO_ID_LENGTH == models.REPO_ID_LENGTH
 
 

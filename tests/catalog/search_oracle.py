@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 from hypothesis import strategies as st
 from sqlalchemy import select, update
 
@@ -39,18 +40,19 @@ from registry.catalog.search import (
     SORTS,
     STATUSES,
     PlannerSettings,
-    SearchItem,
     SearchQuery,
 )
 from registry.catalog.services import upsert_repo_snapshot
 from registry.catalog.snapshot import ArtifactRecord, RepoSnapshot
 from registry.gguf.facts_model import KINDS, MODALITIES, BaseModel, QuantMixEntry
 from registry.gguf.kvcache import KVCache
+from registry.responses import ArtifactSummary
 from registry.safety.capabilities import CAPABILITIES
 from registry.safety.findings import SEVERITIES, Finding
 from tests.catalog.factories import artifact, error_artifact, make_facts
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+HIT_FIELDS = {"verification": "verification_status"}  # a facet's name -> the hit's field, where they differ
 # Repo ids: few, so that lineage edges meet; non-ASCII and upper case in some. GHOST is
 # only ever named as a parent (an edge may point at a repo not in the catalog).
 REPO_IDS = ("meta/Base", "org/tune-GGUF", "bart/quant-GGUF", "ünï/mödel-GGUF", "z/x", "org/mix")
@@ -351,7 +353,7 @@ class Oracle:
                 q.file_type is None or _same(i["file_type"], q.file_type),
                 q.size_label is None or _same(i["size_label"], q.size_label),
                 q.expert_count is None or i["expert_count"] == q.expert_count,
-                q.verification is None or i["verification"] == q.verification,
+                q.verification is None or i["verification_status"] == q.verification,
                 q.tensor_type is None or q.tensor_type.upper() in row.tensor_types,
                 q.min_params is None or i["parameter_count"] >= q.min_params,
                 q.max_params is None or i["parameter_count"] <= q.max_params,
@@ -406,7 +408,7 @@ class Oracle:
                 elif name == "size_bucket":
                     values[r.size_bucket or "unknown"] += 1
                 else:
-                    values[r.item[name] or "unknown"] += 1
+                    values[r.item[HIT_FIELDS.get(name, name)] or "unknown"] += 1
             out[name] = sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))
         return out
 
@@ -458,8 +460,8 @@ def build_oracle(spec: CatalogSpec, ids: dict[tuple[str, str], int]) -> Oracle:
             item = {
                 "id": ids[(repo.repo_id, path)], "repo": repo.repo_id, "path": path,
                 "revision": "rev2" if repo.later == "drop" and not gone else "rev1",
-                "status": status, "error_code": "bad_magic" if a.error else None,
-                "error": "not a GGUF file" if a.error else None,
+                "status": status,
+                "error": {"code": "bad_magic", "message": "not a GGUF file"} if status == "error" else None,
                 "architecture": None if a.error else _spelled("architecture", a.architecture),
                 "parameter_count": 0 if a.error else a.parameter_count,
                 "file_type": None if a.error else _spelled("file_type", a.file_type),
@@ -467,15 +469,16 @@ def build_oracle(spec: CatalogSpec, ids: dict[tuple[str, str], int]) -> Oracle:
                 "license": _spelled("license", (None if a.error else a.license) or card_license),
                 "context_length": None if a.error else a.context_length,
                 "expert_count": None if a.error else a.expert_count,
-                "shards": 1 if a.error else a.shards,
+                "shard_count": 1 if a.error else a.shards,
                 "file_size": 10 if a.error else a.size * a.shards,
                 "downloads": downloads, "likes": likes, "last_modified": when,
-                "verification": a.verification,
+                "verification_status": a.verification,
                 "chat_template_severity": SEVERITIES[severity] if severity is not None else None,
                 "chat_template_capabilities": None if a.error or a.capabilities is None
                 else [c for c in CAPABILITIES if c in a.capabilities],
                 "kind": None if a.error else a.kind,
                 "modalities": [m for m in MODALITIES if m in a.modalities] if projector else None,
+                "url": f"/v1/artifacts/{ids[(repo.repo_id, path)]}",
             }  # fmt: skip
             rows.append(Row(
                 item, repo.repo_id, f"{repo.repo_id}/{path}".lower(), " ".join(haystack).lower(),
@@ -510,8 +513,10 @@ async def write_catalog(db: Database, spec: CatalogSpec) -> Oracle:
     return build_oracle(spec, ids)
 
 
-def item_dict(item: SearchItem) -> dict[str, Any]:
-    return {f: getattr(item, f) for f in item.__slots__}
+def item_dict(hit: ArtifactSummary) -> dict[str, Any]:
+    """A hit as the model's items are: plain values, its time as a datetime."""
+    data: dict[str, Any] = msgspec.to_builtins(hit, builtin_types=(datetime,))
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
 
 
 # --- strategies -------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import select, text
 
 from registry.api import pages, reads
+from registry.api.present import search_hits
 from registry.catalog import migrate
 from registry.catalog.copy import CopyRefused, copy_catalog, tables
 from registry.catalog.db import Database
@@ -76,9 +77,9 @@ async def test_a_catalog_is_copied_row_for_row_and_works_there(
                 repo = await reads.get_repo(session, "qwen/qwen2-0.5b-gguf")
                 found = await search(session, SearchQuery(text="llama 8b", sort="name", limit=50))
             if db_ is source:
-                first = (page, repo is None, [i.id for i in found.items])
+                first = (page, repo is None, [i.id for i in search_hits(found)])
             else:
-                assert (page, repo is None, [i.id for i in found.items]) == first
+                assert (page, repo is None, [i.id for i in search_hits(found)]) == first
         assert len(first[2]) >= 4 and first[0] is not None and first[0].latest_verification.status == "passed"
 
         # new rows get new ids in the copy (PostgreSQL's sequences were moved past the copied ones)
@@ -87,7 +88,7 @@ async def test_a_catalog_is_copied_row_for_row_and_works_there(
         after = await _rows(target)
         assert max(r["id"] for r in after["artifacts"]) == max(r["id"] for r in want["artifacts"]) + 1
         async with target.sessions() as session:
-            assert [i.repo for i in (await search(session, SearchQuery(text="repo-gguf"))).items] == ["new/repo-GGUF"]
+            assert [i.repo for i in search_hits(await search(session, SearchQuery(text="repo-gguf")))] == ["new/repo-GGUF"]
 
 
 async def test_the_source_is_read_as_one_snapshot_while_it_is_written(temp_databases: TempDatabases) -> None:
@@ -147,18 +148,15 @@ async def test_a_row_the_target_refuses_leaves_it_empty(temp_databases: TempData
         assert all(rows == [] for rows in (await _rows(target)).values())
 
 
-async def test_every_batch_is_copied(temp_databases: TempDatabases, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_every_batch_is_copied(temp_databases: TempDatabases) -> None:
     """Batches of 2 rows: tables of several batches, composite keys (quant_mix) included."""
-    from registry.catalog import copy
-
-    monkeypatch.setattr(copy, "BATCH", 2)
     source, target = _new(temp_databases, "postgresql", True), _new(temp_databases, "sqlite", False)
     async with source, target:
         await _fill(source)
         async with source.sessions() as session, session.begin():
             facts = make_facts(quant_mix={t: make_facts().quant_mix["Q4_K"] for t in ("Q4_K", "Q6_K", "F32", "Q8_0", "F16")})
             await upsert_repo_snapshot(session, make_snapshot("mix/ed-GGUF", artifacts=(artifact("m.gguf", facts),)))
-        await copy_catalog(source, target)
+        await copy_catalog(source, target, batch=2)
         assert await _rows(target) == await _rows(source)
 
 

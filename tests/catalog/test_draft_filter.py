@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from registry.api.present import search_hits
 from registry.catalog.db import Database
 from registry.catalog.errors import ArtifactNotFound
 from registry.catalog.facets import facets
@@ -45,7 +46,7 @@ async def ids(db: Database, family: dict[str, Path], smollm2_path: Path, gemma3_
 async def drafts(db: Database, target: int, **kwargs: object) -> list[str]:
     async with db.sessions() as session:
         page = await search(session, SearchQuery(draft_for=target, limit=200, **kwargs))  # type: ignore[arg-type]
-    return [Path(i.path).name for i in page.items]
+    return [Path(i.path).name for i in search_hits(page)]
 
 
 async def test_the_family_members_that_llama_cpp_accepts_draft_for_smollm2(db: Database, ids: dict[str, int]) -> None:
@@ -76,7 +77,7 @@ async def test_pages_of_drafts_follow_each_other(db: Database, ids: dict[str, in
     async with db.sessions() as session:
         while True:
             page = await search(session, SearchQuery(draft_for=ids[SMOLLM2], limit=1, cursor=cursor, sort="name"))
-            seen += [Path(i.path).name for i in page.items]
+            seen += [Path(i.path).name for i in search_hits(page)]
             if (cursor := page.next_cursor) is None:
                 break
     assert seen == ["early.gguf", "padded.gguf", "same.gguf"]
@@ -110,7 +111,7 @@ async def test_an_unknown_target_is_an_error_and_one_without_a_key_has_no_drafts
     async with db.sessions() as session:
         rows = dict((await session.execute(select(Artifact.path, Artifact.id))).all())
         for target in (rows["keyless.gguf"], rows["bad.gguf"]):
-            assert (await search(session, SearchQuery(draft_for=target, status="all"))).items == []
+            assert search_hits(await search(session, SearchQuery(draft_for=target, status="all"))) == []
         missing = max(rows.values()) + 1
         with pytest.raises(ArtifactNotFound, match=f"no artifact {missing}"):
             await search(session, SearchQuery(draft_for=missing))

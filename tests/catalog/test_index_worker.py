@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select
 
+from registry.api.present import search_hits
 from registry.catalog.db import Database
 from registry.catalog.models import Artifact, Crawl, Facts, QuantMix, Repo, Shard
 from registry.catalog.search import SearchQuery, search
@@ -95,7 +96,7 @@ async def test_real_models_and_a_hostile_file(
         [repo] = (await session.scalars(select(Repo))).all()
         assert (repo.source, repo.local_path) == ("local", str(folder.absolute()))
         page = await search(session, SearchQuery(tensor_type="Q6_K"))
-        assert [i.path for i in page.items] == [f"nested/{gemma3_path.name}"]
+        assert [i.path for i in search_hits(page)] == [f"nested/{gemma3_path.name}"]
 
     again = await index_paths(db, [folder])  # nothing changed: nothing written
     assert [r.unchanged for r in again.results] == [True]

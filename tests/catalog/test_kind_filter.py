@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from registry.api.present import search_hits
 from registry.catalog.db import Database
 from registry.catalog.errors import InvalidQuery
 from registry.catalog.facets import facets
@@ -73,14 +74,14 @@ async def test_kinds_are_stored_filtered_and_shown(db: Database, models: Path) -
     assert report.errors == 1
     async with db.sessions() as session:
         page = await search(session, SearchQuery(status="all", limit=50))
-        assert {i.path: i.kind for i in page.items} == {**EXPECTED, "broken.gguf": None}
+        assert {i.path: i.kind for i in search_hits(page)} == {**EXPECTED, "broken.gguf": None}
         for kind in KINDS:
             hits = await search(session, SearchQuery(kind=kind, sort="name"))
-            assert [i.path for i in hits.items] == [p for p, k in EXPECTED.items() if k == kind], kind
+            assert [i.path for i in search_hits(hits)] == [p for p, k in EXPECTED.items() if k == kind], kind
         # With other filters: the projector is the only `clip` file.
         hits = await search(session, SearchQuery(kind="mmproj", architecture="CLIP"))
-        assert [i.path for i in hits.items] == ["mmproj-model-f16.gguf"]
-        assert (await search(session, SearchQuery(kind="model", architecture="clip"))).items == []
+        assert [i.path for i in search_hits(hits)] == ["mmproj-model-f16.gguf"]
+        assert search_hits(await search(session, SearchQuery(kind="model", architecture="clip"))) == []
         counts = await facets(session, SearchQuery(kind="model"))
         assert counts["architecture"] == {"llama": 1}
         # Counted on request: one file of each kind; the unreadable file has none.
@@ -89,7 +90,7 @@ async def test_kinds_are_stored_filtered_and_shown(db: Database, models: Path) -
         counts = await facets(session, SearchQuery(status="all"), ("kind", "verification"))
         assert counts == {"kind": {**{k: 1 for k in sorted(KINDS)}, "unknown": 1}, "verification": {"unknown": 6}}
         # SmolLM2's chat template is the only one: its capabilities count once each.
-        [smol] = (await search(session, SearchQuery(kind="model"))).items
+        [smol] = search_hits(await search(session, SearchQuery(kind="model")))
         assert smol.chat_template_capabilities
         counts = await facets(session, SearchQuery(), ("capability", "architecture"))
         assert counts["capability"] == dict.fromkeys(sorted(smol.chat_template_capabilities), 1)
@@ -143,7 +144,7 @@ async def test_with_projector(db: Database, models: Path, tmp_path: Path, smollm
     async def paths(**kwargs: object) -> list[str]:
         async with db.sessions() as session:
             page = await search(session, SearchQuery(sort="name", **kwargs))  # type: ignore[arg-type]
-        return [i.path for i in page.items]
+        return [i.path for i in search_hits(page)]
 
     assert await paths(with_projector=True, kind="model") == [SMOLLM2]
     assert await paths(with_projector=False, kind="model") == ["text-model.gguf"]

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 from sqlalchemy import select
 
+from registry.api.present import search_hits
 from registry.catalog.db import Database
 from registry.catalog.errors import InvalidQuery
 from registry.catalog.facets import facets
@@ -48,7 +50,7 @@ def gemma3_memory(size: int, tokens: int) -> int:
 async def names(db: Database, **kwargs: object) -> set[str]:
     async with db.sessions() as session:
         page = await search(session, SearchQuery(limit=200, **kwargs))  # type: ignore[arg-type]
-    return {Path(i.path).name for i in page.items}
+    return {Path(i.path).name for i in search_hits(page)}
 
 
 async def test_the_stored_estimate_is_the_one_llama_cpp_allocates(db: Database, models: dict[str, int]) -> None:
@@ -120,11 +122,10 @@ async def test_hits_show_the_memory_at_the_context_with_or_without_the_filter(
                            ({"memory_context": 65536, "max_memory": 10**12}, (8192, 32768))):  # fmt: skip
         async with db.sessions() as session:
             page = await search(session, SearchQuery(sort="name:desc", **kwargs))  # type: ignore[arg-type]
-        assert [i.memory for i in page.items] == [
+        assert [msgspec.to_builtins(i.memory) for i in search_hits(page)] == [
             {"tokens": tokens[0], "bytes": smollm2_memory(smollm2, tokens[0])},
             {"tokens": tokens[1], "bytes": gemma3_memory(gemma3, tokens[1])},
         ], kwargs
-        assert [i.to_dict()["memory"] for i in page.items] == [i.memory for i in page.items]
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from registry.api.present import search_hits
 from registry.catalog.db import Database
 from registry.catalog.errors import InvalidQuery
 from registry.catalog.facets import facets
@@ -103,17 +104,17 @@ async def _index(db: Database, shelf: Path) -> None:
 
 async def _paths(db: Database, **kwargs: Any) -> list[str]:
     async with db.sessions() as session:
-        return [i.path for i in (await search(session, SearchQuery(sort="name", **kwargs))).items]
+        return [i.path for i in search_hits(await search(session, SearchQuery(sort="name", **kwargs)))]
 
 
 async def test_the_modality_filter_keeps_the_repos_whose_projector_takes_it(db: Database, shelf: Path) -> None:
     await _index(db, shelf)
     async with db.sessions() as session:
         page = await search(session, SearchQuery(sort="name", limit=50))
-    assert {i.path: i.modalities for i in page.items} == {
-        "hearing-Q8_0.gguf": None, "mmproj-hearing-f16.gguf": ["audio"],
-        "mmproj-omni-f16.gguf": ["vision", "audio"], "omni-Q8_0.gguf": None,
-        "mmproj-seeing-f16.gguf": ["vision"], "seeing-Q8_0.gguf": None, "text-Q8_0.gguf": None,
+    assert {i.path: i.modalities for i in search_hits(page)} == {
+        "hearing-Q8_0.gguf": None, "mmproj-hearing-f16.gguf": ("audio",),
+        "mmproj-omni-f16.gguf": ("vision", "audio"), "omni-Q8_0.gguf": None,
+        "mmproj-seeing-f16.gguf": ("vision",), "seeing-Q8_0.gguf": None, "text-Q8_0.gguf": None,
     }  # fmt: skip
     assert await _paths(db, modality="vision", kind="model") == ["omni-Q8_0.gguf", "seeing-Q8_0.gguf"]
     assert await _paths(db, modality="audio", kind="model") == ["hearing-Q8_0.gguf", "omni-Q8_0.gguf"]

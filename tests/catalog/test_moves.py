@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
+from registry.api.present import search_hits
 from registry.catalog import lineage
 from registry.catalog.db import Database
 from registry.catalog.models import Artifact, LineageEdge, Repo, repo_key
@@ -149,7 +150,7 @@ async def test_edges_follow_the_moves_in_force(db: Database, steps: list[Op]) ->
             found = await search(session, SearchQuery(descendant_of=repo_id, limit=100))
             here = model.resolve(repo_key(repo_id))
             below = {c for c, ps in model.children.items() if any(model.resolve(repo_key(p)) == here for p in ps)}
-            assert {i.repo for i in found.items} == below, (repo_id, steps)
+            assert {i.repo for i in search_hits(found)} == below, (repo_id, steps)
         ids = set((await session.scalars(select(Repo.repo_id).where(Repo.repo_id.not_like("child/%")))).all())
         assert ids == set(model.rows.values()), steps
         # Every row's artifacts are found by its id and the ids in force moved to it, at once,
@@ -162,7 +163,7 @@ async def test_edges_follow_the_moves_in_force(db: Database, steps: list[Op]) ->
 
 async def _searched(db: Database, text: str) -> set[str]:
     async with db.sessions() as session:
-        return {i.repo for i in (await search(session, SearchQuery(text=text, limit=100))).items}
+        return {i.repo for i in search_hits(await search(session, SearchQuery(text=text, limit=100)))}
 
 
 async def _revision(db: Database, repo_id: str) -> str | None:

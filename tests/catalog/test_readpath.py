@@ -87,7 +87,7 @@ QUERIES = [
 async def test_search_and_facets_agree(catalog: Database, kwargs: dict[str, Any]) -> None:
     q = SearchQuery(**kwargs)
     expected, got = await both(catalog, lambda s: search(s, q, with_total=True))
-    assert plain(got) == plain(expected) and expected.items
+    assert plain(got) == plain(expected) and expected.rows
     expected, got = await both(catalog, lambda s: facets(s, q))
     assert got == expected
 

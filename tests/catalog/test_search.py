@@ -11,11 +11,13 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import inspect, select
 
+from registry.api.present import search_hits
 from registry.catalog import migrate
 from registry.catalog.db import Database, create_engine
 from registry.catalog.errors import InvalidCursor, InvalidQuery
@@ -112,21 +114,21 @@ async def run(db: Database, settings: PlannerSettings | None = None, **kwargs: o
         fast = await search(lean, q, with_total=True, settings=settings)
     finally:
         await lean.close()
-    assert (fast.items, fast.next_cursor, fast.total) == (page.items, page.next_cursor, page.total), q
+    assert (search_hits(fast), fast.next_cursor, fast.total) == (search_hits(page), page.next_cursor, page.total), q
     return page
 
 
 def paths(page: SearchPage) -> list[str]:
-    return [i.path for i in page.items]
+    return [i.path for i in search_hits(page)]
 
 
 async def test_default_is_indexed_by_downloads(catalog: Database) -> None:
     page = await run(catalog)
     assert paths(page)[0] == "llama-3-8b-f16.gguf"
     assert page.total == 7
-    downloads = [i.downloads for i in page.items]
+    downloads = [i.downloads for i in search_hits(page)]
     assert downloads == sorted(downloads, reverse=True)
-    assert all(i.status == "indexed" for i in page.items)
+    assert all(i.status == "indexed" for i in search_hits(page))
 
 
 @pytest.mark.parametrize(
@@ -171,10 +173,10 @@ async def test_filters(catalog: Database, kwargs: dict[str, object], expected: s
 
 
 async def test_error_rows_carry_the_error(catalog: Database) -> None:
-    [item] = (await run(catalog, status="error")).items
-    assert (item.error_code, item.error) == ("truncated", "file ends inside the tensor infos")
-    assert item.to_dict()["error"] == "file ends inside the tensor infos"
-    assert len((await run(catalog, status="all")).items) == 8
+    [item] = search_hits(await run(catalog, status="error"))
+    assert item.error is not None
+    assert (item.error.code, item.error.message) == ("truncated", "file ends inside the tensor infos")
+    assert len(search_hits(await run(catalog, status="all"))) == 8
 
 
 @pytest.mark.parametrize("sort", [*SORTS, "name:desc", "downloads:asc", "params", "size"])
@@ -183,20 +185,20 @@ async def test_pagination_walks_every_row_once_in_order(catalog: Database, sort:
     cursor = None
     for _ in range(10):
         page = await run(catalog, sort=sort, limit=2, cursor=cursor, status="all")
-        seen += [i.id for i in page.items]
+        seen += [i.id for i in search_hits(page)]
         cursor = page.next_cursor
         if cursor is None:
             break
     full = await run(catalog, sort=sort, limit=100, status="all")
-    assert seen == [i.id for i in full.items]
+    assert seen == [i.id for i in search_hits(full)]
     assert len(seen) == 8
 
 
 async def test_sort_directions(catalog: Database) -> None:
     by_size = await run(catalog, sort="file_size")
-    assert [i.file_size for i in by_size.items] == sorted((i.file_size for i in by_size.items), reverse=True)
+    assert [i.file_size for i in search_hits(by_size)] == sorted((i.file_size for i in search_hits(by_size)), reverse=True)
     by_name = await run(catalog, sort="name")
-    assert [i.repo for i in by_name.items] == sorted(i.repo for i in by_name.items)
+    assert [i.repo for i in search_hits(by_name)] == sorted(i.repo for i in search_hits(by_name))
 
 
 @pytest.mark.parametrize(
@@ -256,19 +258,19 @@ async def test_a_license_named_unknown_and_no_license_count_together(db: Databas
 
 
 async def test_search_item_json(catalog: Database) -> None:
-    item = (await run(catalog, architecture="qwen2")).items[0]
-    data = item.to_dict()
+    item = search_hits(await run(catalog, architecture="qwen2"))[0]
+    data = msgspec.to_builtins(item)
     for key in ("repo", "path", "architecture", "parameter_count", "file_type", "size_label", "license",
-                "shards", "status", "error"):  # fmt: skip
+                "shard_count", "status", "error"):  # fmt: skip
         assert key in data
-    assert data["repo"] == "qwen/Qwen2-0.5B-GGUF" and data["shards"] == 1
+    assert data["repo"] == "qwen/Qwen2-0.5B-GGUF" and data["shard_count"] == 1 and data["error"] is None
 
 
 async def test_counters_refresh_moves_sort_order(catalog: Database) -> None:
     snap = next(s for s in _catalog() if s.repo_id == "qwen/Qwen2-0.5B-GGUF")
     async with catalog.sessions() as session, session.begin():
         await upsert_repo_snapshot(session, dataclasses.replace(snap, downloads=10**6))
-    assert (await run(catalog, limit=1)).items[0].repo == "qwen/Qwen2-0.5B-GGUF"
+    assert search_hits(await run(catalog, limit=1))[0].repo == "qwen/Qwen2-0.5B-GGUF"
 
 
 # Thresholds that make every filter, term and family "common" on a catalog of a few rows:
@@ -333,12 +335,12 @@ async def test_keyset_pages_with_many_ties(db: Database) -> None:
         async with db.sessions() as session, session.begin():
             await upsert_repo_snapshot(session, snap)
     for sort in [*SORTS, "downloads:asc", "file_size:asc"]:
-        full = [i.id for i in (await run(db, sort=sort, limit=200)).items]
+        full = [i.id for i in search_hits(await run(db, sort=sort, limit=200))]
         walked: list[int] = []
         cursor = None
         while True:
             page = await run(db, sort=sort, limit=3, cursor=cursor)
-            walked += [i.id for i in page.items]
+            walked += [i.id for i in search_hits(page)]
             if (cursor := page.next_cursor) is None:
                 break
         assert walked == full and len(set(walked)) == len(walked), sort
@@ -387,7 +389,7 @@ async def test_memory_cursor_is_for_its_context(catalog: Database) -> None:
     with pytest.raises(InvalidCursor):
         await run(catalog, sort="memory", limit=1, memory_context=1024, cursor=page.next_cursor)
     again = await run(catalog, sort="memory", limit=1, memory_context=512, cursor=page.next_cursor)
-    assert again.items[0].id != page.items[0].id
+    assert search_hits(again)[0].id != search_hits(page)[0].id
 
 
 async def test_out_of_range_cursor_is_rejected_before_the_database(catalog: Database) -> None:
@@ -422,7 +424,7 @@ async def _all_pages(db: Database, kwargs: dict[str, object], settings: PlannerS
     cursor = None
     while True:
         page = await run(db, settings, **kwargs, limit=1, cursor=cursor)
-        ids += [i.id for i in page.items]
+        ids += [i.id for i in search_hits(page)]
         if (cursor := page.next_cursor) is None:
             return ids
 
@@ -473,7 +475,7 @@ async def test_sqlite_sorts_by_memory_on_its_narrow_index(catalog: Database) -> 
     page = statements.memory_page(plan, False, after=None, sqlite=True)
     steps = await _explain(catalog, page, {**statements.params(plan.where), "memory_context": 8192, "limit": 6})
     assert any(f"COVERING INDEX {MEMORY_SORT_INDEX}" in step for step in steps), steps
-    assert [i.id for i in (await run(catalog, sort="memory", limit=50, memory_context=8192)).items] == [
+    assert [i.id for i in search_hits(await run(catalog, sort="memory", limit=50, memory_context=8192))] == [
         1, 2, 3, 4, 5, 6, 7,
     ]  # fmt: skip
 
@@ -514,28 +516,28 @@ async def test_by_memory_at_the_default_context_walks_its_index(catalog: Databas
         steps = await _explain(catalog, page, {**statements.params(plan.where), "limit": 6})
         assert any("ix_artifacts_memory_at_default_id" in step for step in steps), steps
         assert not any("TEMP B-TREE" in step for step in steps), steps  # walked in order, not sorted
-    items = (await run(catalog, limit=50)).items
-    with_memory = sorted((i for i in items if i.memory is not None), key=lambda i: (i.memory["bytes"], i.id),
+    items = search_hits(await run(catalog, limit=50))
+    with_memory = sorted((i for i in items if i.memory is not None), key=lambda i: (i.memory.bytes, i.id),
                          reverse=descending)  # fmt: skip
     without = sorted((i.id for i in items if i.memory is None), reverse=descending)
     expected = [i.id for i in with_memory] + without
     assert len(with_memory) == 5 and len(without) == 7  # the catalog's own have no estimate
-    assert [i.memory["bytes"] for i in with_memory if i.memory is not None][:: -1 if descending else 1] == [
+    assert [i.memory.bytes for i in with_memory if i.memory is not None][:: -1 if descending else 1] == [
         9 + 3 * 2 + 4 * 2, 5000 + 10 * 4096, 5000 + 10 * 4096, 1000 + 100 * 1024 + 7 * 512, 100 + 4096 + 1000 * 512,
     ]  # fmt: skip
     for settings in (EVERYTHING_COMMON, None):
-        assert [i.id for i in (await run(catalog, settings, sort=sort, limit=50)).items] == expected
+        assert [i.id for i in search_hits(await run(catalog, settings, sort=sort, limit=50))] == expected
         for limit in (1, 2, 3, 7):
             walked, cursor = [], None
             while True:
                 page_ = await run(catalog, settings, sort=sort, limit=limit, cursor=cursor)
-                walked += [i.id for i in page_.items]
+                walked += [i.id for i in search_hits(page_)]
                 if (cursor := page_.next_cursor) is None:
                     break
             assert walked == expected, limit
-    bound = with_memory[3].memory["bytes"]  # type: ignore[index]
-    fits = (await run(catalog, sort=sort, limit=50, max_memory=bound)).items
-    assert [i.id for i in fits] == [i.id for i in with_memory if i.memory["bytes"] <= bound]  # type: ignore[index]
+    bound = with_memory[3].memory.bytes  # type: ignore[union-attr]
+    fits = search_hits(await run(catalog, sort=sort, limit=50, max_memory=bound))
+    assert [i.id for i in fits] == [i.id for i in with_memory if i.memory.bytes <= bound]  # type: ignore[union-attr]
 
 
 def _planned(q: SearchQuery, answer: Callable[[Probe], object]) -> Plan:
@@ -559,7 +561,7 @@ async def test_a_next_page_of_a_rare_filter_keeps_off_the_sort_index(catalog: Da
     assert not any("downloads" in step for step in steps), steps
     first = await run(catalog, file_type="Q4_K_M", limit=1)
     second = await run(catalog, file_type="Q4_K_M", limit=1, cursor=first.next_cursor)
-    assert second.items and second.items[0].id != first.items[0].id
+    assert search_hits(second) and search_hits(second)[0].id != search_hits(first)[0].id
 
 
 async def test_a_memoised_family_follows_writes_of_any_connection(catalog: Database) -> None:
@@ -634,7 +636,7 @@ async def test_statements_are_compiled_once_per_shape(catalog: Database) -> None
     llama = await run(catalog, architecture="llama", limit=2)
     qwen = await run(catalog, architecture="qwen2", limit=3)
     assert len(shapes) == known  # the same shapes, other values
-    assert paths(llama) != paths(qwen) and {i.architecture for i in qwen.items} == {"qwen2"}
+    assert paths(llama) != paths(qwen) and {i.architecture for i in search_hits(qwen)} == {"qwen2"}
     await run(catalog, architecture="llama", sort="likes", limit=2)
     assert len(shapes) > known
 
@@ -825,8 +827,8 @@ async def test_names_sort_by_code_point_whatever_the_database_collation(temp_dat
         expected = ["org/A-c", "org/a_b", "org/aa", "org/ab"]
         for sort, order in (("name", expected), ("name:desc", expected[::-1])):
             page = await run(db, sort=sort)
-            assert [i.repo for i in page.items] == order
-            assert await _all_pages(db, {"sort": sort}) == [i.id for i in page.items]
+            assert [i.repo for i in search_hits(page)] == order
+            assert await _all_pages(db, {"sort": sort}) == [i.id for i in search_hits(page)]
     finally:
         await db.dispose()
 

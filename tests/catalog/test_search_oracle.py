@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from registry.api import create_app
+from registry.api.present import search_hits
 from registry.catalog.db import Database
 from registry.catalog.facets import facets
 from registry.catalog.readpath import CatalogSession, ReadSession
@@ -82,7 +83,7 @@ async def _walk(session: CatalogSession, q: SearchQuery) -> list[list[dict[str, 
     cursor = None
     for _ in range(200):
         page = await search(session, dataclasses.replace(q, cursor=cursor))
-        pages.append([item_dict(i) for i in page.items])
+        pages.append([item_dict(i) for i in search_hits(page)])
         if (cursor := page.next_cursor) is None:
             return pages
     raise AssertionError(f"more than 200 pages for {q}")
@@ -98,7 +99,7 @@ async def check_query(session: CatalogSession, oracle: Oracle, q: SearchQuery, p
     expected = oracle.search(q)
     where = f"{plan} plan, {type(session).__name__}: {q}"
     full = await search(session, dataclasses.replace(q, limit=MAX_LIMIT), with_total=True)
-    assert [item_dict(i) for i in full.items] == expected, where
+    assert [item_dict(i) for i in search_hits(full)] == expected, where
     assert full.total == len(expected), where
     assert full.next_cursor is None, where
     assert await _walk(session, q) == _split(expected, q.limit), where

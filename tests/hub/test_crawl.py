@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from registry.api.present import search_hits
 from registry.catalog import migrate
 from registry.catalog.db import Database
 from registry.catalog.models import Artifact, Crawl, Repo
@@ -381,8 +382,8 @@ async def test_a_repo_the_hub_deleted_is_marked_gone_by_the_next_whole_hub_crawl
         assert second.listed == len(hub.corpus) + 1  # the listing's repos and the one it lost
         assert await _repo_state(db, deleted_id) == (None, {"gone"}, 0)
         async with db.sessions() as session:
-            hits = (await search(session, SearchQuery(limit=100))).items
-            gone = (await search(session, SearchQuery(status="gone", limit=100))).items
+            hits = search_hits(await search(session, SearchQuery(limit=100)))
+            gone = search_hits(await search(session, SearchQuery(status="gone", limit=100)))
         assert deleted_id not in {h.repo for h in hits} and {h.repo for h in gone} == {deleted_id}
 
         third = await crawl_hub(db, client, http, CrawlParams())  # already marked: not asked again
@@ -455,7 +456,7 @@ async def _searched(db: Database, text: str) -> set[str]:
     from registry.catalog.search import SearchQuery, search
 
     async with db.sessions() as session:
-        return {h.repo for h in (await search(session, SearchQuery(text=text, limit=100))).items}
+        return {h.repo for h in search_hits(await search(session, SearchQuery(text=text, limit=100)))}
 
 
 @pytest.mark.parametrize("params", [CrawlParams(), CrawlParams(search="tiny-llama")], ids=["whole hub", "search"])
@@ -563,7 +564,7 @@ async def _tree(db: Database, repo_id: str) -> dict[str, set[tuple[str, str, str
         page = await search(session, SearchQuery(descendant_of=repo_id, limit=100))
         return {
             "edges": {(e.child, e.parent, e.relation, e.source) for e in walk.edges},
-            "searched": {h.repo for h in page.items},
+            "searched": {h.repo for h in search_hits(page)},
             "moved_to": await lineage.moved_to(session, repo_id),
         }
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from registry.api.present import search_hits
 from registry.catalog.db import Database
 from registry.catalog.errors import InvalidQuery
 from registry.catalog.facets import facets
@@ -42,7 +43,7 @@ def models(tmp_path: Path) -> Path:
 
 async def _paths(database: Database, q: SearchQuery) -> set[str]:
     async with database.sessions() as session:
-        return {i.path for i in (await search(session, q)).items}
+        return {i.path for i in search_hits(await search(session, q))}
 
 
 async def test_index_stores_capabilities_and_filters(db: Database, models: Path) -> None:
@@ -76,13 +77,13 @@ async def test_index_stores_capabilities_and_filters(db: Database, models: Path)
 
     async with db.sessions() as session:
         page = await search(session, SearchQuery(sort="name:asc", status="all"))
-        hits = {i.path: i.chat_template_capabilities for i in page.items}
+        hits = {i.path: i.chat_template_capabilities for i in search_hits(page)}
         assert hits == {
             "broken.gguf": None,
-            "chatml.gguf": ["system"],
-            "plain.gguf": [],
-            "qwen3.gguf": ["system", "tools", "tool_calls", "thinking", "parallel_tool_calls"],  # CAPABILITIES order
-            "r1.gguf": ["thinking"],
+            "chatml.gguf": ("system",),
+            "plain.gguf": (),
+            "qwen3.gguf": ("system", "tools", "tool_calls", "thinking", "parallel_tool_calls"),  # CAPABILITIES order
+            "r1.gguf": ("thinking",),
         }
         counts = await facets(session, SearchQuery(capability="thinking"))
         assert counts["architecture"] == {"llama": 2}

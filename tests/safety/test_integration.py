@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
+from registry.api.present import search_hits
 from registry.catalog.db import Database
 from registry.catalog.errors import InvalidQuery
 from registry.catalog.facets import facets
@@ -76,7 +77,7 @@ async def _rows(database: Database) -> dict[str, Artifact]:
 
 async def _paths(database: Database, q: SearchQuery) -> list[str]:
     async with database.sessions() as session:
-        return [i.path for i in (await search(session, q)).items]
+        return [i.path for i in search_hits(await search(session, q))]
 
 
 async def test_index_stores_findings_and_filters(db: Database, models: Path, smollm2_path: Path) -> None:
@@ -102,7 +103,7 @@ async def test_index_stores_findings_and_filters(db: Database, models: Path, smo
     assert sorted(await _paths(db, SearchQuery())) == sorted([HOSTILE, smollm2_path.name])
     async with db.sessions() as session:
         page = await search(session, SearchQuery(template_severity="high"))
-        assert page.items[0].chat_template_severity == "critical"
+        assert search_hits(page)[0].chat_template_severity == "critical"
         counts = await facets(session, SearchQuery(template_severity="critical"))
         assert counts["architecture"] == {"llama": 1}
         with pytest.raises(InvalidQuery) as info:

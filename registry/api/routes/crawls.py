@@ -17,7 +17,7 @@ from sqlalchemy import select
 from registry.api.auth import WEBHOOK_PATH
 from registry.api.bodies import crawl_spec, hub_event, read_json_object
 from registry.api.cursors import decode_id_cursor, encode_id_cursor
-from registry.api.errors import ApiError, Conflict, Forbidden, NotFound, ServiceUnavailable
+from registry.api.errors import ApiError, Conflict, Forbidden, NotFound, ServiceUnavailable, required
 from registry.api.keys import (
     AUTH_KEY,
     LAUNCHER_KEY,
@@ -52,13 +52,8 @@ class WebhookUnauthorized(ApiError):
 
 
 def _launcher(request: web.Request) -> CrawlLauncher:
-    launcher = request.app[LAUNCHER_KEY]
-    if launcher is None:
-        raise ServiceUnavailable(
-            "crawls cannot be started: this server runs without a crawl worker",
-            details={"component": "crawler"},
-        )
-    return launcher
+    return required(request, LAUNCHER_KEY, "crawls cannot be started: this server runs without a crawl worker",
+                    "crawler")  # fmt: skip
 
 
 @routes.post("/v1/crawls", name="start_crawl")

@@ -12,7 +12,7 @@ from aiohttp import web
 from sqlalchemy import select
 
 from registry.api.bodies import read_json_object, verification_artifact_id
-from registry.api.errors import NotFound, ServiceUnavailable
+from registry.api.errors import NotFound, ServiceUnavailable, required
 from registry.api.keys import SESSIONMAKER_KEY, VERIFIER_KEY
 from registry.api.launchers import Verifier
 from registry.api.params import parse_query, path_int
@@ -25,13 +25,9 @@ routes = web.RouteTableDef()
 
 
 def _verifier(request: web.Request) -> Verifier:
-    verifier = request.app[VERIFIER_KEY]
-    if verifier is None:
-        raise ServiceUnavailable(
-            "verifications are not available: this server runs without a verification worker",
-            details={"component": "verifier"},
-        )
-    return verifier
+    return required(request, VERIFIER_KEY,
+                    "verifications are not available: this server runs without a verification worker",
+                    "verifier")  # fmt: skip
 
 
 @routes.post("/v1/verifications", name="start_verification")

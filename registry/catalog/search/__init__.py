@@ -12,12 +12,13 @@ The modules, in the order a search goes through them:
   statements run;
 * `statements.py`: a plan written as SQLAlchemy statements, each keyed by its shape;
 * `memory.py`: the memory estimate: the filter, the sort and each hit's `memory`;
-* `hits.py`: the hit columns, read by label, and `SearchItem`.
+* `hits.py`: the hit columns, read by label, and a page of rows (`SearchPage`); the typed
+  hit is the response model built from them (`registry.api.present.search_hits`).
 """
 
 from __future__ import annotations
 
-from registry.catalog.search.hits import HIT_COLUMNS, SearchItem, SearchPage, capability_names, severity_name
+from registry.catalog.search.hits import HIT_COLUMNS, SearchPage
 from registry.catalog.search.memory import (
     MAX_MEMORY_CONTEXT,
     MEMORY_CONTEXT,
@@ -26,7 +27,6 @@ from registry.catalog.search.memory import (
     memory_needed,
 )
 from registry.catalog.search.query import (
-    AUTHOR_PATTERN,
     FACET_NAMES,
     FACETS,
     MAX_LIMIT,
@@ -47,9 +47,8 @@ from registry.catalog.search.run import search
 from registry.catalog.search.settings import PlannerSettings
 
 __all__ = [
-    "AUTHOR_PATTERN", "FACETS", "FACET_NAMES", "HIT_COLUMNS", "MAX_LIMIT", "MAX_MEMORY_CONTEXT", "MEMORY_CONTEXT",
+    "FACETS", "FACET_NAMES", "HIT_COLUMNS", "MAX_LIMIT", "MAX_MEMORY_CONTEXT", "MEMORY_CONTEXT",
     "MEMORY_SORT_INDEX", "MORE_FACETS", "SORTS", "SORT_ALIASES", "STATUSES", "DraftTarget", "PlannerSettings",
-    "SearchItem", "SearchPage", "SearchQuery", "capability_bits", "capability_names", "decode_cursor",
-    "encode_cursor", "memory_at", "memory_needed", "modality_bits", "parse_sort", "search", "severity_name",
-    "template_severity_rank",
+    "SearchPage", "SearchQuery", "capability_bits", "decode_cursor", "encode_cursor", "memory_at",
+    "memory_needed", "modality_bits", "parse_sort", "search", "template_severity_rank",
 ]  # fmt: skip

@@ -16,7 +16,6 @@ import binascii
 import dataclasses
 import json
 import math
-import re
 from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,7 +23,7 @@ from typing import Any, NamedTuple
 
 from registry.catalog.errors import InvalidCursor, InvalidQuery
 from registry.catalog.folding import FOLDS, ascii_lower, fold
-from registry.catalog.models import ARTIFACT_STATUSES, REPO_ID_LENGTH, REPO_PART, repo_key
+from registry.catalog.models import ARTIFACT_STATUSES, repo_key
 from registry.catalog.search.memory import MAX_MEMORY_CONTEXT, at_default_context
 from registry.catalog.search_index import search_terms
 from registry.gguf.facts_model import KINDS, MODALITIES, modality_mask
@@ -52,10 +51,6 @@ FACETS = ("architecture", "license", "file_type", "size_bucket")  # what facets(
 # once under each capability its templates have.
 MORE_FACETS = {"kind": "kind", "verification": "verification_status", "capability": "chat_template_capabilities"}
 FACET_NAMES = (*FACETS, *MORE_FACETS)
-# An author: the owner part of repo ids, a user or organisation name as the hub allows it
-# (the one crawl requests take too); `local` for the catalog's local folders.
-AUTHOR_PATTERN = REPO_PART
-_AUTHOR = re.compile(AUTHOR_PATTERN)
 STATUSES = (*ARTIFACT_STATUSES, "all")
 
 
@@ -71,10 +66,11 @@ class DraftTarget(NamedTuple):
 class SearchQuery:
     text: str | None = None
     # Only artifacts of repos this user or organisation owns (the part of the repo id before
-    # the `/`, in any ASCII case): an AUTHOR_PATTERN name, else InvalidQuery.
+    # the `/`, in any ASCII case). Author and repo are validated where they are read, by
+    # their parameters (`registry.responses.params`).
     author: str | None = None
     # Only the artifacts of this repo (`org/name`, any ASCII case of the id, as repo pages
-    # find it): one id with one `/`, else InvalidQuery.
+    # find it).
     repo: str | None = None
     # Architecture, license, file type and size label match in any ASCII case (`folding`).
     architecture: str | None = None
@@ -235,19 +231,11 @@ def column_filters(q: SearchQuery) -> list[Filter]:
     }  # fmt: skip
     out = [Filter(column, "=", value) for column, value in equals.items() if value is not None]
     if q.author is not None:
-        if _AUTHOR.fullmatch(q.author) is None:
-            raise InvalidQuery(
-                f"author must be a user or organisation name ({AUTHOR_PATTERN}), got {q.author!r}",
-                parameter="author", pattern=AUTHOR_PATTERN,
-            )  # fmt: skip
         # `sort_name` is the lower-cased `repo id/path`: an owner's artifacts are the names
         # from `owner/` up to, not including, `owner0` (`0` follows `/`), one seek into the
         # name sort's index; `owner-x/...` or `owners/...` fall outside.
         out.append(Filter("sort_name", "prefix", q.author.lower()))
     if q.repo is not None:
-        owner, slash, name = q.repo.partition("/")
-        if not owner or not slash or not name or "/" in name or len(q.repo) > REPO_ID_LENGTH:
-            raise InvalidQuery(f"repo must be one repo id, org/name, got {q.repo!r}", parameter="repo")
         out.append(Filter("repo_pk", "repo", repo_key(q.repo)))
     ranges = (
         ("parameter_count", ">=", q.min_params), ("parameter_count", "<=", q.max_params),
@@ -312,7 +300,7 @@ def holding(need: int, width: int) -> tuple[int, ...]:
 
 
 __all__ = [
-    "AUTHOR_PATTERN", "FACETS", "FACET_NAMES", "MAX_LIMIT", "MORE_FACETS", "SORTS", "SORT_ALIASES", "STATUSES",
+    "FACETS", "FACET_NAMES", "MAX_LIMIT", "MORE_FACETS", "SORTS", "SORT_ALIASES", "STATUSES",
     "DraftTarget", "Filter", "SearchQuery", "capability_bits", "column_filters", "decode_cursor", "encode_cursor",
     "holding", "modality_bits", "normalised", "parse_sort", "sort_column", "template_severity_rank",
     "terms",

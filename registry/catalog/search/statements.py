@@ -57,8 +57,9 @@ CATALOG_SIZE = select(func.max(Artifact.id))
 # PostgreSQL: the search's statements are planned with their parameters' values for the
 # rest of the transaction. The driver prepares every statement, and from its sixth run the
 # server may keep one generic plan made without the values; the catalog's are skewed (text
-# patterns, a license that 40% or 0.01% of the files have) and a generic plan was ten times
-# slower. Not for the lineage walks, whose generic plan serves every start.
+# patterns, a license that 40% or 0.01% of the files have), so a plan made for one value
+# can be far from right for another. Not for the lineage walks, whose generic plan serves
+# every start.
 CUSTOM_PLANS = select(func.set_config("plan_cache_mode", "force_custom_plan", True))
 DRAFT_TARGET = select(Artifact.vocab_sha256, Artifact.vocab_size, Artifact.parameter_count).where(
     Artifact.id == bindparam("artifact_id")
