@@ -3,8 +3,9 @@
 Pure functions from data to markup: no I/O, every string from a file, a card or a hub
 escaped (`markupsafe.escape`), no script, no style element, no reference outside the page
 but the `href`s given, which must be paths on this site. Each drawing is an accessible
-image: `role="img"` labelled by its own `<title>` and `<desc>`, and a `<title>` per part
-that a pointer shows on hover.
+image labelled by its own `<title>` and `<desc>` (`role="img"`; the model tree, whose nodes
+are links a keyboard reaches, `role="group"`), and a `<title>` per part that a pointer shows
+on hover.
 """
 
 from __future__ import annotations
@@ -262,7 +263,7 @@ def lineage_graph(tree: Tree, *, id_prefix: str = "tree") -> Markup:
             f"{sum(len(n) for n, _ in rows[len(ups) + 1:])} descendants drawn; the list below the graph "
             "names every edge and its source.")  # fmt: skip
     return Markup(
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="lineage-graph" role="img" width="{width}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="lineage-graph" role="group" width="{width}" '
         f'height="{height}" viewBox="0 0 {width} {height}" aria-labelledby="{pid}-title {pid}-desc">'
         f'<title id="{pid}-title">Model tree of {escape(tree.focus.label)}</title>'
         f'<desc id="{pid}-desc">{escape(desc)}</desc>'
