@@ -33,7 +33,7 @@ models: $(SAMPLES)
 # then serve the API with in-process crawls, verifications and the crawl schedule.
 run: models
 	$(BIN)/registry index $(MODELS)
-	@echo "API on http://127.0.0.1:8080 - try /v1/artifacts, /v1/facets, /openapi.json; Ctrl-C stops it"
+	@echo "Web catalog on http://127.0.0.1:8080/ - the API under /v1 (/v1/artifacts, /openapi.json); Ctrl-C stops it"
 	$(BIN)/registry serve
 
 test: models

@@ -92,7 +92,7 @@ def pages(p: Pools) -> dict[str, Callable[[random.Random], str]]:
 
     return {
         "search": lambda r: "/?" + q(architecture=r.choice(p.architectures), file_type=r.choice([None, *p.file_types]),
-                                     sort=r.choice(["downloads", "likes", "updated"])),
+                                     sort=r.choice(["downloads", "likes", "modified"])),
         "repo": lambda r: f"/repos/{r.choice(p.repo_ids)}",
         "artifact": lambda r: f"/artifacts/{r.choice(p.artifact_ids)}",
         "tree": lambda r: f"/tree/{bench_search.POPULAR if r.random() < 0.5 else r.choice(p.lineage_nodes)}",
