@@ -10,17 +10,12 @@ from registry.api.params import parse_query
 from registry.api.routes.repos import repo_id_from_path
 from registry.api.sessions import read_session
 from registry.catalog.readpath import CatalogSession
-from registry.responses.params import choice_param, int_param, text_param
+from registry.responses.params import TREE_MORE_PARAMS
 from registry.web import svg
 from registry.web.render import render
-from registry.web.treeview import SIDES, repo_href, rest_page, tree_href, tree_view
+from registry.web.treeview import repo_href, rest_page, tree_href, tree_view
 
 routes = web.RouteTableDef()
-MORE_PARAMS = (
-    choice_param("side", "Which side of the tree.", SIDES, default="descendants"),
-    int_param("level", f"The layer, 1 to {svg.TREE_DEPTH}.", minimum=1, maximum=svg.TREE_DEPTH, default=1),
-    text_param("after", "The repo key the page starts after."),
-)
 
 
 async def _focus(session: CatalogSession, repo_id: str) -> tuple[str, bool]:
@@ -47,7 +42,7 @@ async def tree(request: web.Request) -> web.Response:
 
 @routes.get("/tree/{org}/{name}/more", name="web_tree_more")
 async def more(request: web.Request) -> web.Response:
-    args = parse_query(request, MORE_PARAMS)
+    args = parse_query(request, TREE_MORE_PARAMS)
     async with read_session(request) as session:
         repo_id, _ = await _focus(session, repo_id_from_path(request))
         page = await rest_page(session, repo_id, args["side"], args["level"], args["after"] or "")
