@@ -23,10 +23,13 @@ class Renderer:
             lstrip_blocks=True,
         )
         self.env.filters.update(bytes=fmt.size, count=fmt.count)
+        self.css: str | None = None  # the stylesheet's versioned URL: hashing the file per page cost more than the page
+
 
     def page(self, request: web.Request, name: str, *, status: int = 200, **context: Any) -> web.Response:
-        static = request.app.router["web_static"]
-        context["css"] = str(static.url_for(filename="web.css"))
+        if self.css is None:
+            self.css = str(request.app.router["web_static"].url_for(filename="web.css"))
+        context["css"] = self.css
         html = self.env.get_template(name).render(**context)
         return web.Response(text=html, status=status, content_type="text/html", charset="utf-8")
 
