@@ -51,7 +51,7 @@ async def repo(request: web.Request) -> web.Response:
         if row is None:
             raise NotFound(f"no repo {repo_id} in the catalog", details={"repo": repo_id})
         detail = await api_pages.repo_page(session, row, endpoint=request.app[SETTINGS_KEY].hub.endpoint)
-    return render(request, "repo.html", title=detail.repo.repo_id, detail=detail, repo_href=repo_href,
+    return render(request, "repo.html", title=detail.repo.repo_id, detail=detail, repo_href=repo_href, tree_href=tree_href,
                   tree_url=tree_href(detail.repo.repo_id), json_url=detail.repo.url)  # fmt: skip
 
 

@@ -251,7 +251,7 @@ def lineage_graph(tree: Tree, *, id_prefix: str = "tree") -> Markup:
         lx, ly = x1 + (x2 - x1) * 0.6, y1 + (y2 - y1) * 0.6
         dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
         lines.append(
-            f'<g class="tree-edge"><title>{escape(labels.get(e.child, e.child))} is a {escape(e.relation)} of '
+            f'<g class="tree-edge"><title>{escape(labels.get(e.child, e.child))}: {escape(e.relation)} of '
             f"{escape(labels.get(e.parent, e.parent))} (source: {escape(sources_text(e.sources))})</title>"
             f'<line x1="{_n(x1)}" y1="{_n(y1)}" x2="{_n(x2)}" y2="{_n(y2)}" stroke="{colour}" '
             f'stroke-width="1.5"{dash_attr}/>'

@@ -138,8 +138,8 @@ def test_lineage_graph_layers_ancestors_above_and_descendants_below() -> None:
     edges = root.findall(f"{NS}g[@class='tree-edge']")
     assert len(edges) == 5
     hover = [g.findtext(f"{NS}title") for g in edges]
-    assert "org/focus is a finetune of meta/base (source: model card, hub tags)" in hover
-    assert "q/gk is a adapter of q/k0 (source: hub tags)" in hover
+    assert "org/focus: finetune of meta/base (source: model card, hub tags)" in hover
+    assert "q/gk: adapter of q/k0 (source: hub tags)" in hover
     assert sorted(g.findtext(f"{NS}text") or "" for g in edges) == ["adapter", "finetune", *["quantized"] * 3]
     # Every edge runs from the bottom of the parent's box to the top of the child's.
     width, height = (float(v) for v in root.get("viewBox", "").split()[2:])
