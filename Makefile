@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 MODELS := .cache/models
 SAMPLES := $(MODELS)/SmolLM2-135M-Instruct.Q4_1.gguf $(MODELS)/gemma-3-270m-q4_k_m.gguf
 
-.PHONY: setup models run test lint docs fuzz bench refvenv clean
+.PHONY: setup chromium models run test lint docs fuzz bench refvenv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+# Chromium for the web catalog's browser tests: Debian's package where it is missing
+# (Playwright drives it by path and never downloads a browser of its own).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+chromium:
+	command -v chromium >/dev/null || ($(SUDO) apt-get update && $(SUDO) apt-get install -y chromium)
+
+setup: $(STAMP) chromium
 
 $(SAMPLES): | $(STAMP)
 	$(BIN)/python -m tests.models fetch
@@ -27,7 +33,7 @@ models: $(SAMPLES)
 # then serve the API with in-process crawls, verifications and the crawl schedule.
 run: models
 	$(BIN)/registry index $(MODELS)
-	@echo "API on http://127.0.0.1:8080 - try /v1/artifacts, /v1/facets, /openapi.json; Ctrl-C stops it"
+	@echo "Web catalog on http://127.0.0.1:8080/ - the API under /v1 (/v1/artifacts, /openapi.json); Ctrl-C stops it"
 	$(BIN)/registry serve
 
 test: models
@@ -50,6 +56,7 @@ bench: models
 	$(BIN)/python -m bench.dequant
 	$(BIN)/python -m bench.search
 	$(BIN)/python -m bench.api
+	$(BIN)/python -m bench.web
 	$(BIN)/python -m bench.crawl
 	$(BIN)/python -m bench.verify
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from registry import web as web_catalog
 from registry.api.auth import TokenAuth, auth_middleware
 from registry.api.conditional import conditional_middleware
 from registry.api.errors import error_middleware
@@ -73,6 +74,7 @@ def create_app(
     app[JOBS_KEY] = jobs if jobs is not None else CatalogJobs(sessions)
     for table in ROUTE_TABLES:
         app.router.add_routes(table)
+    web_catalog.mount(app)
     app[OPENAPI_KEY] = build_openapi(settings.api, launcher.sources() if launcher is not None else ())
     if dispose_engine:
         engine = db if isinstance(db, AsyncEngine) else sessions.kw.get("bind")

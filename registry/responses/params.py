@@ -374,6 +374,13 @@ LINEAGE_PARAMS: tuple[Param, ...] = (
               default=DEFAULT_DEPTH),
 )
 
+# The web catalog's pages of a tree layer's rest (`/tree/{org}/{name}/more`).
+TREE_MORE_PARAMS: tuple[Param, ...] = (
+    choice_param("side", "Which side of the tree.", ("ancestors", "descendants"), default="descendants"),
+    int_param("level", f"The layer, 1 to {MAX_DEPTH} edges from the repo.", minimum=1, maximum=MAX_DEPTH, default=1),
+    text_param("after", "The repo key (lower-case id) the page starts after."),
+)
+
 
 @functools.cache
 def crawl_list_params(max_limit: int) -> tuple[Param, ...]:
@@ -393,6 +400,7 @@ __all__ = [
     "LINEAGE_PARAMS",
     "NOT_BLANK",
     "SORT_PARAM",
+    "TREE_MORE_PARAMS",
     "BadValue",
     "Param",
     "boolean",

@@ -123,8 +123,8 @@ async def test_every_route_answers_errors_in_the_envelope(make_api: MakeApi) -> 
     api = await make_api(launcher=RecordingLauncher())
     seen = 0
     for route in api.app.router.routes():
-        if route.method == "HEAD" or route.resource is None:
-            continue
+        if route.method == "HEAD" or route.resource is None or (route.name or "").startswith("web_"):
+            continue  # the web catalog's pages are HTML, tested in tests/web
         path = _fill(route.resource.canonical)
         reply = await api.request(route.method, f"{path}?bogus_param=1", headers=AUTH, json={})
         assert reply.status == 400, (route.method, path, reply.body)
@@ -139,8 +139,8 @@ async def test_every_route_has_a_not_found_or_method_error(make_api: MakeApi) ->
     """And each route, asked with a method it does not serve, answers a 405 envelope."""
     api = await make_api()
     for route in api.app.router.routes():
-        if route.method == "HEAD" or route.resource is None:
-            continue
+        if route.method == "HEAD" or route.resource is None or (route.name or "").startswith("web_"):
+            continue  # the web catalog's pages are HTML, tested in tests/web
         path = _fill(route.resource.canonical)
         reply = await api.request("PATCH", path, headers=AUTH)
         assert reply.status == 405, (path, reply.body)

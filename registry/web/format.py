@@ -1,0 +1,23 @@
+"""Numbers as people read them."""
+
+from __future__ import annotations
+
+
+def size(n: int | None) -> str:
+    if n is None:
+        return "–"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError
+
+
+def count(n: int | None) -> str:
+    if n is None:
+        return "–"
+    for limit, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= limit:
+            return f"{n / limit:.1f}{suffix}"
+    return str(n)

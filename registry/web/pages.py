@@ -1,0 +1,90 @@
+"""The search, repo, artifact and compare pages: the API's response models, rendered."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from aiohttp import web
+
+from registry.api import pages as api_pages
+from registry.api import reads
+from registry.api.errors import InvalidParameter, NotFound, UnknownParameter
+from registry.api.keys import SETTINGS_KEY
+from registry.api.params import parse_query, path_int
+from registry.api.routes.repos import repo_id_from_path
+from registry.api.sessions import read_session
+from registry.responses.params import DETAIL_PARAMS, FILTER_PARAMS, search_params
+from registry.responses.vocab import FACETS
+from registry.web import svg
+from registry.web.render import render
+from registry.web.treeview import repo_href, tree_href
+
+routes = web.RouteTableDef()
+COMPARE_MIN, COMPARE_MAX = 2, 6
+FILTER_NAMES = {p.name for p in FILTER_PARAMS}
+FACET_VALUES_SHOWN = 8
+
+
+@routes.get("/", name="web_search")
+async def search(request: web.Request) -> web.Response:
+    args = parse_query(request, search_params(request.app[SETTINGS_KEY].api.max_limit))
+    async with read_session(request) as session:
+        page = await api_pages.search_page(session, args)
+        facets = await api_pages.facets_page(session, {**args, "facets": FACETS})
+    kept = {k: v for k, v in request.query.items() if k != "cursor"}
+    next_url = "/?" + urlencode({**kept, "cursor": page.next}) if page.next else None
+    active = [(k, v, "/?" + urlencode({n: w for n, w in kept.items() if n != k})) for k, v in kept.items()]
+    links = [(facet, [(value, n, "/?" + urlencode({**kept, facet: value}) if facet in FILTER_NAMES else None)
+                      for value, n in list(counts.items())[:FACET_VALUES_SHOWN]])
+             for facet, counts in facets.facets.items()]  # fmt: skip
+    return render(request, "search.html", title="Search", page=page, facets=links, active=active,
+                  next_url=next_url, q=request.query.get("q", ""), repo_href=repo_href,
+                  json_url="/v1/artifacts" + ("?" + request.query_string if request.query_string else ""))  # fmt: skip
+
+
+@routes.get("/repos/{org}/{name}", name="web_repo")
+async def repo(request: web.Request) -> web.Response:
+    parse_query(request, ())
+    repo_id = repo_id_from_path(request)
+    async with read_session(request) as session:
+        row = await reads.get_repo(session, repo_id)
+        if row is None:
+            raise NotFound(f"no repo {repo_id} in the catalog", details={"repo": repo_id})
+        detail = await api_pages.repo_page(session, row, endpoint=request.app[SETTINGS_KEY].hub.endpoint)
+    return render(request, "repo.html", title=detail.repo.repo_id, detail=detail, repo_href=repo_href, tree_href=tree_href,
+                  tree_url=tree_href(detail.repo.repo_id), json_url=detail.repo.url)  # fmt: skip
+
+
+@routes.get("/artifacts/{id}", name="web_artifact")
+async def artifact(request: web.Request) -> web.Response:
+    args = parse_query(request, DETAIL_PARAMS)
+    artifact_id = path_int(request, "id")
+    async with read_session(request) as session:
+        found = await api_pages.artifact_page(session, artifact_id, endpoint=request.app[SETTINGS_KEY].hub.endpoint,
+                                              context=args["context"])  # fmt: skip
+    if found is None:
+        raise NotFound(f"no artifact with id {artifact_id}", details={"artifact_id": artifact_id})
+    return render(request, "artifact.html", title=f"{found.repo}/{found.path}", a=found, repo_href=repo_href,
+                  mix=svg.quant_mix(found.quant_mix), json_url=f"/v1/artifacts/{artifact_id}")  # fmt: skip
+
+
+@routes.get("/compare", name="web_compare")
+async def compare(request: web.Request) -> web.Response:
+    # ids come comma-separated in a shared URL, or once per ticked checkbox from a form
+    for name in request.query:
+        if name != "ids":
+            raise UnknownParameter(name, f"unknown query parameter {name!r}", allowed=["ids"])
+    raw = [part.strip() for value in request.query.getall("ids", []) for part in value.split(",") if part.strip()]
+    if not COMPARE_MIN <= len(raw) <= COMPARE_MAX or not all(p.isdigit() and len(p) < 19 for p in raw):
+        raise InvalidParameter("ids", f"ids must be {COMPARE_MIN} to {COMPARE_MAX} artifact ids, comma-separated")
+    endpoint = request.app[SETTINGS_KEY].hub.endpoint
+    found = []
+    async with read_session(request) as session:
+        for artifact_id in dict.fromkeys(int(p) for p in raw):
+            one = await api_pages.artifact_page(session, artifact_id, endpoint=endpoint)
+            if one is None:
+                raise NotFound(f"no artifact with id {artifact_id}", details={"artifact_id": artifact_id})
+            found.append(one)
+    mixes = [svg.quant_mix(a.quant_mix, id_prefix=f"mix-{a.id}") for a in found]
+    return render(request, "compare.html", title="Compare", items=list(zip(found, mixes, strict=True)),
+                  repo_href=repo_href, json_url=f"/v1/artifacts/{found[0].id}")  # fmt: skip

@@ -1,0 +1,41 @@
+"""Jinja2 with autoescape on every template: every string from a file, a card or a hub is
+text on the page, never markup."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jinja2
+from aiohttp import web
+
+from registry.web import format as fmt
+
+TEMPLATES = "templates"
+
+
+class Renderer:
+    def __init__(self) -> None:
+        self.env = jinja2.Environment(
+            loader=jinja2.PackageLoader("registry.web", TEMPLATES),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.env.filters.update(bytes=fmt.size, count=fmt.count)
+        self.css: str | None = None  # the stylesheet's versioned URL: hashing the file per page cost more than the page
+
+
+    def page(self, request: web.Request, name: str, *, status: int = 200, **context: Any) -> web.Response:
+        if self.css is None:
+            self.css = str(request.app.router["web_static"].url_for(filename="web.css"))
+        context["css"] = self.css
+        html = self.env.get_template(name).render(**context)
+        return web.Response(text=html, status=status, content_type="text/html", charset="utf-8")
+
+
+RENDERER_KEY = web.AppKey("web_renderer", Renderer)
+
+
+def render(request: web.Request, name: str, **context: Any) -> web.Response:
+    return request.app[RENDERER_KEY].page(request, name, **context)
