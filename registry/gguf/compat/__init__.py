@@ -1,0 +1,47 @@
+"""llama.cpp compatibility findings from GGUF headers alone (stdlib and numpy only).
+
+`header_findings(headers)` checks the parsed headers of one artifact (its shards in order);
+`error_findings(exc)` turns a parse or shard error llama.cpp would refuse the same way into
+its finding. Codes, severities and titles live in `codes.CODES`; the chat template checks,
+which need the sandbox, are in `registry.safety.compat`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from registry.gguf.compat.codes import BY_CODE, CODES, Code, CompatFinding, Severity, finding, worst_first
+from registry.gguf.compat.loader import anomaly_findings, error_findings
+from registry.gguf.compat.tensors import architecture_findings
+from registry.gguf.compat.tokenizer import tokenizer_findings
+from registry.gguf.model import GGUFHeader
+
+__all__ = [
+    "BY_CODE",
+    "CODES",
+    "Code",
+    "CompatFinding",
+    "Severity",
+    "error_findings",
+    "finding",
+    "header_findings",
+    "runs_in_llama_cpp",
+    "worst_first",
+]
+
+
+def header_findings(headers: Sequence[GGUFHeader]) -> tuple[CompatFinding, ...]:
+    """Every finding of one artifact's headers, worst first."""
+    if not headers:
+        return ()
+    out: list[CompatFinding] = []
+    for h in headers:
+        out += anomaly_findings(h)
+    out += architecture_findings(headers)
+    out += tokenizer_findings(headers[0])
+    return worst_first(out)
+
+
+def runs_in_llama_cpp(findings: Sequence[CompatFinding]) -> bool:
+    """Yes when no finding says llama.cpp refuses the file."""
+    return not any(f.severity == "error" for f in findings)
