@@ -20,7 +20,10 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
+from registry.gguf.compat import CompatFinding, error_findings, header_findings, worst_first
+from registry.gguf.errors import GGUFError
 from registry.safety import SandboxLimits, SandboxPool, ScanCache, TemplateReport, scan_header_report
+from registry.safety.compat import template_findings
 from registry.safety.sandbox import SandboxUnavailable
 
 log = logging.getLogger(__name__)
@@ -34,6 +37,8 @@ class TemplateScanner:
         self.limits = limits or SandboxLimits()
         self.cache = ScanCache()
         self.unavailable = 0  # scans skipped because the sandbox could not start
+        # llama.cpp template findings by what decides them: a repo's files share one template.
+        self.compat_cache: dict[tuple[Any, ...], tuple[CompatFinding, ...]] = {}
         self._pool: SandboxPool | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -61,6 +66,26 @@ class TemplateScanner:
             log.exception("chat template scanner failed; the artifact is stored as not scanned")
             return None
 
+    def compat_sync(self, header: Any) -> tuple[CompatFinding, ...] | None:
+        """llama.cpp findings of the header's chat template; None when not checked. Blocking."""
+        key = tuple(
+            header.get(k) if isinstance(header.get(k), str | int | bool) else None
+            for k in ("tokenizer.chat_template", "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+                      "tokenizer.ggml.add_bos_token", "tokenizer.ggml.model")
+        )  # fmt: skip
+        if (hit := self.compat_cache.get(key)) is not None:
+            return hit
+        try:
+            found = template_findings(header, self._runner())
+        except SandboxUnavailable:
+            return None
+        except Exception:
+            log.exception("llama.cpp template check failed; the artifact's findings leave it out")
+            return None
+        if len(self.compat_cache) < 1024:
+            self.compat_cache[key] = found
+        return found
+
     async def scan(self, header: Any) -> TemplateReport | None:
         """`scan_sync` off the event loop: parsing and the sandbox round trip block."""
         return await asyncio.to_thread(self.scan_sync, header)
@@ -81,6 +106,19 @@ def template_columns(scan: TemplateReport | None) -> dict[str, Any]:
     if scan is None:
         return {"chat_template_findings": None, "chat_template_capabilities": None}
     return {"chat_template_findings": scan.findings, "chat_template_capabilities": scan.capabilities}
+
+
+def compat_columns(headers: Any, scanner: TemplateScanner | None) -> dict[str, Any]:
+    """An ArtifactRecord's llama.cpp findings: the headers' and the first shard's template's."""
+    found = list(header_findings(headers))
+    if scanner is not None and headers:
+        found += scanner.compat_sync(headers[0]) or ()
+    return {"llama_cpp_findings": worst_first(found)}
+
+
+def error_columns(exc: GGUFError) -> dict[str, Any]:
+    """An error row's llama.cpp findings: the refusal its error stands for, else not checked."""
+    return {"llama_cpp_findings": error_findings(exc) or None}
 
 
 @contextlib.asynccontextmanager
