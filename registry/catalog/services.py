@@ -263,9 +263,7 @@ def _artifact_values(
         "sort_name": f"{repo.repo_id}/{record.path}".lower(),
         "search_text": _search_text(repo, record, moved_from),
         **_template_safety(record),
-        "runs_in_llama_cpp": None
-        if record.llama_cpp_findings is None
-        else runs_in_llama_cpp(record.llama_cpp_findings),
+        "runs_in_llama_cpp": None if record.llama_cpp_findings is None else runs_in_llama_cpp(record.llama_cpp_findings),
     }
     # Folded as stored (cleaned and cut to their columns): a query's value, folded alike,
     # is compared with exactly that text.
@@ -332,9 +330,7 @@ async def _write_artifacts(
     paths = [_path_key(s.path) for record, _ in todo for s in record.shards]
     if paths:
         await session.execute(
-            delete(Shard).where(
-                Shard.repo_pk == repo.id, Shard.revision == snap.revision, Shard.path.in_(paths)
-            )
+            delete(Shard).where(Shard.repo_pk == repo.id, Shard.revision == snap.revision, Shard.path.in_(paths))
         )
         await session.execute(insert(Shard), [
             _fit(Shard.__table__, {"artifact_id": artifact.id, "repo_pk": repo.id, "revision": snap.revision,
@@ -349,9 +345,7 @@ async def _write_artifacts(
     ]
     if findings:
         await session.execute(insert(ArtifactFinding), findings)
-    facts = [
-        (artifact.id, record.facts) for (record, _), artifact in zip(todo, rows, strict=True) if record.facts
-    ]
+    facts = [(artifact.id, record.facts) for (record, _), artifact in zip(todo, rows, strict=True) if record.facts]
     if facts:
         await session.execute(insert(Facts), [_facts_row(artifact_id, f) for artifact_id, f in facts])
         mix = [
@@ -448,9 +442,7 @@ async def _edge_count(session: AsyncSession, repo: Repo) -> int:
     return len((await session.scalars(select(LineageEdge.id).where(LineageEdge.child_pk == repo.id))).all())
 
 
-async def upsert_repo_snapshot(
-    session: AsyncSession, snap: RepoSnapshot, *, hub_answered: bool = False
-) -> UpsertResult:
+async def upsert_repo_snapshot(session: AsyncSession, snap: RepoSnapshot, *, hub_answered: bool = False) -> UpsertResult:
     """Write a repo snapshot. `hub_answered`: the catalog's hub answered for the repo by this
     id (a crawl of it, not of another endpoint), so a move recorded from the id is over."""
     repo, created = await _lock_repo(session, snap)
@@ -661,14 +653,10 @@ async def repo_moved(session: AsyncSession, old: str, new: str) -> str | None:
             await _reclaim(session, key)
             before = {r.id: await _moved_ids(session, r) for r in (repo, other)}
             # moves onto the retired row follow it (their edges are filed under old_key)
-            await session.execute(
-                update(RepoMove).where(RepoMove.repo_pk == repo.id).values(repo_pk=other.id)
-            )
+            await session.execute(update(RepoMove).where(RepoMove.repo_pk == repo.id).values(repo_pk=other.id))
             await _record_move(session, old, other)
             for r in (repo, other):  # the retired row's gone artifacts no longer answer to those ids
-                await _retext(
-                    session, r, [r.repo_id, *before[r.id]], [r.repo_id, *await _moved_ids(session, r)]
-                )
+                await _retext(session, r, [r.repo_id, *before[r.id]], [r.repo_id, *await _moved_ids(session, r)])
         await session.flush()
         return "retired"
     if key != old_key:
@@ -694,11 +682,7 @@ async def _retext(session: AsyncSession, repo: Repo, was: list[str], now: list[s
     await session.execute(
         update(Artifact)
         .where(Artifact.repo_pk == repo.id, func.substr(column, 1, len(old)) == old)
-        .values(
-            search_text=func.substr(
-                literal(new, String) + func.substr(column, len(old) + 1), 1, SEARCH_TEXT_LIMIT
-            )
-        )
+        .values(search_text=func.substr(literal(new, String) + func.substr(column, len(old) + 1), 1, SEARCH_TEXT_LIMIT))
         .execution_options(synchronize_session=False)
     )
 

@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from registry.gguf.compat.codes import BY_CODE, CODES, Code, CompatFinding, Severity, finding, worst_first
+from registry.gguf.compat.codes import (
+    BY_CODE,
+    CODES,
+    Code,
+    CompatFinding,
+    Severity,
+    compat_lines,
+    finding,
+    worst_first,
+)
 from registry.gguf.compat.loader import anomaly_findings, error_findings
 from registry.gguf.compat.tensors import architecture_findings
 from registry.gguf.compat.tokenizer import tokenizer_findings
@@ -22,6 +31,7 @@ __all__ = [
     "Code",
     "CompatFinding",
     "Severity",
+    "compat_lines",
     "error_findings",
     "finding",
     "header_findings",

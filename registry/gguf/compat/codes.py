@@ -7,8 +7,9 @@ misbehaves: wrong stop token, garbled text, a degraded tokenizer), `info` (worth
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")  # worst first
@@ -95,3 +96,15 @@ def worst_first(findings: list[CompatFinding]) -> tuple[CompatFinding, ...]:
     rank = {s: i for i, s in enumerate(SEVERITIES)}
     unique = {(f.code, f.field, f.message): f for f in findings}
     return tuple(sorted(unique.values(), key=lambda f: (rank[f.severity], f.code, f.field)))
+
+
+def compat_lines(findings: Sequence[Mapping[str, Any]] | None, runs: bool | None) -> list[tuple[str, str]]:
+    """(label, text) lines for `inspect` and `show`: whether llama.cpp loads it, then each finding."""
+    if findings is None or runs is None:
+        return [("llama.cpp", "not checked")]
+    verdict = "loads" if runs else "refuses to load"
+    lines = [
+        ("llama.cpp", f"{verdict}, {len(findings)} finding(s)" if findings else f"{verdict}, no findings")
+    ]
+    lines += [("", f"{f['code']} {f['severity']} {f['field']}: {f['message']}") for f in findings]
+    return lines
