@@ -244,3 +244,10 @@ def test_every_code_has_a_test() -> None:
     ]
     for c in CODES[:18]:
         assert f"test_{c.code.lower()}_" in text
+
+
+def test_the_docs_list_every_code() -> None:
+    """docs/compatibility.md has one table row per code, with its severity and title."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "compatibility.md").read_text(encoding="utf-8")
+    rows = [line for line in doc.splitlines() if line.startswith("| L")]
+    assert rows == [f"| {c.code} | {c.severity} | {c.title} | {c.doc} |" for c in CODES]
