@@ -23,7 +23,7 @@ from typing import Any
 from registry.gguf.compat import CompatFinding, error_findings, header_findings, worst_first
 from registry.gguf.errors import GGUFError
 from registry.safety import SandboxLimits, SandboxPool, ScanCache, TemplateReport, scan_header_report
-from registry.safety.compat import template_findings
+from registry.safety.compat import TemplateCheck, template_check
 from registry.safety.sandbox import SandboxUnavailable
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ class TemplateScanner:
         self.cache = ScanCache()
         self.unavailable = 0  # scans skipped because the sandbox could not start
         # llama.cpp template findings by what decides them: a repo's files share one template.
-        self.compat_cache: dict[tuple[Any, ...], tuple[CompatFinding, ...]] = {}
+        self.compat_cache: dict[tuple[Any, ...], TemplateCheck] = {}
         self._pool: SandboxPool | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -66,7 +66,7 @@ class TemplateScanner:
             log.exception("chat template scanner failed; the artifact is stored as not scanned")
             return None
 
-    def compat_sync(self, header: Any) -> tuple[CompatFinding, ...] | None:
+    def compat_sync(self, header: Any) -> TemplateCheck | None:
         """llama.cpp findings of the header's chat template; None when not checked. Blocking."""
         key = tuple(
             header.get(k) if isinstance(header.get(k), str | int | bool) else None
@@ -76,7 +76,7 @@ class TemplateScanner:
         if (hit := self.compat_cache.get(key)) is not None:
             return hit
         try:
-            found = template_findings(header, self._runner())
+            found = template_check(header, self._runner())
         except SandboxUnavailable:
             return None
         except Exception:
@@ -110,10 +110,12 @@ def template_columns(scan: TemplateReport | None) -> dict[str, Any]:
 
 def compat_columns(headers: Any, scanner: TemplateScanner | None) -> dict[str, Any]:
     """An ArtifactRecord's llama.cpp findings: the headers' and the first shard's template's."""
-    found = list(header_findings(headers))
-    if scanner is not None and headers:
-        found += scanner.compat_sync(headers[0]) or ()
-    return {"llama_cpp_findings": worst_first(found)}
+    found: list[CompatFinding] = list(header_findings(headers))
+    check = scanner.compat_sync(headers[0]) if scanner is not None and headers else None
+    if check is not None:
+        found += check.findings
+    render = check.render_sha256 if check is not None else None
+    return {"llama_cpp_findings": worst_first(found), "chat_template_render_sha256": render}
 
 
 def error_columns(exc: GGUFError) -> dict[str, Any]:

@@ -27,6 +27,7 @@ def upgrade() -> None:
     # A plain ADD COLUMN, not a batch copy: the artifacts table carries triggers and
     # hand-made indexes (0001_baseline) a copy would drop.
     op.add_column("artifacts", sa.Column("runs_in_llama_cpp", sa.Boolean(), nullable=True))
+    op.add_column("artifacts", sa.Column("chat_template_render_sha256", sa.String(length=64), nullable=True))
     op.create_index(op.f("ix_artifacts_runs_in_llama_cpp"), "artifacts", ["runs_in_llama_cpp"])
     op.create_table(
         "artifact_findings",
@@ -56,4 +57,5 @@ def downgrade() -> None:
     op.drop_index(op.f("ix_artifact_findings_code_artifact_id"), table_name="artifact_findings")
     op.drop_table("artifact_findings")
     op.drop_index(op.f("ix_artifacts_runs_in_llama_cpp"), table_name="artifacts")
+    op.drop_column("artifacts", "chat_template_render_sha256")
     op.drop_column("artifacts", "runs_in_llama_cpp")

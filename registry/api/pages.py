@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 from sqlalchemy import Row
 
 from registry.api import present, reads
-from registry.catalog import facets, lineage
+from registry.catalog import compat, facets, lineage
 from registry.catalog.folding import ascii_lower, folded
 from registry.catalog.readpath import CatalogSession
 from registry.catalog.search import SearchQuery, search
@@ -73,7 +73,8 @@ async def artifact_page(
         return None
     latest = (await reads.latest_verifications(session, [found])).get(artifact_id)
     projectors = await reads.projectors_beside(session, found.row)
-    findings = await reads.findings_of(session, artifact_id)
+    # L022 is info, the least severe: appended, the worst-first order holds.
+    findings = [*await reads.findings_of(session, artifact_id), *await compat.base_model_findings(session, found.row)]
     return present.artifact(found, latest, projectors, findings, endpoint=endpoint, context=context)
 
 

@@ -210,6 +210,9 @@ class Artifact(Base):
     # llama.cpp loads it: no error-severity compatibility finding (`artifact_findings`).
     # NULL: not checked (rows written before the checks, until their next read).
     runs_in_llama_cpp: Mapped[bool | None] = mapped_column(Boolean)
+    # sha256 of the default chat template's render of a standard conversation: the artifact
+    # page compares it with the base model's (finding L022). NULL: no template or not rendered.
+    chat_template_render_sha256: Mapped[str | None] = mapped_column(String(64))
     # What the file is (registry.gguf.facts_model.KINDS), copied from facts for the filter;
     # NULL for error rows.
     kind: Mapped[str | None] = mapped_column(String(16))

@@ -264,6 +264,7 @@ def _artifact_values(
         "search_text": _search_text(repo, record, moved_from),
         **_template_safety(record),
         "runs_in_llama_cpp": None if record.llama_cpp_findings is None else runs_in_llama_cpp(record.llama_cpp_findings),
+        "chat_template_render_sha256": record.chat_template_render_sha256,
     }
     # Folded as stored (cleaned and cut to their columns): a query's value, folded alike,
     # is compared with exactly that text.

@@ -56,6 +56,8 @@ class ArtifactRecord:
     # llama.cpp compatibility findings (registry.gguf.compat and registry.safety.compat), worst
     # first; error rows carry the finding their error stands for. None: not checked.
     llama_cpp_findings: tuple[CompatFinding, ...] | None = None
+    # sha256 of the chat template's render of a standard conversation (registry.safety.compat).
+    chat_template_render_sha256: str | None = None
 
     def __post_init__(self) -> None:
         if (self.facts is None) == (self.error is None):

@@ -1,6 +1,7 @@
 """llama.cpp compatibility findings of a chat template: rendered in the sandbox.
 
-Three checks on the default template (`tokenizer.chat_template`), from one render job of a
+L022 compares the render with the base model's, where the catalog holds both (at read time:
+either may be indexed first). Three checks on the default template (`tokenizer.chat_template`), from one render job of a
 fixed standard conversation with and without the generation prompt:
 - L019: it fails to parse or render (llama.cpp then guesses a format);
 - L020: `add_generation_prompt` changes nothing (the assistant turn is never opened);
@@ -11,7 +12,8 @@ The codes are declared in `registry.gguf.compat.codes`.
 
 from __future__ import annotations
 
-from typing import Any
+import hashlib
+from typing import Any, NamedTuple
 
 from registry.gguf.compat import CompatFinding, finding
 from registry.safety.sandbox import Renderer, RenderJob
@@ -26,11 +28,23 @@ STANDARD_MESSAGES = (
 )
 
 
+class TemplateCheck(NamedTuple):
+    findings: tuple[CompatFinding, ...]
+    # sha256 of the standard conversation's render with the generation prompt: two files whose
+    # templates render alike have the same (L022 compares a file's with its base model's).
+    render_sha256: str | None
+
+
 def template_findings(header: Any, runner: Renderer) -> tuple[CompatFinding, ...]:
     """The chat template findings of a parsed header (none without a template). Blocking."""
+    return template_check(header, runner).findings
+
+
+def template_check(header: Any, runner: Renderer) -> TemplateCheck:
+    """The findings and the render digest of the header's default chat template. Blocking."""
     source = header.get(TEMPLATE_KEY)
     if not isinstance(source, str):
-        return ()
+        return TemplateCheck((), None)
     bos, eos = _token_text(header, "bos"), _token_text(header, "eos")
     contexts = [
         {"messages": [dict(m) for m in STANDARD_MESSAGES], "add_generation_prompt": agp,
@@ -41,9 +55,8 @@ def template_findings(header: Any, runner: Renderer) -> tuple[CompatFinding, ...
     failed = next((r for r in outcome.results if r.output is None), None)
     if outcome.status != "ok" or len(outcome.results) != 2 or failed is not None:
         why = failed.message if failed is not None and failed.message else outcome.message or outcome.status
-        return (
-            finding("L019", TEMPLATE_KEY, f"the chat template fails on a standard conversation: {why}"[:300]),
-        )
+        message = f"the chat template fails on a standard conversation: {why}"[:300]
+        return TemplateCheck((finding("L019", TEMPLATE_KEY, message),), None)
     plain, prompted = (r.output or "" for r in outcome.results)
     out = []
     if plain == prompted:
@@ -58,7 +71,9 @@ def template_findings(header: Any, runner: Renderer) -> tuple[CompatFinding, ...
                 f"the template starts with {bos!r} and add_bos_token is true: double BOS",
             )
         )
-    return tuple(out)
+    digest = hashlib.sha256(prompted.encode("utf-8", "surrogatepass")).hexdigest()
+    return TemplateCheck(tuple(out), digest)
+
 
 
 def _token_text(header: Any, name: str) -> str:

@@ -4,6 +4,7 @@ SQLite and PostgreSQL; the two sample models carry none."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import AsyncIterator
@@ -17,10 +18,13 @@ from registry.catalog.errors import InvalidQuery
 from registry.catalog.facets import facets
 from registry.catalog.models import Artifact, ArtifactFinding
 from registry.catalog.search import SearchQuery, search
+from registry.catalog.services import upsert_repo_snapshot
+from registry.catalog.snapshot import ArtifactRecord, LineageRecord
 from registry.cli import main
 from registry.gguf.types import ValueType
 from tests.api.conftest import ApiClient, MakeApi, make_api
 from tests.catalog.conftest import db, db_url, empty_db_url, postgresql_url, sqlite_url, temp_databases
+from tests.catalog.factories import artifact, make_snapshot
 from tests.gguf.builders import HeaderBuilder
 from tests.gguf.test_compat import model
 from workers.index import index_paths
@@ -155,3 +159,30 @@ def test_cli_inspect_findings(models: Path, capsys: pytest.CaptureFixture[str]) 
     captured = capsys.readouterr()
     assert [f["code"] for f in json.loads(captured.out)["llama_cpp_findings"]] == ["L006"]
     assert "llama.cpp refuses it too: L006" in captured.err
+
+
+async def test_l022_template_renders_unlike_the_base_model(db: Database, make_api: MakeApi) -> None:
+    """Compared when read: the child indexed before its base, then the base, then a child
+    that renders alike."""
+    def record(path: str, render: str) -> ArtifactRecord:
+        return dataclasses.replace(artifact(path), llama_cpp_findings=(), chat_template_render_sha256=render)
+
+    edge = (LineageRecord("org/base", "finetune", "card"),)
+    async with db.sessions() as session, session.begin():
+        await upsert_repo_snapshot(session, make_snapshot("org/child-GGUF", artifacts=(record("c.gguf", "b" * 64),),
+                                                          lineage=edge))  # fmt: skip
+        await upsert_repo_snapshot(session, make_snapshot("org/same-GGUF", artifacts=(record("s.gguf", "a" * 64),),
+                                                          lineage=edge))  # fmt: skip
+    api = await make_api()
+
+    async def codes(path: str) -> list[str]:
+        hits = await api.get(f"/v1/artifacts?q={path.removesuffix('.gguf')}&status=all")
+        [item] = [i for i in hits.body["items"] if i["path"] == path]
+        page = await api.get(item["url"])
+        return [f["code"] for f in page.body["llama_cpp_findings"]]
+
+    assert await codes("c.gguf") == []  # no base model in the catalog yet: nothing to compare
+    async with db.sessions() as session, session.begin():
+        await upsert_repo_snapshot(session, make_snapshot("org/base", artifacts=(record("base.gguf", "a" * 64),)))
+    assert await codes("c.gguf") == ["L022"]
+    assert await codes("s.gguf") == []

@@ -31,6 +31,7 @@ __all__ = [
     "Code",
     "CompatFinding",
     "Severity",
+    "base_model_finding",
     "compat_lines",
     "error_findings",
     "finding",
@@ -55,3 +56,12 @@ def header_findings(headers: Sequence[GGUFHeader]) -> tuple[CompatFinding, ...]:
 def runs_in_llama_cpp(findings: Sequence[CompatFinding]) -> bool:
     """Yes when no finding says llama.cpp refuses the file."""
     return not any(f.severity == "error" for f in findings)
+
+
+def base_model_finding(render_sha256: str | None, base_renders: list[str]) -> CompatFinding | None:
+    """L022 when the base model's files render the standard conversation and none renders it
+    as this file does; None when either side has no render to compare."""
+    if render_sha256 is None or not base_renders or render_sha256 in base_renders:
+        return None
+    return finding("L022", "tokenizer.chat_template", "the chat template renders the standard conversation differently "
+                   "from the base model's")  # fmt: skip
