@@ -184,7 +184,7 @@ async def _read_artifact(
     ]
     scan = await opts.scanner.scan(remote[0].header) if opts.scanner is not None else None
     headers = [r.header for r in remote]
-    compat = await asyncio.to_thread(compat_columns, headers, opts.scanner)
+    compat = await asyncio.to_thread(compat_columns, headers, facts.kind, opts.scanner)
     return ArtifactRecord(shards[0].path, tuple(shards), facts=facts, **template_columns(scan), **compat), remote
 
 

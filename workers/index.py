@@ -305,7 +305,7 @@ def _read_group(
               for s, h in zip(shards, headers, strict=True)]  # fmt: skip
     # Templates live in the first shard's metadata, like every other key.
     scan = scanner.scan_sync(headers[0].header) if scanner is not None else None
-    compat = compat_columns([h.header for h in headers], scanner)
+    compat = compat_columns([h.header for h in headers], facts.kind, scanner)
     return ArtifactRecord(shards[0].path, tuple(shards), facts=facts, **template_columns(scan), **compat)
 
 

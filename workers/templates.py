@@ -108,9 +108,10 @@ def template_columns(scan: TemplateReport | None) -> dict[str, Any]:
     return {"chat_template_findings": scan.findings, "chat_template_capabilities": scan.capabilities}
 
 
-def compat_columns(headers: Any, scanner: TemplateScanner | None) -> dict[str, Any]:
-    """An ArtifactRecord's llama.cpp findings: the headers' and the first shard's template's."""
-    found: list[CompatFinding] = list(header_findings(headers))
+def compat_columns(headers: Any, kind: str, scanner: TemplateScanner | None) -> dict[str, Any]:
+    """An ArtifactRecord's llama.cpp findings: the headers' (for a file of this `kind`) and the
+    first shard's chat template's."""
+    found: list[CompatFinding] = list(header_findings(headers, kind))
     check = scanner.compat_sync(headers[0]) if scanner is not None and headers else None
     if check is not None:
         found += check.findings

@@ -78,7 +78,7 @@ def _cmd_inspect(args: argparse.Namespace, settings: Settings) -> int:
         err = {"code": "internal_error", "message": text, "field": None, "offset": None}
     else:
         findings, capabilities = _template_scan(path, headers[0])
-        compat = _compat(path, headers)
+        compat = _compat(path, headers, facts.kind)
         runs = None if compat is None else runs_in_llama_cpp(compat)
         compat_json = None if compat is None else [f.to_dict() for f in compat]
         memory = _memory(headers, args.context) if args.context is not None else None
@@ -156,14 +156,14 @@ def _read_remote(url: str, settings: Settings) -> list[RemoteHeader]:
     return asyncio.run(read_remote_artifact_headers(url, settings.hub, limits=parser_limits(settings)))
 
 
-def _compat(path: str, headers: list[Any]) -> Any:
+def _compat(path: str, headers: list[Any], kind: str) -> Any:
     """llama.cpp findings of the headers and the chat template (a sandbox child renders it,
     only when there is one); the template's are left out when the sandbox cannot start."""
     from registry.gguf.compat import header_findings, worst_first
     from registry.safety.compat import template_findings
     from registry.safety.sandbox import SandboxPool, SandboxUnavailable
 
-    found = list(header_findings(headers))
+    found = list(header_findings(headers, kind))
     if isinstance(headers[0].get("tokenizer.chat_template"), str):
         try:
             with SandboxPool() as pool:

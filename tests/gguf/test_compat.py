@@ -80,10 +80,10 @@ def codes_of(tmp_path: Path, data: bytes, name: str = "m.gguf") -> list[str]:
     raw = path.read_bytes()
     try:
         header = parse_header(raw, file_size=len(raw))
-        derive_facts([header], file_sizes=[len(raw)])
+        facts = derive_facts([header], file_sizes=[len(raw)])
     except GGUFError as exc:
         return [f.code for f in error_findings(exc)]
-    return [f.code for f in header_findings([header])]
+    return [f.code for f in header_findings([header], facts.kind)]
 
 
 def test_the_base_file_has_no_finding(tmp_path: Path) -> None:
@@ -159,6 +159,19 @@ def test_l010_per_architecture(tmp_path: Path, arch: str) -> None:
     """The llama-like file lacks each of these architectures' own tensors."""
     codes = codes_of(tmp_path, model(arch=arch).build(with_data=True))
     assert codes and set(codes) == {"L010"}
+
+
+@pytest.mark.parametrize("general_type", ["adapter", "mmproj", "imatrix"])
+def test_files_loaded_beside_a_model_get_only_the_loaders_checks(tmp_path: Path, general_type: str) -> None:
+    """A LoRA adapter, a projector or an importance matrix lacks a model's tensors by design."""
+
+    def keys(b: HeaderBuilder) -> None:
+        b.kv("general.type", ValueType.STRING, general_type)
+        b.kv("adapter.type", ValueType.STRING, "lora")
+
+    assert codes_of(tmp_path, model(arch="clip", skip=("blk.0.attn_k",), kvs=keys).build(with_data=True)) == []
+    dup = model(arch="clip", kvs=lambda b: (keys(b), b.kv("general.type", ValueType.STRING, "x")))
+    assert codes_of(tmp_path, dup.build(with_data=True), "dup.gguf") == ["L003"]
 
 
 def test_l011_embedding_rows_differ_from_vocab(tmp_path: Path) -> None:

@@ -41,15 +41,20 @@ __all__ = [
 ]
 
 
-def header_findings(headers: Sequence[GGUFHeader]) -> tuple[CompatFinding, ...]:
-    """Every finding of one artifact's headers, worst first."""
+def header_findings(headers: Sequence[GGUFHeader], kind: str = "model") -> tuple[CompatFinding, ...]:
+    """Every finding of one artifact's headers, worst first.
+
+    `kind` is the facts' (`facts_model.KINDS`): a model gets every check; a vocabulary-only
+    file no tensor checks; projectors, adapters and importance matrices, which llama.cpp
+    loads beside a model and not as one, only the loader's."""
     if not headers:
         return ()
     out: list[CompatFinding] = []
     for h in headers:
         out += anomaly_findings(h)
-    out += architecture_findings(headers)
-    out += tokenizer_findings(headers[0])
+    if kind in ("model", "vocab"):
+        out += architecture_findings(headers, tensors=kind == "model")
+        out += tokenizer_findings(headers[0])
     return worst_first(out)
 
 

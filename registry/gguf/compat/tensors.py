@@ -13,7 +13,7 @@ from registry.gguf.model import GGUFHeader
 _MAX_MISSING = 8
 
 
-def architecture_findings(headers: Sequence[GGUFHeader]) -> list[CompatFinding]:
+def architecture_findings(headers: Sequence[GGUFHeader], *, tensors: bool = True) -> list[CompatFinding]:
     first = headers[0]
     arch = first.get("general.architecture")
     if not isinstance(arch, str):
@@ -26,6 +26,8 @@ def architecture_findings(headers: Sequence[GGUFHeader]) -> list[CompatFinding]:
                 "L009", "general.architecture", f"architecture {arch!r} is not one llama.cpp loads as a model"
             )
         ]
+    if not tensors:
+        return []
     names = {t.name for h in headers for t in h.tensors}
     out = _missing(arch, first, names)
     out += _embedding_rows(first, headers)

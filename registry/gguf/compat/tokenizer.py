@@ -20,6 +20,10 @@ _SPECIAL = {
 }
 
 
+# llama.cpp's default EOS id per tokenizer model when the file names none.
+_DEFAULT_EOS = {"llama": 2, "gpt2": 11, "t5": 1, "plamo2": 2}
+
+
 def tokenizer_findings(header: GGUFHeader) -> list[CompatFinding]:
     model = header.get("tokenizer.ggml.model")
     if model is None:
@@ -67,8 +71,10 @@ def _special_tokens(header: GGUFHeader) -> list[CompatFinding]:
             kind = int(types[value])
             if kind not in allowed:
                 out.append(finding("L016", key, f"{name} token {value} has token type {kind}, not control"))
-    if stops == 0 and header.get("tokenizer.ggml.model") not in ("bert", "no_vocab", "none"):
-        out.append(
-            finding("L017", "tokenizer.ggml.eos_token_id", "no eos and no eot token id in the vocabulary")
-        )
+    model = header.get("tokenizer.ggml.model")
+    if stops == 0 and model not in ("bert", "no_vocab", "none"):
+        fallback = _DEFAULT_EOS.get(str(model))
+        then = (f"llama.cpp falls back to token {fallback}, which may not end a turn" if fallback is not None
+                and fallback < n else "generation does not stop on its own")  # fmt: skip
+        out.append(finding("L017", "tokenizer.ggml.eos_token_id", f"no eos and no eot token id: {then}"))
     return out
