@@ -264,3 +264,15 @@ def test_the_docs_list_every_code() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "compatibility.md").read_text(encoding="utf-8")
     rows = [line for line in doc.splitlines() if line.startswith("| L")]
     assert rows == [f"| {c.code} | {c.severity} | {c.title} | {c.doc} |" for c in CODES]
+
+
+def test_a_complete_mamba_file_has_no_finding(tmp_path: Path) -> None:
+    """Mamba's A and D tensors carry no `.weight` suffix in llama.cpp's files."""
+    b = HeaderBuilder()
+    b.kv("general.architecture", ValueType.STRING, "mamba")
+    b.kv("mamba.block_count", ValueType.UINT32, 1)
+    for name in ("token_embd.weight", "output_norm.weight", "blk.0.attn_norm.weight", "blk.0.ssm_in.weight",
+                 "blk.0.ssm_conv1d.weight", "blk.0.ssm_x.weight", "blk.0.ssm_dt.weight", "blk.0.ssm_a",
+                 "blk.0.ssm_d", "blk.0.ssm_out.weight"):  # fmt: skip
+        b.tensor(name, [8], GGMLType.F32)
+    assert codes_of(tmp_path, b.build(with_data=True)) == []

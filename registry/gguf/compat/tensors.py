@@ -38,15 +38,18 @@ def _missing(arch: str, header: GGUFHeader, names: set[str]) -> list[CompatFindi
     req = REQUIRED.get(arch)
     if req is None:
         return []
-    missing = [g for g in req.globals if f"{g}.weight" not in names]
+    def has(name: str) -> bool:
+        # Most tensors are `<name>.weight`; a few carry no suffix (mamba's ssm_a and ssm_d).
+        return f"{name}.weight" in names or name in names
+
+    missing = [g for g in req.globals if not has(g)]
     blocks = header.get(f"{arch}.block_count")
     if isinstance(blocks, int) and 0 <= blocks <= 4096:
         for i in range(blocks):
             for group in req.layer:
-                if not any(all(f"blk.{i}.{n}.weight" in names for n in alt) for alt in group):
+                if not any(all(has(f"blk.{i}.{n}") for n in alt) for alt in group):
                     # Name the first alternative's first absent tensor: what a loader reports.
-                    alt = group[0]
-                    missing.append(next(f"blk.{i}.{n}" for n in alt if f"blk.{i}.{n}.weight" not in names))
+                    missing.append(next(f"blk.{i}.{n}" for n in group[0] if not has(f"blk.{i}.{n}")))
     return [
         finding("L010", f"{name}.weight", f"{arch} requires tensor {name}.weight, which the file lacks")
         for name in missing[:_MAX_MISSING]
