@@ -23,7 +23,7 @@ from typing import Any
 from registry.gguf.compat import CompatFinding, error_findings, header_findings, worst_first
 from registry.gguf.errors import GGUFError
 from registry.safety import SandboxLimits, SandboxPool, ScanCache, TemplateReport, scan_header_report
-from registry.safety.compat import TemplateCheck, template_check
+from registry.safety.compat import TemplateCheck, template_check, token_text
 from registry.safety.sandbox import SandboxUnavailable
 
 log = logging.getLogger(__name__)
@@ -68,11 +68,9 @@ class TemplateScanner:
 
     def compat_sync(self, header: Any) -> TemplateCheck | None:
         """llama.cpp findings of the header's chat template; None when not checked. Blocking."""
-        key = tuple(
-            header.get(k) if isinstance(header.get(k), str | int | bool) else None
-            for k in ("tokenizer.chat_template", "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
-                      "tokenizer.ggml.add_bos_token", "tokenizer.ggml.model")
-        )  # fmt: skip
+        source, add_bos = header.get("tokenizer.chat_template"), header.get("tokenizer.ggml.add_bos_token")
+        key = (source if isinstance(source, str) else None, token_text(header, "bos"), token_text(header, "eos"),
+               add_bos is True)  # fmt: skip
         if (hit := self.compat_cache.get(key)) is not None:
             return hit
         try:

@@ -1,13 +1,13 @@
 """llama.cpp compatibility findings of a chat template: rendered in the sandbox.
 
-L022 compares the render with the base model's, where the catalog holds both (at read time:
-either may be indexed first). Three checks on the default template (`tokenizer.chat_template`), from one render job of a
+Three checks on the default template (`tokenizer.chat_template`), from one render job of a
 fixed standard conversation with and without the generation prompt:
 - L019: it fails to parse or render (llama.cpp then guesses a format);
 - L020: `add_generation_prompt` changes nothing (the assistant turn is never opened);
 - L021: the render starts with the BOS text while `tokenizer.ggml.add_bos_token` is true:
   llama.cpp adds BOS when it tokenizes the prompt, so the model sees two.
-The codes are declared in `registry.gguf.compat.codes`.
+The render's digest is kept for L022, which the catalog compares with the base model's
+(`registry.catalog.compat`). The codes are declared in `registry.gguf.compat.codes`.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def template_check(header: Any, runner: Renderer) -> TemplateCheck:
     source = header.get(TEMPLATE_KEY)
     if not isinstance(source, str):
         return TemplateCheck((), None)
-    bos, eos = _token_text(header, "bos"), _token_text(header, "eos")
+    bos, eos = token_text(header, "bos"), token_text(header, "eos")
     contexts = [
         {"messages": [dict(m) for m in STANDARD_MESSAGES], "add_generation_prompt": agp,
          "bos_token": bos, "eos_token": eos}
@@ -75,8 +75,8 @@ def template_check(header: Any, runner: Renderer) -> TemplateCheck:
     return TemplateCheck(tuple(out), digest)
 
 
-
-def _token_text(header: Any, name: str) -> str:
+def token_text(header: Any, name: str) -> str:
+    """The text of the special token `name` (bos, eos), "" when the file names none."""
     tokens = header.get("tokenizer.ggml.tokens")
     tid = header.get(f"tokenizer.ggml.{name}_token_id")
     if tokens is None or isinstance(tokens, str | bytes) or not isinstance(tid, int) or isinstance(tid, bool):
