@@ -21,7 +21,7 @@ from registry.catalog.search import SearchQuery, search
 from registry.catalog.services import upsert_repo_snapshot
 from registry.catalog.snapshot import ArtifactRecord, LineageRecord
 from registry.cli import main
-from registry.gguf.types import ValueType
+from registry.gguf.types import GGMLType, ValueType
 from tests.api.conftest import ApiClient, MakeApi, make_api
 from tests.catalog.conftest import db, db_url, empty_db_url, postgresql_url, sqlite_url, temp_databases
 from tests.catalog.factories import artifact, make_snapshot
@@ -186,3 +186,21 @@ async def test_l022_template_renders_unlike_the_base_model(db: Database, make_ap
         await upsert_repo_snapshot(session, make_snapshot("org/base", artifacts=(record("base.gguf", "a" * 64),)))
     assert await codes("c.gguf") == ["L022"]
     assert await codes("s.gguf") == []
+
+
+async def test_hostile_strings_are_stored(db: Database, tmp_path: Path) -> None:
+    """A duplicated tensor whose name holds a NUL and invalid UTF-8: findings stored on both databases."""
+    name = b"blk.0.\x00\xff\xfe" + b"x" * 40
+
+    def extra(b: HeaderBuilder) -> None:
+        b.tensor(name, [8], GGMLType.F32)
+        b.tensor(name, [8], GGMLType.F32)
+
+    folder = tmp_path / "hostile"
+    folder.mkdir()
+    (folder / "hostile.gguf").write_bytes(model(extra=extra).build(with_data=True))
+    await index_paths(db, [folder])
+    async with db.sessions() as session:
+        rows = (await session.execute(select(ArtifactFinding.code, ArtifactFinding.field))).all()
+    assert sorted(code for code, _ in rows) == ["L004", "L018", "L018"]
+    assert await _paths(db, finding="L004,L018") == ["hostile.gguf"]
