@@ -36,7 +36,7 @@ from sqlalchemy import func, insert, make_url, select, text
 from registry.catalog import lineage, migrate
 from registry.catalog.db import Database, create_engine
 from registry.catalog.facets import count_facets, facets
-from registry.catalog.models import Artifact, Facts, LineageEdge, QuantMix, Repo, Shard
+from registry.catalog.models import Artifact, ArtifactFinding, Facts, LineageEdge, QuantMix, Repo, Shard
 from registry.catalog.readpath import CatalogSession, ReadSession
 from registry.catalog.search import (
     FACET_NAMES,
@@ -104,6 +104,23 @@ def _capabilities(rng: random.Random) -> int | None:
     return capability_mask(names)
 
 
+# llama.cpp findings of a checked artifact: (code, severity, share of artifacts). Most files
+# have none; a few warnings are common, refusals rare.
+FINDING_SHARES = (("L013", "warning", 0.12), ("L016", "warning", 0.06), ("L020", "warning", 0.05),
+                  ("L021", "warning", 0.04), ("L017", "warning", 0.01), ("L012", "error", 0.01),
+                  ("L010", "error", 0.005), ("L009", "error", 0.002))  # fmt: skip
+
+
+def _findings(rng: random.Random, aid: int) -> tuple[list[dict[str, Any]], bool | None]:
+    """An artifact's finding rows and its runs_in_llama_cpp; 10% not checked (None)."""
+    if rng.random() < 0.1:
+        return [], None
+    codes = [(code, severity) for code, severity, share in FINDING_SHARES if rng.random() < share]
+    rows = [{"artifact_id": aid, "position": i, "code": code, "severity": severity, "field": "tokenizer.ggml.pre",
+             "message": f"{code} finding"} for i, (code, severity) in enumerate(codes)]  # fmt: skip
+    return rows, not any(severity == "error" for _, severity in codes)
+
+
 def _modalities(rng: random.Random) -> int:
     """A projector's inputs: vision for 92%, audio for 12% (both for 4%)."""
     names = ["vision"] if rng.random() < 0.92 else []
@@ -124,6 +141,7 @@ class Synthetic:
     quant_mix: list[dict[str, Any]]
     shards: list[dict[str, Any]]
     edges: list[dict[str, Any]]
+    findings: list[dict[str, Any]]
 
 
 def _kv_cache(arch: str, params: int) -> tuple[int | None, int | None, int | None]:
@@ -143,6 +161,8 @@ def synthesize(n_repos: int, n_artifacts: int, seed: int) -> Synthetic:
     kind_rng = random.Random(seed + 4)  # and the kinds
     modality_rng = random.Random(seed + 5)  # and what the projectors take in
     owner_rng = random.Random(seed + 6)  # and the long tail of owners
+    finding_rng = random.Random(seed + 7)  # and the llama.cpp findings
+    findings: list[dict[str, Any]] = []
     licenses = [
         ("apache-2.0", 30),
         ("mit", 15),
@@ -236,6 +256,8 @@ def synthesize(n_repos: int, n_artifacts: int, seed: int) -> Synthetic:
         kind = _weighted(kind_rng, KINDS) if status == "indexed" else None
         modalities = _modalities(modality_rng) if kind == "mmproj" else None
         file_license = repo["card_license"] if rng.random() < 0.7 else None
+        found, runs_in = _findings(finding_rng, aid) if status == "indexed" else ([], None)
+        findings += found
         words = f"{repo['repo_id']} {path} {arch} {label} {' '.join(repo['tags'])} {repo['description']}"
         artifacts.append({
             "id": aid, "repo_pk": repo["id"], "path": path, "revision": repo["revision"], "status": status,
@@ -247,7 +269,7 @@ def synthesize(n_repos: int, n_artifacts: int, seed: int) -> Synthetic:
             "parameter_count": params if status == "indexed" else 0, "context_length": ctx, "expert_count": experts,
             "kv_bytes_per_token": kv[0], "kv_swa_bytes_per_token": kv[1], "kv_sliding_window": kv[2],
             "vocab_sha256": vocab_key, "vocab_size": vocab_size, "chat_template_capabilities": capabilities,
-            "kind": kind, "modalities": modalities,
+            "kind": kind, "modalities": modalities, "runs_in_llama_cpp": runs_in,
             "verification_status": rng.choice(["passed", "failed", None, None, None, None]),
             "downloads": repo["downloads"], "likes": repo["likes"], "last_modified": repo["last_modified"],
             "sort_name": f"{repo['repo_id']}/{path}".lower(), "search_text": words.lower(),
@@ -272,14 +294,15 @@ def synthesize(n_repos: int, n_artifacts: int, seed: int) -> Synthetic:
             )
             shards.append({"artifact_id": aid, "repo_pk": repo["id"], "revision": repo["revision"],
                            "path": shard_path, "split_no": no, "size": size // n_shards})  # fmt: skip
-    return Synthetic(repos, artifacts, facts, mixes, shards, edges)
+    return Synthetic(repos, artifacts, facts, mixes, shards, edges, findings)
 
 
 async def bulk_load(db: Database, data: Synthetic) -> None:
     batch = 2000
     async with db.engine.begin() as conn:
         for model, rows in ((Repo, data.repos), (Artifact, data.artifacts), (Facts, data.facts),
-                            (QuantMix, data.quant_mix), (Shard, data.shards), (LineageEdge, data.edges)):  # fmt: skip
+                            (QuantMix, data.quant_mix), (Shard, data.shards), (LineageEdge, data.edges),
+                            (ArtifactFinding, data.findings)):  # fmt: skip
             for i in range(0, len(rows), batch):
                 await conn.execute(insert(model.__table__), rows[i : i + batch])
         if db.dialect == "postgresql":  # explicit ids were inserted: move the sequences past them
@@ -428,6 +451,13 @@ async def queries(db: Database, through: str = "read-path") -> list[tuple[str, C
                                                                file_type="Q4_K_M"))),
         ("parallel_tool_calls + fits 8 GiB", searching(SearchQuery(capability="parallel_tool_calls",
                                                                    max_memory=8 << 30))),
+        ("finding=L013", searching(SearchQuery(finding="L013"))),
+        ("finding=L009 (rare)", searching(SearchQuery(finding="L009"))),
+        ("finding=L013,L016, sort likes", searching(SearchQuery(finding="L013,L016", sort="likes"))),
+        ("runs_in=llama.cpp", searching(SearchQuery(runs_in="llama.cpp"))),
+        ("runs_in + llama + Q4_K_M", searching(SearchQuery(runs_in="llama.cpp", architecture="llama",
+                                                           file_type="Q4_K_M"))),
+        ("finding=L021 + fits 8 GiB", searching(SearchQuery(finding="L021", max_memory=8 << 30))),
         ("kind=model", searching(SearchQuery(kind="model"))),
         ("kind=mmproj + qwen2", searching(SearchQuery(kind="mmproj", architecture="qwen2"))),
         ("kind=vocab (rare), sort name", searching(SearchQuery(kind="vocab", sort="name"))),

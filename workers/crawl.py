@@ -47,7 +47,7 @@ from registry.gguf.limits import Limits
 from registry.hub.client import HubClient, RepoFile, RepoInfo, RepoSummary
 from registry.hub.errors import FileChanged, HubError, RepoNotFound
 from registry.hub.http import SHARD_WINDOW, HubHttp, RemoteHeader, first_window_for
-from workers.templates import TemplateScanner, scanner_scope, template_columns
+from workers.templates import TemplateScanner, compat_columns, error_columns, scanner_scope, template_columns
 
 if TYPE_CHECKING:
     from registry.config import HubSettings
@@ -172,7 +172,10 @@ async def _read_artifact(
             raise
         return ArtifactRecord(shards[0].path, tuple(shards), error=ArtifactError(exc.code, str(exc))), remote
     except GGUFError as exc:
-        return ArtifactRecord(shards[0].path, tuple(shards), error=ArtifactError(exc.code, str(exc))), remote
+        record = ArtifactRecord(
+            shards[0].path, tuple(shards), error=ArtifactError(exc.code, str(exc)), **error_columns(exc)
+        )
+        return record, remote
     shards = [
         ShardRecord(
             s.path, size=r.file_size, sha256=s.sha256, header_bytes=r.header.data_offset, split_no=s.split_no
@@ -180,7 +183,9 @@ async def _read_artifact(
         for s, r in zip(shards, remote, strict=True)
     ]
     scan = await opts.scanner.scan(remote[0].header) if opts.scanner is not None else None
-    return ArtifactRecord(shards[0].path, tuple(shards), facts=facts, **template_columns(scan)), remote
+    headers = [r.header for r in remote]
+    compat = await asyncio.to_thread(compat_columns, headers, facts.kind, opts.scanner)
+    return ArtifactRecord(shards[0].path, tuple(shards), facts=facts, **template_columns(scan), **compat), remote
 
 
 async def build_snapshot(

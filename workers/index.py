@@ -52,7 +52,7 @@ from registry.hub.local import DEFAULT_FIRST_WINDOW, LocalHeader, read_header
 from workers.cache import sha256_file
 from workers.crawl import CancelWatch
 from workers.hashes import FileHashes
-from workers.templates import TemplateScanner, scanner_scope, template_columns
+from workers.templates import TemplateScanner, compat_columns, error_columns, scanner_scope, template_columns
 
 log = logging.getLogger(__name__)
 LMSTUDIO_DIRS = {".lmstudio", "lmstudio", "lm-studio"}
@@ -291,7 +291,9 @@ def _read_group(
         ]
         facts = derive_facts([h.header for h in headers], file_sizes=[h.file_size for h in headers])
     except GGUFError as exc:
-        return ArtifactRecord(shards[0].path, tuple(shards), error=ArtifactError(exc.code, str(exc)))
+        return ArtifactRecord(
+            shards[0].path, tuple(shards), error=ArtifactError(exc.code, str(exc)), **error_columns(exc)
+        )
     except Exception as exc:  # a parser bug must cost one row, not the whole folder
         log.exception("unexpected error reading %s", root / group.paths[0])
         return ArtifactRecord(
@@ -303,7 +305,8 @@ def _read_group(
               for s, h in zip(shards, headers, strict=True)]  # fmt: skip
     # Templates live in the first shard's metadata, like every other key.
     scan = scanner.scan_sync(headers[0].header) if scanner is not None else None
-    return ArtifactRecord(shards[0].path, tuple(shards), facts=facts, **template_columns(scan))
+    compat = compat_columns([h.header for h in headers], facts.kind, scanner)
+    return ArtifactRecord(shards[0].path, tuple(shards), facts=facts, **template_columns(scan), **compat)
 
 
 async def _unique_pseudo_id(db: Database, repo: LocalRepo) -> str:

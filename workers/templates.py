@@ -20,7 +20,10 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
+from registry.gguf.compat import CompatFinding, error_findings, header_findings, worst_first
+from registry.gguf.errors import GGUFError
 from registry.safety import SandboxLimits, SandboxPool, ScanCache, TemplateReport, scan_header_report
+from registry.safety.compat import TemplateCheck, template_check, token_text
 from registry.safety.sandbox import SandboxUnavailable
 
 log = logging.getLogger(__name__)
@@ -34,6 +37,8 @@ class TemplateScanner:
         self.limits = limits or SandboxLimits()
         self.cache = ScanCache()
         self.unavailable = 0  # scans skipped because the sandbox could not start
+        # llama.cpp template findings by what decides them: a repo's files share one template.
+        self.compat_cache: dict[tuple[Any, ...], TemplateCheck] = {}
         self._pool: SandboxPool | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -61,6 +66,24 @@ class TemplateScanner:
             log.exception("chat template scanner failed; the artifact is stored as not scanned")
             return None
 
+    def compat_sync(self, header: Any) -> TemplateCheck | None:
+        """llama.cpp findings of the header's chat template; None when not checked. Blocking."""
+        source, add_bos = header.get("tokenizer.chat_template"), header.get("tokenizer.ggml.add_bos_token")
+        key = (source if isinstance(source, str) else None, token_text(header, "bos"), token_text(header, "eos"),
+               add_bos is True)  # fmt: skip
+        if (hit := self.compat_cache.get(key)) is not None:
+            return hit
+        try:
+            found = template_check(header, self._runner())
+        except SandboxUnavailable:
+            return None
+        except Exception:
+            log.exception("llama.cpp template check failed; the artifact's findings leave it out")
+            return None
+        if len(self.compat_cache) < 1024:
+            self.compat_cache[key] = found
+        return found
+
     async def scan(self, header: Any) -> TemplateReport | None:
         """`scan_sync` off the event loop: parsing and the sandbox round trip block."""
         return await asyncio.to_thread(self.scan_sync, header)
@@ -81,6 +104,22 @@ def template_columns(scan: TemplateReport | None) -> dict[str, Any]:
     if scan is None:
         return {"chat_template_findings": None, "chat_template_capabilities": None}
     return {"chat_template_findings": scan.findings, "chat_template_capabilities": scan.capabilities}
+
+
+def compat_columns(headers: Any, kind: str, scanner: TemplateScanner | None) -> dict[str, Any]:
+    """An ArtifactRecord's llama.cpp findings: the headers' (for a file of this `kind`) and the
+    first shard's chat template's."""
+    found: list[CompatFinding] = list(header_findings(headers, kind))
+    check = scanner.compat_sync(headers[0]) if scanner is not None and headers else None
+    if check is not None:
+        found += check.findings
+    render = check.render_sha256 if check is not None else None
+    return {"llama_cpp_findings": worst_first(found), "chat_template_render_sha256": render}
+
+
+def error_columns(exc: GGUFError) -> dict[str, Any]:
+    """An error row's llama.cpp findings: the refusal its error stands for, else not checked."""
+    return {"llama_cpp_findings": error_findings(exc) or None}
 
 
 @contextlib.asynccontextmanager

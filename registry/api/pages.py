@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 from sqlalchemy import Row
 
 from registry.api import present, reads
-from registry.catalog import facets, lineage
+from registry.catalog import compat, facets, lineage
 from registry.catalog.folding import ascii_lower, folded
 from registry.catalog.readpath import CatalogSession
 from registry.catalog.search import SearchQuery, search
@@ -36,7 +36,7 @@ def search_query(values: Mapping[str, Any], **paging: Any) -> SearchQuery:
     named after SearchQuery fields, except the short `q`; lists of names are comma-separated
     there. min_params above max_params is not an error: it truthfully matches nothing."""
     filters: dict[str, Any] = {("text" if p.name == "q" else p.name): values.get(p.name) for p in FILTER_PARAMS}
-    for name in ("capability", "modality"):
+    for name in ("capability", "modality", "finding"):
         if filters[name] is not None:
             filters[name] = ",".join(filters[name])
     return SearchQuery(**filters, **paging)
@@ -73,7 +73,9 @@ async def artifact_page(
         return None
     latest = (await reads.latest_verifications(session, [found])).get(artifact_id)
     projectors = await reads.projectors_beside(session, found.row)
-    return present.artifact(found, latest, projectors, endpoint=endpoint, context=context)
+    # L022 is info, the least severe: appended, the worst-first order holds.
+    findings = [*await reads.findings_of(session, artifact_id), *await compat.base_model_findings(session, found.row)]
+    return present.artifact(found, latest, projectors, findings, endpoint=endpoint, context=context)
 
 
 async def repo_page(session: CatalogSession, repo: Row[Any], *, endpoint: str) -> RepoDetail:

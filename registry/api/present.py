@@ -28,7 +28,7 @@ from registry.responses import (
     TemplateFinding,
     Verification,
 )
-from registry.responses.artifacts import FileArtifact
+from registry.responses.artifacts import CompatFinding, FileArtifact
 from registry.responses.base import summarised
 
 
@@ -116,8 +116,9 @@ def artifact_in_repo(detail: ArtifactDetail, repo_id: str, latest: Any, *, endpo
 
 
 def artifact(
-    detail: ArtifactDetail, latest: Any, projectors: Sequence[Any], *, endpoint: str, context: int | None
-) -> Artifact:
+    detail: ArtifactDetail, latest: Any, projectors: Sequence[Any], findings: Sequence[Any], *, endpoint: str,
+    context: int | None,
+) -> Artifact:  # fmt: skip
     """One artifact in full (a `reads.get_artifact` detail): with its metadata, chat templates
     and the projectors beside it. `memory` and `facts.kv_cache.at_context` are sized at one
     number of tokens: `context` (default MEMORY_CONTEXT), or the model's own context_length
@@ -138,4 +139,7 @@ def artifact(
         chat_templates={str(k): str(v) for k, v in templates.items()} if isinstance(templates, dict) else {},
         metadata=summarised(dict(extra.get("metadata") or {})),
         projectors=[Projector.from_row(p) for p in projectors],
-    )
+        llama_cpp_findings=[CompatFinding(code=f.code, severity=f.severity, field=f.field, message=f.message)
+                            for f in findings],
+        runs_in_llama_cpp=row.runs_in_llama_cpp,
+    )  # fmt: skip

@@ -22,6 +22,7 @@ from sqlalchemy import Row, Select, bindparam, exists, func, select
 from registry.catalog.amounts import LARGEST
 from registry.catalog.models import (
     Artifact,
+    ArtifactFinding,
     Facts,
     LineageEdge,
     QuantMix,
@@ -208,6 +209,20 @@ async def projectors_beside(session: CatalogSession, row: Row[Any]) -> list[Row[
     the files to give llama.cpp's --mmproj with it."""
     conn = await session.connection()
     return list(await conn.execute(_PROJECTORS, {"repo_pk": row.repo_pk, "artifact_id": row.id}))
+
+
+_FINDINGS = ArtifactFinding.__table__
+_FINDINGS_OF = (
+    select(_FINDINGS.c.code, _FINDINGS.c.severity, _FINDINGS.c.field, _FINDINGS.c.message)
+    .where(_FINDINGS.c.artifact_id == bindparam("artifact_id"))
+    .order_by(_FINDINGS.c.position)
+)
+
+
+async def findings_of(session: CatalogSession, artifact_id: int) -> list[Row[Any]]:
+    """The artifact's llama.cpp compatibility findings, worst first."""
+    conn = await session.connection()
+    return list(await conn.execute(_FINDINGS_OF, {"artifact_id": artifact_id}))
 
 
 async def get_artifact(session: CatalogSession, artifact_id: int) -> ArtifactDetail | None:

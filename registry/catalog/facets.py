@@ -29,7 +29,8 @@ _A = Artifact.__table__.c
 # SearchQuery filters on columns outside the covering facet index.
 _NON_FACET_FILTERS = ("author", "repo", "text", "tensor_type", "min_params", "max_params", "min_size", "max_size",
                       "size_label", "min_context", "expert_count", "verification", "descendant_of", "template_severity",
-                      "max_memory", "draft_for", "capability", "kind", "with_projector", "modality")  # fmt: skip
+                      "max_memory", "draft_for", "capability", "kind", "with_projector", "modality",
+                      "finding", "runs_in")  # fmt: skip
 # SearchQuery filters on columns outside the covering index of MORE_FACETS.
 _OUTSIDE_MORE_FACETS_INDEX = (
     *(name for name in _NON_FACET_FILTERS if name not in ("kind", "verification", "capability")),

@@ -44,6 +44,7 @@ ARTIFACT_STATUSES = ("indexed", "error", "gone")
 LINEAGE_RELATIONS = ("quantized", "finetune", "adapter", "merge", "unknown")
 LINEAGE_SOURCES = ("gguf", "card", "tags")
 VERIFICATION_STATUSES = ("queued", "running", "passed", "failed", "skipped")
+FINDING_SEVERITIES = ("error", "warning", "info")  # registry.gguf.compat.codes.SEVERITIES
 CRAWL_KINDS = ("hub", "local")
 CRAWL_STATUSES = ("running", "finished", "failed", "cancelled")
 JOB_KINDS = ("crawl", "index_repo", "verify")
@@ -206,6 +207,12 @@ class Artifact(Base):
     # CAPABILITIES[i]); NULL: not probed (error rows, templates that did not render, rows
     # indexed before the probes), never "none".
     chat_template_capabilities: Mapped[int | None] = mapped_column(SmallInteger)
+    # llama.cpp loads it: no error-severity compatibility finding (`artifact_findings`).
+    # NULL: not checked (rows written before the checks, until their next read).
+    runs_in_llama_cpp: Mapped[bool | None] = mapped_column(Boolean)
+    # sha256 of the default chat template's render of a standard conversation: the artifact
+    # page compares it with the base model's (finding L022). NULL: no template or not rendered.
+    chat_template_render_sha256: Mapped[str | None] = mapped_column(String(64))
     # What the file is (registry.gguf.facts_model.KINDS), copied from facts for the filter;
     # NULL for error rows.
     kind: Mapped[str | None] = mapped_column(String(16))
@@ -281,6 +288,7 @@ class Artifact(Base):
         Index(None, "chat_template_capabilities"),
         Index(None, "kind"),
         Index(None, "vocab_sha256"),
+        Index(None, "runs_in_llama_cpp"),
     )
 
 
@@ -368,6 +376,26 @@ class QuantMix(Base):
 
     # "Contains IQ2_XS tensors" walks this index; the primary key serves per-artifact reads.
     __table_args__ = (Index(None, "tensor_type", "artifact_id"),)
+
+
+class ArtifactFinding(Base):
+    """One llama.cpp compatibility finding of an artifact (registry.gguf.compat), in the order
+    the checks report them, worst first."""
+
+    __tablename__ = "artifact_findings"
+
+    artifact_id: Mapped[int] = mapped_column(ForeignKey("artifacts.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    code: Mapped[str] = mapped_column(String(8))
+    severity: Mapped[str] = mapped_column(String(8))
+    field: Mapped[str] = mapped_column(String(200))
+    message: Mapped[str] = mapped_column(Text)
+
+    # "Has finding L005" walks this index; the primary key serves per-artifact reads.
+    __table_args__ = (
+        Index(None, "code", "artifact_id"),
+        _one_of("severity", FINDING_SEVERITIES, "severity"),
+    )
 
 
 class LineageEdge(Base):

@@ -37,9 +37,20 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry.catalog.folding import fold, folded
 from registry.catalog.lineage import derive_edges
-from registry.catalog.models import Artifact, Facts, LineageEdge, QuantMix, Repo, RepoMove, Shard, repo_key
+from registry.catalog.models import (
+    Artifact,
+    ArtifactFinding,
+    Facts,
+    LineageEdge,
+    QuantMix,
+    Repo,
+    RepoMove,
+    Shard,
+    repo_key,
+)
 from registry.catalog.snapshot import DERIVATION, ArtifactRecord, LineageRecord, RepoSnapshot, UpsertResult
 from registry.catalog.types import EPOCH, utcnow
+from registry.gguf.compat import runs_in_llama_cpp
 from registry.gguf.facts_model import Facts as FactsData
 from registry.gguf.facts_model import modality_mask
 from registry.gguf.kvcache import KVCache
@@ -252,6 +263,8 @@ def _artifact_values(
         "sort_name": f"{repo.repo_id}/{record.path}".lower(),
         "search_text": _search_text(repo, record, moved_from),
         **_template_safety(record),
+        "runs_in_llama_cpp": None if record.llama_cpp_findings is None else runs_in_llama_cpp(record.llama_cpp_findings),
+        "chat_template_render_sha256": record.chat_template_render_sha256,
     }
     # Folded as stored (cleaned and cut to their columns): a query's value, folded alike,
     # is compared with exactly that text.
@@ -312,7 +325,7 @@ async def _write_artifacts(
     await session.flush()
     rewritten = [current.id for _, current in todo if current is not None]
     if rewritten:
-        for model in (Facts, QuantMix, Shard):
+        for model in (Facts, QuantMix, Shard, ArtifactFinding):
             await session.execute(delete(model).where(model.artifact_id.in_(rewritten)))
     # A revision that moved a shard between artifacts must not trip the (repo, revision, path) key.
     paths = [_path_key(s.path) for record, _ in todo for s in record.shards]
@@ -326,6 +339,13 @@ async def _write_artifacts(
                                    "header_bytes": s.header_bytes})
             for (record, _), artifact in zip(todo, rows, strict=True) for s in record.shards
         ])  # fmt: skip
+    findings = [
+        _fit(ArtifactFinding.__table__, {"artifact_id": artifact.id, "position": i, **f.to_dict()})
+        for (record, _), artifact in zip(todo, rows, strict=True)
+        for i, f in enumerate(record.llama_cpp_findings or ())
+    ]
+    if findings:
+        await session.execute(insert(ArtifactFinding), findings)
     facts = [(artifact.id, record.facts) for (record, _), artifact in zip(todo, rows, strict=True) if record.facts]
     if facts:
         await session.execute(insert(Facts), [_facts_row(artifact_id, f) for artifact_id, f in facts])

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from registry.gguf.compat import CompatFinding
 from registry.gguf.facts_model import Facts
 from registry.safety.findings import Finding
 
@@ -20,7 +21,7 @@ from registry.safety.findings import Finding
 # and release, where `crawl --full` re-reads everything every time. Raising it is all a
 # release does to have what it derives reach old rows; no migration is needed for that.
 # CHANGELOG.md says what each number added.
-DERIVATION = 3
+DERIVATION = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,11 @@ class ArtifactRecord:
     chat_template_findings: tuple[Finding, ...] | None = None
     # What the templates can do (registry.safety.capabilities); None: not probed.
     chat_template_capabilities: frozenset[str] | None = None
+    # llama.cpp compatibility findings (registry.gguf.compat and registry.safety.compat), worst
+    # first; error rows carry the finding their error stands for. None: not checked.
+    llama_cpp_findings: tuple[CompatFinding, ...] | None = None
+    # sha256 of the chat template's render of a standard conversation (registry.safety.compat).
+    chat_template_render_sha256: str | None = None
 
     def __post_init__(self) -> None:
         if (self.facts is None) == (self.error is None):

@@ -199,7 +199,7 @@ def add_search(sub: Subcommands) -> tuple[str, Handler]:
 
 
 # Options given once per name as well as comma-separated: the values of each are joined.
-REPEATABLE = ("capability", "modality")
+REPEATABLE = ("capability", "modality", "finding")
 
 
 def search_values(args: argparse.Namespace) -> dict[str, Any]:

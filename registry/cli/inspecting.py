@@ -39,6 +39,7 @@ def _cmd_inspect(args: argparse.Namespace, settings: Settings) -> int:
     import io
     import json
 
+    from registry.gguf.compat import compat_lines, error_findings, runs_in_llama_cpp
     from registry.gguf.errors import GGUFError
     from registry.gguf.facts import derive_facts
     from registry.gguf.summary import facts_json, facts_text
@@ -70,16 +71,22 @@ def _cmd_inspect(args: argparse.Namespace, settings: Settings) -> int:
         facts = derive_facts(headers, file_sizes=sizes)
     except (GGUFError, HubError) as exc:
         err, text = exc.to_dict(), str(exc)
+        refusal = [f.to_dict() for f in error_findings(exc)] if isinstance(exc, GGUFError) else []
     except Exception as exc:  # a parser bug on a hostile file must still not print a traceback
         text = f"{type(exc).__name__}: {exc}"
+        refusal = []
         err = {"code": "internal_error", "message": text, "field": None, "offset": None}
     else:
         findings, capabilities = _template_scan(path, headers[0])
+        compat = _compat(path, headers, facts.kind)
+        runs = None if compat is None else runs_in_llama_cpp(compat)
+        compat_json = None if compat is None else [f.to_dict() for f in compat]
         memory = _memory(headers, args.context) if args.context is not None else None
         if args.json:
             # ASCII-only JSON: a model name or template in any script survives any terminal.
             doc = facts_json(facts, headers, tensors=args.tensors, paths=paths, template_findings=findings,
                              context=args.context, template_capabilities=capabilities)  # fmt: skip
+            doc["llama_cpp_findings"], doc["runs_in_llama_cpp"] = compat_json or [], runs
             if fetched is not None:
                 doc["fetched"] = fetched
             if memory is not None:
@@ -91,6 +98,9 @@ def _cmd_inspect(args: argparse.Namespace, settings: Settings) -> int:
             title = path if len(headers) == 1 else f"{path} (split model, {len(headers)} shards)"
             sys.stdout.write(facts_text(facts, headers, title=title, tensors=args.tensors, template_findings=findings,
                                         context=args.context, template_capabilities=capabilities))  # fmt: skip
+            sys.stdout.write(
+                "".join(f"{label:<22}{text}\n" for label, text in compat_lines(compat_json, runs))
+            )
             if memory is not None:
                 sys.stdout.write(memory[2])
             if fetched is not None:
@@ -98,8 +108,13 @@ def _cmd_inspect(args: argparse.Namespace, settings: Settings) -> int:
                       f"for {fetched['files']} file(s)")  # fmt: skip
         return EXIT_OK
     print(f"registry: inspect: {path}: {err['code']}: {text}", file=sys.stderr)
+    for f in refusal:
+        print(
+            f"registry: inspect: {path}: llama.cpp refuses it too: {f['code']} {f['message']}",
+            file=sys.stderr,
+        )
     if args.json:
-        print(json.dumps({"error": err}))
+        print(json.dumps({"error": err, **({"llama_cpp_findings": refusal} if refusal else {})}))
     return EXIT_ERROR
 
 
@@ -139,6 +154,25 @@ def _read_remote(url: str, settings: Settings) -> list[RemoteHeader]:
     from registry.hub.http import read_remote_artifact_headers
 
     return asyncio.run(read_remote_artifact_headers(url, settings.hub, limits=parser_limits(settings)))
+
+
+def _compat(path: str, headers: list[Any], kind: str) -> Any:
+    """llama.cpp findings of the headers and the chat template (a sandbox child renders it,
+    only when there is one); the template's are left out when the sandbox cannot start."""
+    from registry.gguf.compat import header_findings, worst_first
+    from registry.safety.compat import template_findings
+    from registry.safety.sandbox import SandboxPool, SandboxUnavailable
+
+    found = list(header_findings(headers, kind))
+    if isinstance(headers[0].get("tokenizer.chat_template"), str):
+        try:
+            with SandboxPool() as pool:
+                found += template_findings(headers[0], pool)
+        except SandboxUnavailable as exc:
+            print(
+                f"registry: inspect: {path}: chat template not checked for llama.cpp: {exc}", file=sys.stderr
+            )
+    return worst_first(found)
 
 
 def _template_scan(path: str, header: Any) -> tuple[list[dict[str, str]] | None, list[str] | None]:

@@ -21,6 +21,7 @@ from registry.cli.common import (
     terminal_text,
 )
 from registry.config import Settings
+from registry.gguf.compat.codes import compat_lines
 from registry.responses.params import DETAIL_PARAMS
 
 if TYPE_CHECKING:
@@ -165,6 +166,8 @@ def _artifact_text(page: dict[str, Any], context: int | None, named: str | None 
     catalog.append(("popularity", f"{page['downloads']:,} downloads, {page['likes']:,} likes{when}"))
     v = page["latest_verification"]
     catalog.append(("verified", "never" if v is None else _verification_line(v)))
+    runs = page["runs_in_llama_cpp"]
+    catalog += compat_lines(page["llama_cpp_findings"] if runs is not None else None, runs)
     for i, proj in enumerate(page["projectors"]):
         takes = ", ".join(proj["modalities"] or []) or "-"
         catalog.append(("projectors" if i == 0 else "",

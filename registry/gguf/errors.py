@@ -67,6 +67,10 @@ class InvalidValue(GGUFError):
     code = "invalid_value"
 
 
+class BadAlignment(InvalidValue):
+    """`general.alignment` that is not an integer power of two (llama.cpp refuses the file)."""
+
+
 class UnknownValueType(GGUFError):
     code = "unknown_value_type"
 
@@ -89,6 +93,14 @@ class InvalidTensor(GGUFError):
     """Bad tensor info: dimensions, element count, block multiple, offset, overlap, bounds."""
 
     code = "invalid_tensor"
+
+
+class BlockSizeMismatch(InvalidTensor):
+    """A row length that is not a multiple of its type's block size (llama.cpp refuses it)."""
+
+
+class TensorOutOfBounds(TruncatedFile):
+    """Tensor data that ends past the end of the file (llama.cpp refuses the file)."""
 
 
 class InconsistentShards(GGUFError):

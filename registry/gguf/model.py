@@ -38,6 +38,25 @@ class TensorInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class Anomaly:
+    """Something llama.cpp would refuse or mangle that the parser read past, to report it.
+
+    `kind` is one of `ANOMALY_KINDS`; `field` names the key or tensor it concerns.
+    """
+
+    kind: str
+    field: str
+    message: str
+
+
+# duplicate_key: a key seen again (the first value is kept, as gguf-py does);
+# duplicate_tensor: a tensor name seen again (both are kept in `tensors`);
+# invalid_utf8: a string value or tensor name that is not valid UTF-8 (decoded with U+FFFD);
+# alignment_type: general.alignment held in an integer type other than uint32.
+ANOMALY_KINDS = ("duplicate_key", "duplicate_tensor", "invalid_utf8", "alignment_type")
+
+
+@dataclass(frozen=True, slots=True)
 class GGUFHeader:
     version: int
     endianness: Endianness
@@ -48,6 +67,8 @@ class GGUFHeader:
     # alignment): the number of bytes a reader needs to have the whole header.
     data_offset: int
     file_size: int | None = None
+    # What the parser read past rather than rejecting the file, in file order.
+    anomalies: tuple[Anomaly, ...] = ()
     _by_name: Mapping[str, TensorInfo] = field(default_factory=dict, repr=False, compare=False)
 
     @property

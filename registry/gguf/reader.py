@@ -21,7 +21,10 @@ a dimension of 0 is rejected (zero elements); tensor data offsets must be aligne
 tensor-info order and non-overlapping (gaps allowed); keys must be non-empty ASCII; tensor
 names at most 63 bytes (GGML_MAX_NAME); `general.alignment` any integer type holding a
 power of two. String values are decoded as UTF-8 with replacement, as llama.cpp does not
-validate them. A declared length reaching past a known file end is `PastEndOfFile`, both a
+validate them. Duplicate keys and tensor names, strings that are not valid UTF-8 and a
+`general.alignment` in another integer type than uint32 do not stop the parse: they are
+recorded in `GGUFHeader.anomalies` (llama.cpp refuses or mangles them; the catalog reports
+them as findings, which needs the rest of the header). A declared length reaching past a known file end is `PastEndOfFile`, both a
 `TruncatedFile` and a `LimitExceeded`, since the two cannot be told apart.
 """
 
@@ -32,21 +35,22 @@ from typing import Any, NoReturn
 
 from registry.gguf.array import GGUFArray
 from registry.gguf.errors import (
+    BadAlignment,
     BadMagic,
-    DuplicateKey,
-    DuplicateTensor,
+    BlockSizeMismatch,
     InvalidTensor,
     InvalidValue,
     LimitExceeded,
     NeedMoreData,
     PastEndOfFile,
+    TensorOutOfBounds,
     TruncatedFile,
     UnknownTensorType,
     UnknownValueType,
     UnsupportedVersion,
 )
 from registry.gguf.limits import DEFAULT_LIMITS, Limits
-from registry.gguf.model import Endianness, Field, GGUFHeader, TensorInfo
+from registry.gguf.model import Anomaly, Endianness, Field, GGUFHeader, TensorInfo
 from registry.gguf.strings import walk_strings
 from registry.gguf.types import (
     DEFAULT_ALIGNMENT,
@@ -166,6 +170,7 @@ class _Parser:
         self.tensor_pos = 0
         self.key = ""
         self.fields: dict[str, Field] = {}
+        self.anomalies: list[Anomaly] = []
         self.vocab_count = 0
         self.vocab_mean = float(_STRING_GUESS)
         self.alignment = DEFAULT_ALIGNMENT
@@ -208,7 +213,7 @@ class _Parser:
             last = len(tensors) - 1
             t = tensors[last]
             if t.file_offset + t.n_bytes > self.file_size:
-                raise TruncatedFile(
+                raise TensorOutOfBounds(
                     f"tensor {t.name!r} data ends at {t.file_offset + t.n_bytes}, past the end of the "
                     f"{self.file_size}-byte file",
                     field=f"tensors[{last}].offset",
@@ -222,6 +227,7 @@ class _Parser:
             alignment=self.alignment,
             data_offset=data_offset,
             file_size=self.file_size,
+            anomalies=tuple(self.anomalies),
             _by_name={t.name: t for t in tensors},
         )
 
@@ -382,6 +388,10 @@ class _Parser:
             type_id = u32(self.buf, pos)[0]
             vtype = self._value_type(type_id, key, pos)
             value, pos = self._value(pos + 4, vtype, key)
+            if key in self.fields:
+                # The value is walked (and checked) to find the next key; the first one stays.
+                self.anomalies.append(Anomaly("duplicate_key", key, f"key {key!r} appears twice"))
+                continue
             if key == "general.alignment":
                 self._check_alignment(vtype, value, key_offset)
             self.fields[key] = Field(key, vtype, value, key_offset)
@@ -406,10 +416,7 @@ class _Parser:
         raw = self.buf[start : start + size]
         if not raw.isascii():
             raise InvalidValue(f"key {raw[:64]!r} is not ASCII", field=field, offset=pos)
-        key = raw.decode("ascii")
-        if key in self.fields:
-            raise DuplicateKey(f"key {key!r} appears twice", field=key, offset=pos)
-        return key, start + size
+        return raw.decode("ascii"), start + size
 
     def _value_type(self, type_id: int, field: str, offset: int) -> ValueType:
         try:
@@ -448,8 +455,18 @@ class _Parser:
         self._declared(start, size, field, "string")
         self._need(start, size, field)
         # llama.cpp does not validate UTF-8 in values; replacing keeps a catalog row
-        # readable instead of rejecting the whole file over one odd byte.
-        return self.buf[start : start + size].decode("utf-8", "replace"), start + size
+        # readable instead of rejecting the whole file over one odd byte, and the anomaly
+        # says the text shown is not the text stored.
+        return self._text(self.buf[start : start + size], field), start + size
+
+    def _text(self, raw: bytes, field: str) -> str:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            self.anomalies.append(
+                Anomaly("invalid_utf8", field, f"{field} is not valid UTF-8 (byte {exc.start}); shown with U+FFFD")
+            )
+            return raw.decode("utf-8", "replace")
 
     def _array(self, pos: int, field: str, depth: int) -> tuple[ValueType, int, int, int]:
         """Validate one array at `pos`: element type, count, body start, end offset."""
@@ -549,9 +566,13 @@ class _Parser:
     def _check_alignment(self, vtype: ValueType, value: Any, offset: int) -> None:
         field = "general.alignment"
         if vtype not in INTEGER_VALUE_TYPES:
-            raise InvalidValue(f"alignment must be an integer, not {vtype.name}", field=field, offset=offset)
+            raise BadAlignment(f"alignment must be an integer, not {vtype.name}", field=field, offset=offset)
         if value <= 0 or value & (value - 1):
-            raise InvalidValue(f"alignment {value} is not a power of two", field=field, offset=offset)
+            raise BadAlignment(f"alignment {value} is not a power of two", field=field, offset=offset)
+        if vtype is not ValueType.UINT32:
+            self.anomalies.append(
+                Anomaly("alignment_type", field, f"general.alignment is a {vtype.name}, llama.cpp wants UINT32")
+            )
         self.alignment = value
 
     # -- tensor info section ---------------------------------------------------------------
@@ -605,11 +626,9 @@ class _Parser:
         pos += lw
         self._need(pos, size, base + ".name")
         raw = buf[pos : pos + size]
-        name = raw.decode("utf-8", "replace")
+        name = self._text(raw, base + ".name")
         if raw in names:
-            raise DuplicateTensor(
-                f"tensor name {name!r} appears twice", field=base + ".name", offset=info_offset
-            )
+            self.anomalies.append(Anomaly("duplicate_tensor", name, f"tensor name {name!r} appears twice"))
         names.add(raw)
         pos += size
 
@@ -687,7 +706,7 @@ class _Parser:
                 offset=pos,
             )
         if shape[0] % info.block_size:
-            raise InvalidTensor(
+            raise BlockSizeMismatch(
                 f"tensor {name!r} first dimension {shape[0]} is not a multiple of the {info.name} "
                 f"block size {info.block_size}",
                 field=base + ".shape",

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         ArtifactInRepo,
         ArtifactPage,
         ArtifactSummary,
+        CompatFinding,
         Facets,
         Facts,
         FileMatch,
@@ -49,8 +50,8 @@ if TYPE_CHECKING:
 # Where each name lives: loaded on first use, so that the command line's parser, which reads
 # `params` and `vocab` only, does not build every model class at start-up.
 _HOMES = {
-    "artifacts": ("Artifact", "ArtifactError", "ArtifactInRepo", "ArtifactPage", "ArtifactSummary", "Facets",
-                  "Facts", "FileMatch", "FileMatches", "KVCacheAt", "KVCacheFacts", "Memory", "Projector",
+    "artifacts": ("Artifact", "ArtifactError", "ArtifactInRepo", "ArtifactPage", "ArtifactSummary", "CompatFinding",
+                  "Facets", "Facts", "FileMatch", "FileMatches", "KVCacheAt", "KVCacheFacts", "Memory", "Projector",
                   "QuantMixEntry", "Shard", "TemplateFinding"),
     "base": ("Response", "Summary", "encode", "encode_text"),
     "operations": ("Crawl", "CrawlPage", "Error", "ErrorBody", "Health", "Job", "JobPage", "Ready", "Verification",
@@ -70,7 +71,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "Artifact", "ArtifactError", "ArtifactInRepo", "ArtifactPage", "ArtifactSummary", "Crawl", "CrawlPage", "Error",
+    "Artifact", "ArtifactError", "ArtifactInRepo", "ArtifactPage", "ArtifactSummary", "CompatFinding", "Crawl", "CrawlPage", "Error",
     "ErrorBody", "Facets", "Facts", "FileMatch", "FileMatches", "Health", "Job", "JobPage", "KVCacheAt",
     "KVCacheFacts", "Lineage", "LineageEdge", "Memory", "Neighbours", "Projector", "QuantMixEntry", "Ready", "Repo",
     "RepoDetail", "Response", "Shard", "Summary", "TemplateFinding", "Verification", "WebhookIgnored", "encode",

@@ -8,7 +8,7 @@ Builders read catalog rows by column name (`row.path`, `row.file_size`): a searc
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -175,6 +175,18 @@ class Shard(Response, kw_only=True):
     header_bytes: int | None
     url: Annotated[str | None, doc("Where to download the file: the hub's /resolve/ URL at the commit the catalog "
                                    "read (`hub.endpoint`); null for a local folder's files.")]  # fmt: skip
+
+
+class CompatFinding(Response, kw_only=True):
+    """A llama.cpp compatibility finding (codes: docs/compatibility.md)."""
+
+    code: Annotated[str, doc("Stable code, L001...")]
+    severity: Annotated[
+        Literal["error", "warning", "info"],
+        doc("error: llama.cpp refuses to load the file; warning: it loads but misbehaves; info: worth knowing."),
+    ]
+    field: Annotated[str, doc("The metadata key or tensor name it concerns.")]
+    message: str
 
 
 class TemplateFinding(Response, kw_only=True, forbid_unknown_fields=False):
@@ -417,6 +429,16 @@ class Artifact(ArtifactInRepo, kw_only=True):
         list[Projector],
         doc("The indexed multimodal projectors in the artifact's repo (itself left out), the first (`maxItems`) "
             "by path: the files to give llama.cpp's --mmproj with a model, and what each takes in."),
+    ]
+    llama_cpp_findings: Annotated[
+        list[CompatFinding],
+        doc("llama.cpp compatibility findings from the header and the chat template, worst first; [] when none "
+            "or not checked (`runs_in_llama_cpp` null)."),
+    ]
+    runs_in_llama_cpp: Annotated[
+        bool | None,
+        doc("llama.cpp loads it: no error-severity finding. null: not checked yet (indexed by an older release, "
+            "or an error row whose error llama.cpp may not share)."),
     ]
 
 

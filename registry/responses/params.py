@@ -28,6 +28,7 @@ from registry.responses.vocab import (
     DIRECTIONS,
     FACET_NAMES,
     FACETS,
+    FINDING_CODES,
     INT_MAX,
     JOB_STATES,
     KINDS,
@@ -39,6 +40,7 @@ from registry.responses.vocab import (
     MODALITIES,
     REPO_ID_LENGTH,
     REPO_PART,
+    RUNTIMES,
     SEVERITIES,
     SORT_ALIASES,
     SORT_CHOICES,
@@ -313,6 +315,11 @@ FILTER_PARAMS: tuple[Param, ...] = (
     names_param("capability", "Only artifacts whose chat templates can do all of these, comma-separated: "
                 f"{', '.join(CAPABILITIES)} (see `chat_template_capabilities`); not-probed artifacts never match.",
                 CAPABILITIES, 64, noun="capability", metavar="C"),
+    names_param("finding", "Only artifacts with all of these llama.cpp compatibility findings, comma-separated or "
+                "repeated: codes L001... (see `llama_cpp_findings` and docs/compatibility.md).", FINDING_CODES, 128,
+                noun="finding code", metavar="CODE"),
+    choice_param("runs_in", "Only artifacts this runtime loads: llama.cpp, no error-severity compatibility finding "
+                 "(`runs_in_llama_cpp`); artifacts not checked yet never match.", RUNTIMES, metavar="RUNTIME"),
 )
 
 # The sort keys as people read them: each with its alias, then the directions.

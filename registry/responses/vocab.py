@@ -9,6 +9,7 @@ keeps every tuple here equal to the one of the part that stores or derives it.
 
 from __future__ import annotations
 
+from registry.gguf.compat.codes import CODES
 from registry.gguf.facts_model import KINDS, MODALITIES
 
 # Artifacts, repos, verifications, crawls and jobs: catalog.models.
@@ -29,6 +30,11 @@ REPO_ID_LENGTH = 300  # catalog.models.REPO_ID_LENGTH
 # Chat templates: registry.safety.
 SEVERITIES = ("info", "low", "medium", "high", "critical")
 CAPABILITIES = ("system", "tools", "tool_calls", "thinking", "parallel_tool_calls")
+
+# llama.cpp compatibility: registry.gguf.compat.
+FINDING_CODES = tuple(c.code for c in CODES)
+FINDING_SEVERITIES = ("error", "warning", "info")
+RUNTIMES = ("llama.cpp",)  # what `runs_in` takes
 
 # Search: catalog.search. Sort keys with their aliases, each optionally `:asc` or `:desc`.
 SORT_KEYS = ("downloads", "likes", "last_modified", "parameter_count", "file_size", "name", "memory")
@@ -53,9 +59,39 @@ BIGINT_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
 
 __all__ = [
-    "ARTIFACT_STATUSES", "BIGINT_MAX", "CAPABILITIES", "CRAWL_KINDS", "CRAWL_STATUSES", "DEFAULT_DEPTH",
-    "DEFAULT_SORT", "DIRECTIONS", "FACETS", "FACET_NAMES", "INT_MAX", "JOB_KINDS", "JOB_STATES", "KINDS",
-    "LINEAGE_RELATIONS", "LINEAGE_SOURCES", "MAX_DEPTH", "MAX_EDGES", "MAX_LIMIT", "MAX_MEMORY_CONTEXT",
-    "MAX_SIZE_DIFFERENCE", "MEMORY_CONTEXT", "MODALITIES", "REPO_ID_LENGTH", "REPO_PART", "REPO_SOURCES",
-    "SEVERITIES", "SORT_ALIASES", "SORT_CHOICES", "SORT_KEYS", "STATUSES", "VERIFICATION_STATUSES",
+    "ARTIFACT_STATUSES",
+    "BIGINT_MAX",
+    "CAPABILITIES",
+    "CRAWL_KINDS",
+    "CRAWL_STATUSES",
+    "DEFAULT_DEPTH",
+    "DEFAULT_SORT",
+    "DIRECTIONS",
+    "FACETS",
+    "FACET_NAMES",
+    "FINDING_CODES",
+    "FINDING_SEVERITIES",
+    "INT_MAX",
+    "JOB_KINDS",
+    "JOB_STATES",
+    "KINDS",
+    "LINEAGE_RELATIONS",
+    "LINEAGE_SOURCES",
+    "MAX_DEPTH",
+    "MAX_EDGES",
+    "MAX_LIMIT",
+    "MAX_MEMORY_CONTEXT",
+    "MAX_SIZE_DIFFERENCE",
+    "MEMORY_CONTEXT",
+    "MODALITIES",
+    "REPO_ID_LENGTH",
+    "REPO_PART",
+    "REPO_SOURCES",
+    "RUNTIMES",
+    "SEVERITIES",
+    "SORT_ALIASES",
+    "SORT_CHOICES",
+    "SORT_KEYS",
+    "STATUSES",
+    "VERIFICATION_STATUSES",
 ]  # fmt: skip

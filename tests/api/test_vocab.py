@@ -7,7 +7,9 @@ import subprocess
 import sys
 
 from registry.catalog import lineage, models, search
+from registry.catalog.search import query
 from registry.gguf import facts_model, vocab
+from registry.gguf.compat import codes as compat_codes
 from registry.responses import vocab as words
 from registry.safety import capabilities, findings
 
@@ -25,6 +27,9 @@ def test_the_vocabulary_is_the_catalogs() -> None:
     assert words.JOB_STATES == models.JOB_STATUSES
     assert words.REPO_PART == models.REPO_PART
     assert words.REPO_ID_LENGTH == models.REPO_ID_LENGTH
+    assert words.FINDING_SEVERITIES == models.FINDING_SEVERITIES == compat_codes.SEVERITIES
+    assert words.FINDING_CODES == query.FINDING_CODES == tuple(c.code for c in compat_codes.CODES)
+    assert words.RUNTIMES == query.RUNTIMES
 
 
 def test_the_search_words_are_the_searchs() -> None:

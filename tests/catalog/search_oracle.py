@@ -44,6 +44,8 @@ from registry.catalog.search import (
 )
 from registry.catalog.services import upsert_repo_snapshot
 from registry.catalog.snapshot import ArtifactRecord, RepoSnapshot
+from registry.gguf.compat import BY_CODE
+from registry.gguf.compat import finding as compat_finding
 from registry.gguf.facts_model import KINDS, MODALITIES, BaseModel, QuantMixEntry
 from registry.gguf.kvcache import KVCache
 from registry.responses import ArtifactSummary
@@ -134,6 +136,9 @@ def _same(stored: str | None, wanted: str) -> bool:
     return stored is not None and _ascii_lower(stored) == _ascii_lower(wanted)
 
 
+# llama.cpp finding codes the generated artifacts carry: one refusal (error) and two warnings.
+COMPAT_CODES = ("L003", "L013", "L017")
+
 @dataclass(frozen=True)
 class ArtifactSpec:
     path: str
@@ -162,6 +167,7 @@ class ArtifactSpec:
     capabilities: frozenset[str] | None = None  # of the chat templates; None: not probed
     kind: str = "model"
     modalities: frozenset[str] = frozenset()  # a projector's inputs; ignored on other kinds
+    compat: tuple[str, ...] | None = None  # llama.cpp finding codes; None: not checked
 
     def record(self) -> ArtifactRecord:
         if self.error:
@@ -185,8 +191,10 @@ class ArtifactSpec:
         findings = None
         if self.findings is not None:
             findings = tuple(Finding(f"finding-{i}", s, "m", "e") for i, s in enumerate(self.findings))  # type: ignore[arg-type]
+        compat = None if self.compat is None else tuple(compat_finding(c, "f", "m") for c in self.compat)
         return dataclasses.replace(
-            record, chat_template_findings=findings, chat_template_capabilities=self.capabilities
+            record, chat_template_findings=findings, chat_template_capabilities=self.capabilities,
+            llama_cpp_findings=compat,
         )
 
     @property
@@ -261,6 +269,7 @@ class Row:
     vocab: tuple[str, int] | None = None
     capabilities: frozenset[str] | None = None
     modalities: frozenset[str] | None = None  # of an indexed projector; None: not one
+    compat: tuple[str, ...] | None = None  # llama.cpp finding codes; None: not checked
 
     def memory_item(self, context: int | None) -> dict[str, int] | None:
         """The hit's `memory`: the file plus its KV cache at `context` tokens (MEMORY_CONTEXT
@@ -331,6 +340,7 @@ class Oracle:
         terms = q.text.lower().split() if q.text else []
         severity = SEVERITIES.index(q.template_severity) if q.template_severity is not None else None
         wanted = {c.strip() for c in q.capability.split(",")} if q.capability is not None else None
+        codes = {c.strip() for c in q.finding.split(",")} if q.finding is not None else None
         projector_repos = {
             repo_key(r.repo_id) for r in self.rows if r.item["status"] == "indexed" and r.item["kind"] == "mmproj"
         }
@@ -363,6 +373,9 @@ class Oracle:
                 or (i["context_length"] is not None and i["context_length"] >= q.min_context),
                 severity is None or (row.severity is not None and row.severity >= severity),
                 wanted is None or (row.capabilities is not None and wanted <= row.capabilities),
+                codes is None or (row.compat is not None and codes <= set(row.compat)),
+                q.runs_in is None or (row.compat is not None and not any(BY_CODE[c].severity == "error"
+                                                                          for c in row.compat)),
                 q.kind is None or i["kind"] == q.kind,
                 q.with_projector is None or (repo_key(row.repo_id) in projector_repos) == q.with_projector,
                 inputs is None or repo_key(row.repo_id) in taking,
@@ -485,7 +498,7 @@ def build_oracle(spec: CatalogSpec, ids: dict[tuple[str, str], int]) -> Oracle:
                 frozenset(() if a.error else a.tensor_types), severity,
                 None if a.error else _bucket(a.parameter_count), None if a.error else a.kv,
                 None if a.error else a.vocab, None if a.error else a.capabilities,
-                a.modalities if projector else None,
+                a.modalities if projector else None, None if a.error else a.compat,
             ))  # fmt: skip
     return Oracle(rows, edges)
 
@@ -550,6 +563,7 @@ def artifact_specs(draw: st.DrawFn, path: str) -> ArtifactSpec:
         capabilities=draw(st.one_of(st.none(), *[st.frozensets(st.sampled_from(CAPABILITIES))] * 3)),
         kind=draw(st.sampled_from(("model", "model", "model", "mmproj", "lora"))),
         modalities=draw(st.frozensets(st.sampled_from(MODALITIES))),
+        compat=draw(st.one_of(st.none(), st.lists(st.sampled_from(COMPAT_CODES), max_size=2, unique=True).map(tuple))),
     )  # fmt: skip
 
 
@@ -627,6 +641,9 @@ FILTER_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "max_memory": st.sampled_from((0, 5, 2052, 2053, 4100, 4101, 4613, 8197, 9000, 40_000, 2**62)),
     # A row's index, which `Oracle.bind` turns into its artifact id once the catalog is written.
     "draft_for": st.integers(0, 40),
+    # One code, or several that must all be there.
+    "finding": st.lists(st.sampled_from(COMPAT_CODES), min_size=1, max_size=2).map(",".join),
+    "runs_in": st.just("llama.cpp"),
 }
 MEMORY_CONTEXTS = (None, None, None, 1, 512, 2048, 4096, 4096, 8192, 65_536, 1 << 40)
 # Letters that one case folding or another takes for the same (Python's lower() keeps them apart).

@@ -297,12 +297,18 @@ async def test_a_database_at_the_last_development_revision_is_stamped_with_the_b
     same schema, so it is recorded as the baseline, rows untouched, and carries on from there."""
     db = Database.from_url(empty_db_url)
     try:
-        await _at_revision(db.engine, migrate.LEGACY_HEAD)
+        # Rows written at head, then the schema taken back to the baseline's (what the last
+        # development revision held) and recorded as that revision.
+        await migrate.upgrade(db.engine)
         async with db.sessions() as session, session.begin():
             await upsert_repo_snapshot(session, make_snapshot(artifacts=(artifact("kept.gguf", make_facts()),)))
+        await migrate.downgrade(db.engine, migrate.BASELINE)
+        async with db.engine.begin() as conn:
+            await conn.execute(text("UPDATE alembic_version SET version_num = :r"), {"r": migrate.LEGACY_HEAD})
         with pytest.raises(SchemaMismatch, match="registry db upgrade"):
             await migrate.require_schema(db.engine)
-        assert await migrate.ensure_schema(db.engine) is False  # stamped: nothing to run
+        # Stamped as the baseline, then migrated by the revisions after it.
+        assert await migrate.ensure_schema(db.engine) is (migrate.head_revision() != migrate.BASELINE)
         assert await migrate.current_revision(db.engine) == migrate.head_revision()
         await migrate.require_schema(db.engine)
         await migrate.check(db.engine)

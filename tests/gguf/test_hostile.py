@@ -16,8 +16,6 @@ import pytest
 
 from registry.gguf.errors import (
     BadMagic,
-    DuplicateKey,
-    DuplicateTensor,
     GGUFError,
     InvalidTensor,
     InvalidValue,
@@ -129,9 +127,12 @@ def test_non_ascii_key(key: str) -> None:
     assert "ASCII" in err.message
 
 
-def test_duplicate_key() -> None:
+def test_duplicate_key_is_read_past() -> None:
+    """llama.cpp refuses it; the parser keeps the first value and records it, to report it."""
     b = HeaderBuilder().kv("a", ValueType.UINT8, 1).kv("b", ValueType.UINT8, 2).kv("a", ValueType.UINT8, 3)
-    expect(DuplicateKey, "a", b.build())
+    header = parse_header(b.build())
+    assert header.get("a") == 1 and header.get("b") == 2
+    assert [(a.kind, a.field) for a in header.anomalies] == [("duplicate_key", "a")]
 
 
 # -- value types ------------------------------------------------------------------------------
@@ -306,9 +307,11 @@ def test_tensor_name_length() -> None:
     expect(InvalidTensor, "tensors[0].name", b + HeaderBuilder().u64(U64_MAX))
 
 
-def test_duplicate_tensor_name() -> None:
+def test_duplicate_tensor_name_is_read_past() -> None:
     b = HeaderBuilder().tensor("a", [4]).tensor("b", [4]).tensor("a", [4])
-    expect(DuplicateTensor, "tensors[2].name", b.build())
+    header = parse_header(b.build())
+    assert [t.name for t in header.tensors] == ["a", "b", "a"]
+    assert [(a.kind, a.field) for a in header.anomalies] == [("duplicate_tensor", "a")]
 
 
 def test_tensor_offset_not_aligned() -> None:

@@ -26,10 +26,14 @@ from registry.catalog.folding import FOLDS, ascii_lower, fold
 from registry.catalog.models import ARTIFACT_STATUSES, repo_key
 from registry.catalog.search.memory import MAX_MEMORY_CONTEXT, at_default_context
 from registry.catalog.search_index import search_terms
+from registry.gguf.compat.codes import CODES
 from registry.gguf.facts_model import KINDS, MODALITIES, modality_mask
 from registry.safety.capabilities import CAPABILITIES
 from registry.safety.capabilities import mask as capability_mask
 from registry.safety.findings import SEVERITIES, severity_rank
+
+FINDING_CODES = tuple(c.code for c in CODES)
+RUNTIMES = ("llama.cpp",)  # what `runs_in` takes
 
 MAX_LIMIT = 200
 # sort key -> (the `artifacts` column it sorts by, descending by default). `memory` sorts by
@@ -93,6 +97,11 @@ class SearchQuery:
     # tools, tool_calls, thinking, parallel_tool_calls). Artifacts whose templates were not
     # probed never match.
     capability: str | None = None
+    # Comma-separated llama.cpp finding codes (L001...): only artifacts with all of them.
+    finding: str | None = None
+    # "llama.cpp": only artifacts llama.cpp loads (no error-severity finding); artifacts not
+    # checked yet (NULL) never match.
+    runs_in: str | None = None
     kind: str | None = None  # what the file is: a KINDS name (model, mmproj, lora, imatrix, vocab)
     # True: only artifacts whose repo also holds an indexed multimodal projector (an `mmproj`
     # artifact: llama.cpp's --mmproj, images or audio in); False: only those whose repo holds
@@ -250,6 +259,12 @@ def column_filters(q: SearchQuery) -> list[Filter]:
         out.append(Filter("kind", "=", q.kind))
     if q.capability is not None:
         out.append(Filter("chat_template_capabilities", "holding", capability_bits(q.capability)))
+    if q.finding is not None:
+        out += [Filter("id", "finding", code) for code in _names(q.finding, FINDING_CODES, "finding")]
+    if q.runs_in is not None:
+        if q.runs_in not in RUNTIMES:
+            raise InvalidQuery(f"unknown runtime {q.runs_in!r}", parameter="runs_in", allowed=list(RUNTIMES))
+        out.append(Filter("runs_in_llama_cpp", "=", True))
     if q.memory_context is not None and not 1 <= q.memory_context <= MAX_MEMORY_CONTEXT:
         raise InvalidQuery(f"memory_context must be between 1 and {MAX_MEMORY_CONTEXT} tokens")
     if q.max_memory is not None:

@@ -39,7 +39,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import aliased
 
 from registry.catalog.lineage import MAX_DEPTH
-from registry.catalog.models import Artifact, LineageEdge, QuantMix, Repo, RepoMove
+from registry.catalog.models import Artifact, ArtifactFinding, LineageEdge, QuantMix, Repo, RepoMove
 from registry.catalog.search.hits import HIT_COLUMNS
 from registry.catalog.search.memory import memory_needed, no_estimate
 from registry.catalog.search.planner import Plan, Where
@@ -141,6 +141,10 @@ def clauses(where: Where, *, sqlite: bool) -> list[ColumnElement[bool]]:
             out.append(c.in_([literal(m, _A[f.column].type) for m in masks]))
         elif f.op == "below":
             out.append(c.between(literal(1, BigInteger), value))
+        elif f.op == "finding":
+            # a seek into (code, artifact_id) for each code asked for
+            code = bindparam(f"f{i}", type_=String)
+            out.append(c.in_(select(ArtifactFinding.artifact_id).where(ArtifactFinding.code == code)))
         else:
             raise ValueError(f"unknown filter op {f.op!r}")
     if where.memory is not None:
