@@ -180,3 +180,94 @@ async def test_cli_serves_a_synthetic_corpus() -> None:
     finally:
         proc.terminate()
         await proc.wait()
+
+
+async def _parts(resp: aiohttp.ClientResponse) -> list[tuple[str, bytes]]:
+    """(Content-Range, body) of every part of a multipart/byteranges answer."""
+    parts = []
+    reader = aiohttp.MultipartReader.from_response(resp)
+    while (part := await reader.next()) is not None:
+        assert isinstance(part, aiohttp.BodyPartReader)
+        parts.append((part.headers["Content-Range"], bytes(await part.read())))
+    return parts
+
+
+async def test_multi_range_answers_multipart_byteranges(hub: FakeHub) -> None:
+    url = hub.resolve_url("a/tiny-GGUF", "tiny-Q4_K_M.gguf")
+    blob = hub.corpus.repos["a/tiny-GGUF"].files[0].blob
+    size = blob.size
+    async with aiohttp.ClientSession() as s:
+        async with s.get(url, headers={"Range": "bytes=0-99, 500-599,-10"}) as r:
+            assert r.status == 206 and "Content-Range" not in r.headers
+            assert r.content_type == "multipart/byteranges"
+            raw = await r.read()
+            assert int(r.headers["Content-Length"]) == len(raw)
+            boundary = r.headers["Content-Type"].split("boundary=")[1]
+            assert raw.startswith(f"\r\n--{boundary}\r\n".encode())
+            assert raw.endswith(f"\r\n--{boundary}--\r\n".encode())
+        async with s.get(url, headers={"Range": "bytes=0-99,500-599,-10"}) as r:
+            assert await _parts(r) == [
+                (f"bytes 0-99/{size}", blob.read(0, 100)),
+                (f"bytes 500-599/{size}", blob.read(500, 600)),
+                (f"bytes {size - 10}-{size - 1}/{size}", blob.read(size - 10, size)),
+            ]
+        # An unsatisfiable range among others is dropped; one range left is a plain 206.
+        async with s.get(url, headers={"Range": f"bytes=8-15,{size}-{size + 9}"}) as r:
+            assert r.status == 206 and r.headers["Content-Range"] == f"bytes 8-15/{size}"
+            assert await r.read() == blob.read(8, 16)
+        async with s.get(url, headers={"Range": f"bytes={size}-,{size + 5}-"}) as r:
+            assert r.status == 416
+        async with s.get(url, headers={"Range": "bytes=0-9,20-10"}) as r:
+            assert r.status == 400
+    served = [r.served for r in hub.requests_to("cdn")]
+    assert served[:3] == [[(0, 100), (500, 600), (size - 10, size)]] * 2 + [[(8, 16)]]
+
+
+@pytest.mark.parametrize("mode", ["whole", "first"])
+async def test_server_without_multi_range(hub: FakeHub, mode: str) -> None:
+    """`whole`: the header ignored, 200 and the whole file; `first`: a 206 of the first range only."""
+    hub.faults.add(Fault("no_multirange", multirange=mode, times=None))  # type: ignore[arg-type]
+    url = hub.resolve_url("a/tiny-GGUF", "tiny-Q8_0.gguf")
+    blob = hub.corpus.repos["a/tiny-GGUF"].files[1].blob
+    async with aiohttp.ClientSession() as s:
+        async with s.get(url, headers={"Range": "bytes=100-199,300-399"}) as r:
+            body = await r.read()
+            if mode == "whole":
+                assert r.status == 200 and "Content-Range" not in r.headers
+                assert body == blob.read(0, blob.size)
+            else:
+                assert r.status == 206 and r.content_type == "application/octet-stream"
+                assert r.headers["Content-Range"] == f"bytes 100-199/{blob.size}"
+                assert body == blob.read(100, 200)
+        async with s.get(url, headers={"Range": "bytes=100-199"}) as r:  # single ranges still work
+            assert r.status == 206 and await r.read() == blob.read(100, 200)
+
+
+async def test_too_many_ranges_get_the_whole_file(hub: FakeHub) -> None:
+    url = hub.resolve_url("a/tiny-GGUF", "tiny-Q8_0.gguf")
+    ranges = ",".join(f"{i * 10}-{i * 10 + 4}" for i in range(201))
+    async with aiohttp.ClientSession() as s, s.get(url, headers={"Range": f"bytes={ranges}"}) as r:
+        assert r.status == 200 and "Content-Range" not in r.headers
+
+
+async def test_file_changed_between_reads(hub: FakeHub) -> None:
+    """A re-upload after the listing: a new ETag, new bytes and size, the listing unchanged."""
+    url = hub.resolve_url("a/tiny-GGUF", "tiny-Q8_0.gguf")
+    old = hub.corpus.repos["a/tiny-GGUF"].files[1].blob
+    new = SynthBlob(ModelSpec(name="Tiny v2", quant="Q8_0"))
+    async with aiohttp.ClientSession() as s:
+        async with s.get(url, headers={"Range": "bytes=0-1023"}) as r:
+            etag = r.headers["ETag"]
+            assert await r.read() == old.read(0, 1024)
+        hub.change_file("a/tiny-GGUF", "tiny-Q8_0.gguf", new)
+        async with s.get(url, headers={"Range": "bytes=0-1023,2048-2049", "If-Range": etag}) as r:
+            assert r.status == 200 and r.headers["ETag"] != etag  # If-Range failed: the whole new file
+            assert await r.read() == new.read(0, new.size)
+        async with s.get(url, headers={"Range": "bytes=0-1023,2048-2049"}) as r:
+            assert await _parts(r) == [
+                (f"bytes 0-1023/{new.size}", new.read(0, 1024)),
+                (f"bytes 2048-2049/{new.size}", new.read(2048, 2050)),
+            ]
+        async with s.get(f"{hub.endpoint}/api/models/a/tiny-GGUF", params={"blobs": "true"}) as r:
+            listed = {f["rfilename"]: f.get("size") for f in (await r.json())["siblings"]}
+            assert listed["tiny-Q8_0.gguf"] == old.size
