@@ -27,7 +27,7 @@ _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 _CHUNK = 64 * 1024
 # Per part: the boundary line and the part's Content-Type and Content-Range headers.
 _PART_OVERHEAD = 512
-MAX_RANGES = 256  # more ranges in one header than some servers accept; the plan stays below
+MAX_RANGES = 128  # some servers refuse more ranges in one header (the fake hub: 200)
 
 
 class NoMultiRange(HubError):
