@@ -166,10 +166,13 @@ class SiblingReader:
         stats: SiblingStats | None = None,
         rng: random.Random | None = None,
     ) -> None:
+        # Without `rng`, each file's sample places come from its path and size: random
+        # with respect to its content, and the same on every crawl, so that two crawls of
+        # one revision fetch the same bytes.
         self.http = http
         self.samples = max(1, samples)
         self.stats = stats if stats is not None else SiblingStats()
-        self._rng = rng or random.Random()
+        self._rng = rng
         self._no_multirange = False  # learnt once per reader: later siblings read in full
 
     async def read(
@@ -189,8 +192,9 @@ class SiblingReader:
             reason = "no_size" if expected_size is None else "leader_unusable"
         if reason is None:
             assert expected_size is not None
+            rng = self._rng or random.Random(f"{path}\0{expected_size}")
             try:
-                remote = await self._read(leader, url, expected_size, limits, attempt)
+                remote = await self._read(leader, url, expected_size, limits, attempt, rng)
             except SiblingFallback as exc:
                 reason = exc.reason
                 log.info("%s: sibling read of %s not trusted, read in full: %s", url, leader.path, exc)
@@ -218,17 +222,17 @@ class SiblingReader:
 
     # -- one sibling read -------------------------------------------------------------
     async def _read(
-        self, leader: Leader, url: str, size: int, limits: Limits | None, attempt: _Attempt
+        self, leader: Leader, url: str, size: int, limits: Limits | None, attempt: _Attempt, rng: random.Random
     ) -> RemoteHeader:
         first = leader.spans[0]
-        answer = await self._fetch(url, self._plan(leader, 0, size), size, attempt)
+        answer = await self._fetch(url, self._plan(leader, 0, size, rng), size, attempt)
         prefix = answer.slice(0, min(first.body + PREFIX_SLACK, size))
         if prefix is None:
             raise SiblingFallback("layout", "the first bytes did not arrive")
         delta = _find_value(prefix, first) - first.value_at
         if delta != 0:
             # A longer or shorter prefix (another name, one key more): ask again, shifted.
-            answer = await self._fetch(url, self._plan(leader, delta, size), size, attempt)
+            answer = await self._fetch(url, self._plan(leader, delta, size, rng), size, attempt)
         buf, end, attempt.samples = self._assemble(leader, answer, delta, size)
         known = {s.value_at + delta: s.array for s in leader.spans}
         while True:
@@ -257,7 +261,7 @@ class SiblingReader:
             url=url,
         )
 
-    def _plan(self, leader: Leader, delta: int, size: int) -> list[tuple[int, int]]:
+    def _plan(self, leader: Leader, delta: int, size: int, rng: random.Random) -> list[tuple[int, int]]:
         """The ranges of a sibling whose large arrays lie `delta` bytes after the leader's."""
         spans = leader.spans
         first = spans[0]
@@ -274,7 +278,7 @@ class SiblingReader:
                 continue
             stratum = (hi - lo) / per_span
             for i in range(per_span):
-                at = lo + int(stratum * i + self._rng.random() * stratum)
+                at = lo + int(stratum * i + rng.random() * stratum)
                 ranges.append((at + delta, at + delta + SAMPLE_BYTES))
         return merge([(max(0, a), min(size, b)) for a, b in ranges])
 
