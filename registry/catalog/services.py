@@ -284,6 +284,11 @@ def _template_safety(record: ArtifactRecord) -> dict[str, Any]:
     }
 
 
+def facts_row(artifact_id: int, facts: FactsData) -> dict[str, Any]:
+    """The facts table's row of these facts, as the writer stores it."""
+    return _facts_row(artifact_id, facts)
+
+
 def _facts_row(artifact_id: int, facts: FactsData) -> dict[str, Any]:
     data = {f.name: getattr(facts, f.name) for f in fields(facts)}
     typed = {k: v for k, v in data.items() if k in _TYPED}
