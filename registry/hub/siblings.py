@@ -240,8 +240,8 @@ class SiblingReader:
                 header = parse_header(buf, file_size=size, limits=limits, known=known)
                 break
             except NeedMoreData as need:
-                if end >= size:
-                    raise
+                if end >= size or need.needed > self.http.options.max_header_bytes:
+                    raise SiblingFallback("layout", f"the header needs {need.needed} bytes") from None
                 more_end = min(size, need.needed + TAIL_MARGIN)
                 more = await self._fetch(url, [(end, more_end)], size, attempt)
                 data = more.slice(end, more_end)
@@ -271,7 +271,7 @@ class SiblingReader:
         last = spans[-1]
         tail = leader.header.data_offset - last.end
         ranges.append((last.end + delta - EDGE_BYTES, last.end + delta + tail + TAIL_MARGIN + tail // 8))
-        per_span = min(self.samples, (MAX_RANGES - len(ranges)) // len(spans))
+        per_span = max(0, min(self.samples, (MAX_RANGES - len(ranges)) // len(spans)))
         for s in spans:
             lo, hi = s.body + EDGE_BYTES, s.end - EDGE_BYTES - SAMPLE_BYTES
             if hi <= lo:
@@ -285,6 +285,8 @@ class SiblingReader:
     async def _fetch(
         self, url: str, ranges: Sequence[tuple[int, int]], size: int, attempt: _Attempt
     ) -> RangeAnswer:
+        if len(ranges) > MAX_RANGES:  # a leader with more large arrays than one request can sample
+            raise SiblingFallback("layout", f"{len(ranges)} ranges to ask for, more than {MAX_RANGES}")
         answer = await fetch_ranges(
             self.http, url, ranges, etag=attempt.etag, final_url=attempt.final_url, expected_size=size
         )

@@ -206,3 +206,15 @@ async def test_samples_setting_sets_how_many_ranges_are_compared(http: HubHttp) 
         few = (await _sibling(hub, SiblingReader(http, samples=2), leader, "Tiny-Q8_0.gguf"))[1].samples
         many = (await _sibling(hub, SiblingReader(http, samples=24), leader, "Tiny-Q8_0.gguf"))[1].samples
         assert few < many
+
+
+async def test_a_sibling_with_a_longer_tail_takes_one_more_range(http: HubHttp) -> None:
+    imatrix = (("quantize.imatrix.file", "/data/" + "x" * 20000 + ".imatrix"), ("quantize.imatrix.entries_count", 196))
+    corpus = _corpus(RepoFile("Tiny-Q2_K.gguf", SynthBlob(replace(SPEC, quant="Q2_K", extra=imatrix))))
+    async with FakeHub(corpus, tokens={TOKEN}) as hub:
+        leader = await _leader(hub, http, "Tiny-Q4_K_M.gguf")
+        remote, how = await _sibling(hub, SiblingReader(http), leader, "Tiny-Q2_K.gguf")
+        assert how.mode == "sibling" and remote.requests == 2
+        assert remote.header.get("quantize.imatrix.entries_count") == 196
+        facts = derive_facts([remote.header], file_sizes=[remote.file_size])
+        assert facts == await _full_facts(hub, http, "Tiny-Q2_K.gguf")
