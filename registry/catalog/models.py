@@ -206,6 +206,14 @@ class Artifact(Base):
     # CAPABILITIES[i]); NULL: not probed (error rows, templates that did not render, rows
     # indexed before the probes), never "none".
     chat_template_capabilities: Mapped[int | None] = mapped_column(SmallInteger)
+    # How the header was read (registry.hub.siblings): "full", or "sibling" with the leader's
+    # path and the ranges sampled inside its large arrays; NULL for rows indexed before it was
+    # recorded. A verification, which reads the whole file, sets `header_confirmed`: true when
+    # the facts of the full header equal the stored ones, false when they do not.
+    header_read: Mapped[str | None] = mapped_column(String(8))
+    header_leader: Mapped[str | None] = mapped_column(String(PATH_LENGTH))
+    header_samples: Mapped[int | None] = mapped_column(Integer)
+    header_confirmed: Mapped[bool | None] = mapped_column(Boolean)
     # What the file is (registry.gguf.facts_model.KINDS), copied from facts for the filter;
     # NULL for error rows.
     kind: Mapped[str | None] = mapped_column(String(16))

@@ -252,6 +252,10 @@ def _artifact_values(
         "sort_name": f"{repo.repo_id}/{record.path}".lower(),
         "search_text": _search_text(repo, record, moved_from),
         **_template_safety(record),
+        "header_read": record.header_read,
+        "header_leader": record.header_leader,
+        "header_samples": record.header_samples,
+        "header_confirmed": None,  # a new read is not yet confirmed by a verification
     }
     # Folded as stored (cleaned and cut to their columns): a query's value, folded alike,
     # is compared with exactly that text.

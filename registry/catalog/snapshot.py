@@ -52,6 +52,11 @@ class ArtifactRecord:
     chat_template_findings: tuple[Finding, ...] | None = None
     # What the templates can do (registry.safety.capabilities); None: not probed.
     chat_template_capabilities: frozenset[str] | None = None
+    # How the header was read (registry.hub.siblings.HeaderRead); None: not recorded (local
+    # files, error rows).
+    header_read: str | None = None  # "full" | "sibling"
+    header_leader: str | None = None  # the leader's path, for "sibling"
+    header_samples: int | None = None  # ranges sampled, for "sibling"
 
     def __post_init__(self) -> None:
         if (self.facts is None) == (self.error is None):

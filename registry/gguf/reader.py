@@ -28,6 +28,7 @@ validate them. A declared length reaching past a known file end is `PastEndOfFil
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from typing import Any, NoReturn
 
 from registry.gguf.array import GGUFArray
@@ -118,6 +119,7 @@ def parse_header(
     file_size: int | None = None,
     limits: Limits | None = None,
     progress: ParseProgress | None = None,
+    known: Mapping[int, GGUFArray] | None = None,
 ) -> GGUFHeader:
     """Parse the header at the start of `data`, the first bytes of a GGUF file.
 
@@ -125,6 +127,11 @@ def parse_header(
     `GGUFError` subclass for anything wrong with the file. When `file_size` is given and
     `data` holds the whole file, running out of bytes is a `TruncatedFile`. `progress`
     carries walks from one attempt to the next (see `ParseProgress`).
+
+    `known` maps the offset of an array value (its element type) to an array already parsed
+    from bytes the caller has proven equal to those at that offset (a sibling's vocabulary
+    read from the leader): where the element type and count agree it is taken as the value
+    without walking its elements again. Its bytes must still be in `data`.
 
     A non-`bytes` input is copied once, so that arrays in the result cannot change if the
     caller later mutates its buffer (a few MiB copy in about a millisecond).
@@ -135,7 +142,9 @@ def parse_header(
             raise ValueError(f"file_size must be >= 0, got {file_size}")
         if len(buf) > file_size:
             buf = buf[:file_size]
-    return _Parser(buf, file_size, limits or DEFAULT_LIMITS, progress).parse()
+    parser = _Parser(buf, file_size, limits or DEFAULT_LIMITS, progress)
+    parser.known = known or {}
+    return parser.parse()
 
 
 def next_window(exc: NeedMoreData, *, margin: int) -> int:
@@ -169,6 +178,7 @@ class _Parser:
         self.vocab_count = 0
         self.vocab_mean = float(_STRING_GUESS)
         self.alignment = DEFAULT_ALIGNMENT
+        self.known: Mapping[int, GGUFArray] = {}
         self._init_format("<", 8, 3)
 
     def _init_format(self, prefix: str, length_width: int, version: int) -> None:
@@ -421,6 +431,9 @@ class _Parser:
         if vtype is ValueType.STRING:
             return self._string(pos, field)
         if vtype is ValueType.ARRAY:
+            reused = self._known_array(pos, field)
+            if reused is not None:
+                return reused, pos + 4 + self.lw + reused.nbytes
             etype, count, body, end = self._array(pos, field, 1)
             value = GGUFArray(
                 self.buf, body, etype, count, end - body, endianness=self.endianness, length_width=self.lw
@@ -434,6 +447,23 @@ class _Parser:
             if byte > 1:
                 raise InvalidValue(f"bool byte {byte}, expected 0 or 1", field=field, offset=pos)
         return value, pos + packer.size
+
+    def _known_array(self, pos: int, field: str) -> GGUFArray | None:
+        """The caller's parsed array for the value at `pos`, if its type and count agree."""
+        arr = self.known.get(pos)
+        if arr is None or arr.endianness != self.endianness or arr.length_width != self.lw:
+            return None
+        self._need(pos, 4 + self.lw, field)
+        if self.u32.unpack_from(self.buf, pos)[0] != arr.element_type or (
+            self.length.unpack_from(self.buf, pos + 4)[0] != arr.count
+        ):
+            return None
+        body = pos + 4 + self.lw
+        self._declared(body, arr.nbytes, field, f"array of {arr.count} {arr.element_type.name}")
+        self._need(body, arr.nbytes, field)
+        if field == _TOKENS_KEY:
+            self.vocab_count = arr.count
+        return arr
 
     def _string(self, pos: int, field: str) -> tuple[str, int]:
         self._need(pos, self.lw, field)

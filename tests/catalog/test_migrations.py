@@ -284,8 +284,9 @@ async def test_worker_refuses_a_postgres_database_not_at_head(
 
 
 async def _at_revision(engine: AsyncEngine, revision: str) -> None:
-    """The schema at head, recorded as `revision`: how a database another revision left looks."""
-    await migrate.upgrade(engine)
+    """The baseline's schema (what the last development revision held), recorded as
+    `revision`: how a database another revision left looks."""
+    await migrate.upgrade(engine, migrate.BASELINE)
     async with engine.begin() as conn:
         await conn.execute(text("UPDATE alembic_version SET version_num = :r"), {"r": revision})
 
@@ -298,11 +299,13 @@ async def test_a_database_at_the_last_development_revision_is_stamped_with_the_b
     db = Database.from_url(empty_db_url)
     try:
         await _at_revision(db.engine, migrate.LEGACY_HEAD)
-        async with db.sessions() as session, session.begin():
-            await upsert_repo_snapshot(session, make_snapshot(artifacts=(artifact("kept.gguf", make_facts()),)))
+        async with db.engine.begin() as conn:
+            await conn.run_sync(_insert_rows, "repos", [{"id": 1, "repo_id": "org/kept", "source": "hub"}])
+            await conn.run_sync(_insert_rows, "artifacts", [{"id": 1, "repo_pk": 1, "path": "kept.gguf", "status": "indexed"}])
         with pytest.raises(SchemaMismatch, match="registry db upgrade"):
             await migrate.require_schema(db.engine)
-        assert await migrate.ensure_schema(db.engine) is False  # stamped: nothing to run
+        # Stamped with the baseline, not migrated from scratch: only the revisions after it run.
+        assert await migrate.ensure_schema(db.engine) is (migrate.head_revision() != migrate.BASELINE)
         assert await migrate.current_revision(db.engine) == migrate.head_revision()
         await migrate.require_schema(db.engine)
         await migrate.check(db.engine)

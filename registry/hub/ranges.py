@@ -1,0 +1,192 @@
+"""Several byte ranges of one remote file in one request (`multipart/byteranges`).
+
+A sibling header read asks for its first bytes, the bytes between the leader's large
+arrays, samples inside those arrays and its tail at once. The answer is parsed with
+aiohttp's public `MultipartReader`, never reading more than what was asked for plus a
+bounded allowance for the part headers: a hostile or broken server cannot make it buffer
+without bound.
+
+A server that answers such a request with one range, or with the whole file (200), does
+not support multi-range requests: `NoMultiRange` says so and the caller reads the file in
+full instead. One range asked for is an ordinary 206.
+"""
+
+from __future__ import annotations
+
+import builtins
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import aiohttp
+
+from registry.hub.errors import FileChanged, HubError, InvalidResponse
+from registry.hub.http import HubHttp, _File, _transport_error
+
+_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+_CHUNK = 64 * 1024
+# Per part: the boundary line and the part's Content-Type and Content-Range headers.
+_PART_OVERHEAD = 512
+MAX_RANGES = 128  # some servers refuse more ranges in one header (the fake hub: 200)
+
+
+class NoMultiRange(HubError):
+    """The server answered a multi-range request with one range or the whole file."""
+
+    code = "no_multirange"
+
+
+@dataclass
+class RangeAnswer:
+    """The bytes received, by the start offset of each range received."""
+
+    parts: dict[int, builtins.bytes]
+    file_size: int
+    etag: str | None
+    bytes: int  # body bytes received, part headers included
+    requests: int
+    final_url: str
+
+    def slice(self, start: int, end: int) -> builtins.bytes | None:
+        """The bytes [start, end) if one received range holds them all."""
+        for at, data in self.parts.items():
+            if at <= start and end <= at + len(data):
+                return data[start - at : end - at]
+        return None
+
+
+def merge(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted ranges with overlapping and touching ones joined; empty ones dropped."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(r for r in ranges if r[1] > r[0]):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+async def fetch_ranges(
+    client: HubHttp,
+    url: str,
+    ranges: Sequence[tuple[int, int]],
+    *,
+    etag: str | None = None,
+    final_url: str | None = None,
+    expected_size: int | None = None,
+) -> RangeAnswer:
+    """GET the byte ranges [start, end) of `url` in one request (retried as any range read).
+
+    With `etag`, the request carries If-Range: a file that changed answers 200, which is
+    `FileChanged`. `final_url` (a CDN URL an earlier request was redirected to) saves the
+    hub a request.
+    """
+    wanted = merge(ranges)
+    if not wanted or len(wanted) > MAX_RANGES:
+        raise ValueError(f"between 1 and {MAX_RANGES} ranges, got {len(wanted)}")
+    f = _File(url=url, final=final_url or url, expected_size=expected_size, etag=etag)
+    answer = RangeAnswer({}, 0, etag, 0, 0, url)
+
+    async def once() -> None:
+        answer.parts.clear()
+        await _request(client, f, wanted, answer)
+
+    await client._with_retries(f, once)
+    answer.requests = f.requests
+    answer.bytes = f.bytes
+    answer.final_url = f.final
+    return answer
+
+
+async def _request(client: HubHttp, f: _File, wanted: list[tuple[int, int]], answer: RangeAnswer) -> None:
+    spec = ",".join(f"{s}-{e - 1}" for s, e in wanted)
+    headers = {"Range": f"bytes={spec}", "Accept-Encoding": "identity"}
+    if f.etag is not None and not f.etag.startswith("W/"):
+        headers["If-Range"] = f.etag
+    resp, release = await client._open(f, headers)
+    try:
+        f.requests += 1
+        etag = resp.headers.get("ETag")
+        if resp.status == 200:
+            if (f.etag is not None and etag == f.etag) or f.etag is None:
+                raise NoMultiRange("the server sent the whole file for a range request", url=f.final)
+            raise FileChanged(f"ETag changed from {f.etag} to {etag} between reads", url=f.url, status=200)
+        if resp.status != 206:
+            raise client._status_error(resp, f.final)
+        if f.etag is not None and etag != f.etag:
+            raise FileChanged(f"ETag changed from {f.etag} to {etag} between reads", url=f.url, status=206)
+        answer.etag = etag
+        budget = sum(e - s for s, e in wanted) + _PART_OVERHEAD * len(wanted)
+        content_type = resp.headers.get("Content-Type", "")
+        if content_type.lower().startswith("multipart/byteranges"):
+            await _read_multipart(resp, f, answer, budget)
+        else:
+            start, last, size = _content_range(resp.headers.get("Content-Range", ""), f.final)
+            if len(wanted) > 1 and not (start <= wanted[0][0] and wanted[-1][1] <= last + 1):
+                raise NoMultiRange("the server answered several ranges with one", url=f.final)
+            answer.file_size = size
+            answer.parts[start] = await _read_capped(resp.content, last + 1 - start, budget, f)
+        if f.expected_size is not None and answer.file_size != f.expected_size:
+            raise FileChanged(
+                f"the server reports {answer.file_size} bytes, the hub lists {f.expected_size}", url=f.url
+            )
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        raise _transport_error(exc, f.final) from exc
+    finally:
+        resp.release()
+        release()
+
+
+async def _read_multipart(resp: aiohttp.ClientResponse, f: _File, answer: RangeAnswer, budget: int) -> None:
+    reader = aiohttp.MultipartReader.from_response(resp)
+    sizes: set[int] = set()
+    left = budget
+    while True:
+        part = await reader.next()
+        if part is None:
+            break
+        if not isinstance(part, aiohttp.BodyPartReader):
+            raise InvalidResponse("a nested multipart body in a byteranges answer", url=f.final)
+        start, last, size = _content_range(part.headers.get("Content-Range", ""), f.final)
+        sizes.add(size)
+        data = bytearray()
+        while not part.at_eof():
+            chunk = await part.read_chunk(_CHUNK)
+            data += chunk
+            left -= len(chunk)
+            if left < 0:
+                raise InvalidResponse("a byteranges answer longer than the ranges asked for", url=f.final)
+        if len(data) != last + 1 - start:
+            raise InvalidResponse(
+                f"a part of {len(data)} bytes for the range {start}-{last}", url=f.final, status=206
+            )
+        f.bytes += len(data) + _PART_OVERHEAD // 4
+        answer.parts[start] = bytes(data)
+    if len(sizes) != 1:
+        raise InvalidResponse("a byteranges answer without parts or with two file sizes", url=f.final)
+    answer.file_size = sizes.pop()
+
+
+async def _read_capped(content: aiohttp.StreamReader, want: int, budget: int, f: _File) -> bytes:
+    if want > budget:
+        raise NoMultiRange(f"the server answered with {want} bytes for {budget} asked", url=f.final)
+    data = await content.read(want)  # at most `want`: never past what Content-Range says
+    while len(data) < want:
+        chunk = await content.read(want - len(data))
+        if not chunk:
+            raise InvalidResponse(f"got {len(data)} of {want} bytes", url=f.final, status=206)
+        data += chunk
+    f.bytes += len(data)
+    return data
+
+
+def _content_range(value: str, url: str) -> tuple[int, int, int]:
+    m = _CONTENT_RANGE.match(value.strip())
+    if (
+        m is None
+        or m.group(3) == "*"
+        or int(m.group(2)) < int(m.group(1))
+        or int(m.group(2)) >= int(m.group(3))
+    ):
+        raise InvalidResponse(f"bad Content-Range {value!r}", url=url, status=206)
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
