@@ -214,7 +214,7 @@ async def _crawl_child(endpoint: str, repos: int, concurrency: int | None) -> di
         db = Database.from_url(f"sqlite+aiosqlite:///{tmp}/catalog.db")
         start = time.perf_counter()
         # --search org: the synthetic repos only, not part 1's corpus.
-        report = await crawl_from_settings(db, hub, CrawlParams(search="org", limit=repos))
+        report = await crawl_from_settings(db, hub, CrawlParams(search=os.environ.get("BENCH_SEARCH", "org"), limit=repos))
         seconds = time.perf_counter() - start
         await db.dispose()
     rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
