@@ -97,6 +97,11 @@ _DEFAULT_MERGES_PER_TOKEN = 1.0
 _PREAMBLE, _KVS, _TENSORS = 0, 1, 2
 
 
+# A tensor info before the data offset is known: name, shape, type, offset, elements, bytes,
+# and where its record starts.
+_RawTensor = tuple[str, tuple[int, ...], GGMLType, int, int, int, int]
+
+
 class ParseProgress:
     """What the attempts on shorter prefixes of one file have walked already.
 
@@ -201,17 +206,8 @@ class _Parser:
         # Absolute offsets wait for the end of the last tensor info, which fixes data_offset.
         data_offset = -(-end // self.alignment) * self.alignment
         tensors = tuple(
-            TensorInfo(
-                t.name,
-                t.shape,
-                t.type,
-                t.offset,
-                data_offset + t.offset,
-                t.n_elements,
-                t.n_bytes,
-                t.info_offset,
-            )
-            for t in infos
+            TensorInfo(name, shape, ttype, offset, data_offset + offset, n_elements, n_bytes, info_offset)
+            for name, shape, ttype, offset, n_elements, n_bytes, info_offset in infos
         )
         if self.file_size is not None and tensors:
             # Offsets are in order and never overlap, so the last tensor ends last.
@@ -586,41 +582,43 @@ class _Parser:
 
     # -- tensor info section ---------------------------------------------------------------
 
-    def _tensor_infos(self, pos: int) -> tuple[list[TensorInfo], int]:
-        """Tensor infos with offsets aligned, in data order and not overlapping.
+    def _tensor_infos(self, pos: int) -> tuple[list[_RawTensor], int]:
+        """Tensor infos with offsets aligned, in data order and not overlapping, as tuples:
+        each becomes one TensorInfo once the data offset is known, not two.
 
         Gaps between tensors are allowed: the format does not forbid them and gguf-py
         reads them, although llama.cpp's own loader wants the data packed exactly.
         """
         self.phase = _TENSORS
         self.tensors_start = pos
-        infos: list[TensorInfo] = []
+        infos: list[_RawTensor] = []
         names: set[bytes] = set()
         prev_offset, prev_end = 0, 0
         for index in range(self.tensor_count):
             self.tensor_index = index
             self.tensor_pos = pos
             info, pos = self._tensor_info(pos, index, names)
+            name, _, _, offset, _, n_bytes, info_offset = info
             where = f"tensors[{index}].offset"
-            if info.offset < prev_offset:
+            if offset < prev_offset:
                 raise InvalidTensor(
-                    f"tensor {info.name!r} at offset {info.offset} comes before the previous tensor's "
+                    f"tensor {name!r} at offset {offset} comes before the previous tensor's "
                     f"offset {prev_offset}: tensor infos must be in data order",
                     field=where,
-                    offset=info.info_offset,
+                    offset=info_offset,
                 )
-            if info.offset < prev_end:
+            if offset < prev_end:
                 raise InvalidTensor(
-                    f"tensor {info.name!r} at offset {info.offset} overlaps the previous tensor, "
+                    f"tensor {name!r} at offset {offset} overlaps the previous tensor, "
                     f"which ends at {prev_end}",
                     field=where,
-                    offset=info.info_offset,
+                    offset=info_offset,
                 )
-            prev_offset, prev_end = info.offset, info.offset + info.n_bytes
+            prev_offset, prev_end = offset, offset + n_bytes
             infos.append(info)
         return infos, pos
 
-    def _tensor_info(self, pos: int, index: int, names: set[bytes]) -> tuple[TensorInfo, int]:
+    def _tensor_info(self, pos: int, index: int, names: set[bytes]) -> tuple[_RawTensor, int]:
         buf, lw = self.buf, self.lw
         base = f"tensors[{index}]"
         info_offset = pos
@@ -677,8 +675,7 @@ class _Parser:
                 offset=pos,
             )
         pos += 8
-        info = TensorInfo(name, shape, ttype, offset, offset, n_elements, n_bytes, info_offset)
-        return info, pos
+        return (name, shape, ttype, offset, n_elements, n_bytes, info_offset), pos
 
     def _element_count(self, name: str, shape: tuple[int, ...], field: str, offset: int) -> int:
         n_elements = 1
