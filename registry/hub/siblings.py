@@ -274,7 +274,7 @@ class SiblingReader:
         per_span = max(0, min(self.samples, (MAX_RANGES - len(ranges)) // len(spans)))
         for s in spans:
             lo, hi = s.body + EDGE_BYTES, s.end - EDGE_BYTES - SAMPLE_BYTES
-            if hi <= lo:
+            if hi <= lo or per_span == 0:
                 continue
             stratum = (hi - lo) / per_span
             for i in range(per_span):
