@@ -327,7 +327,9 @@ async def part1(endpoint: str) -> tuple[bool, list[Cost]]:
 # -- part 2: a 1,000-repo crawl in a child process -------------------------------------------
 
 
-async def _crawl_child(endpoint: str, repos: int, concurrency: int | None, reuse: bool) -> dict[str, float]:
+async def _crawl_child(
+    endpoint: str, repos: int, concurrency: int | None, per_host: int | None, reuse: bool
+) -> dict[str, float]:
     from registry.catalog.db import Database
     from registry.config import HubSettings
     from workers.crawl import CrawlParams, crawl_from_settings
@@ -335,6 +337,8 @@ async def _crawl_child(endpoint: str, repos: int, concurrency: int | None, reuse
     hub = HubSettings(endpoint=endpoint, sibling_reuse=reuse)
     if concurrency:
         hub = replace(hub, crawl_concurrency=concurrency)
+    if per_host:
+        hub = replace(hub, per_host_concurrency=per_host)
     with tempfile.TemporaryDirectory() as tmp:
         db = Database.from_url(f"sqlite+aiosqlite:///{tmp}/catalog.db")
         start, cpu = time.perf_counter(), time.process_time()
@@ -349,10 +353,20 @@ async def _crawl_child(endpoint: str, repos: int, concurrency: int | None, reuse
             "sibling_reads": report.sibling_reads, "fallbacks": report.sibling_fallbacks}  # fmt: skip
 
 
-def part2(endpoint: str, repos: int, latency: float, concurrency: int | None, *, reuse: bool = True) -> bool:
+def part2(
+    endpoint: str,
+    repos: int,
+    latency: float,
+    concurrency: int | None,
+    per_host: int | None,
+    *,
+    reuse: bool = True,
+) -> bool:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", endpoint, "--repos", str(repos)]
     if concurrency:
         cmd += ["--concurrency", str(concurrency)]
+    if per_host:
+        cmd += ["--per-host-concurrency", str(per_host)]
     if not reuse:
         cmd += ["--reuse-off"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
@@ -408,6 +422,8 @@ def main() -> int:
     p.add_argument(
         "--concurrency", type=int, help="crawl_concurrency for part 2 (default: the setting's default)"
     )
+    p.add_argument("--per-host-concurrency", type=int,
+                   help="per_host_concurrency for part 2 (default: the setting's default)")  # fmt: skip
     p.add_argument("--skip-crawl", action="store_true", help="part 1 only")
     p.add_argument("--reuse-off-too", action="store_true",
                    help="also crawl part 2's repos with hub.sibling_reuse off (informational)")  # fmt: skip
@@ -423,7 +439,11 @@ def main() -> int:
     p.add_argument("--reuse-off", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        result = asyncio.run(_crawl_child(args.child, args.repos, args.concurrency, not args.reuse_off))
+        result = asyncio.run(
+            _crawl_child(
+                args.child, args.repos, args.concurrency, args.per_host_concurrency, not args.reuse_off
+            )
+        )
         print(json.dumps(result))
         return 0
     if args.workers:
@@ -435,9 +455,10 @@ def main() -> int:
             repos, files, rate = args.project
             project(totals, int(repos), int(files), rate, args.project_workers, 6)
         elif not args.skip_crawl:
-            ok = part2(endpoint, args.repos, args.latency, args.concurrency) and ok
+            per_host = args.per_host_concurrency
+            ok = part2(endpoint, args.repos, args.latency, args.concurrency, per_host) and ok
             if args.reuse_off_too:
-                part2(endpoint, args.repos, args.latency, args.concurrency, reuse=False)
+                part2(endpoint, args.repos, args.latency, args.concurrency, per_host, reuse=False)
     finally:
         proc.terminate()
         proc.wait(timeout=10)

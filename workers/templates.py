@@ -20,7 +20,14 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
-from registry.safety import SandboxLimits, SandboxPool, ScanCache, TemplateReport, scan_header_report
+from registry.safety import (
+    SandboxLimits,
+    SandboxPool,
+    ScanCache,
+    TemplateReport,
+    cached_header_report,
+    scan_header_report,
+)
 from registry.safety.sandbox import SandboxUnavailable
 
 log = logging.getLogger(__name__)
@@ -62,7 +69,15 @@ class TemplateScanner:
             return None
 
     async def scan(self, header: Any) -> TemplateReport | None:
-        """`scan_sync` off the event loop: parsing and the sandbox round trip block."""
+        """`scan_sync` off the event loop: parsing and the sandbox round trip block. A header
+        whose templates are all in the cache (a repo's quants share theirs) is answered
+        here: a hop to a thread and back would cost more than the lookup."""
+        try:
+            hit = cached_header_report(header, self.cache)
+        except Exception:
+            hit = None  # scan_sync says why, and the artifact is stored as not scanned
+        if hit is not None:
+            return hit
         return await asyncio.to_thread(self.scan_sync, header)
 
     def close(self) -> None:
