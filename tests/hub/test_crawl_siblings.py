@@ -88,10 +88,11 @@ async def test_reuse_on_indexes_the_same_facts_for_a_fraction_of_the_bytes(tmp_p
         if f"{REPO}/Tiny-{q}.gguf" != leader:
             assert how[f"{REPO}/Tiny-{q}.gguf"] == ("sibling", "Tiny-IQ4_XS.gguf", True)
     assert how[f"{REPO}/Other-Q8_0.gguf"] == ("sibling", "Other-Q4_K_M.gguf", True)
-    # Projectors and split models are read as before.
+    # Projectors are read as before; of split models, shard 1 is a sibling like a single file.
     assert how[f"{REPO}/mmproj-Tiny-F16.gguf"] == ("full", None, False)
-    assert all(v == ("full", None, False) for k, v in how.items() if k.startswith("org/Split-GGUF/"))
-    assert on_report.sibling_reads == len(QUANTS) - 1 + 1 and on_report.sibling_fallbacks == 0
+    assert how["org/Split-GGUF/Split-Q4_K_M-00001-of-00002.gguf"] == ("full", None, False)
+    assert how["org/Split-GGUF/Split-Q8_0-00001-of-00002.gguf"] == ("sibling", "Split-Q4_K_M-00001-of-00002.gguf", True)
+    assert on_report.sibling_reads == len(QUANTS) - 1 + 1 + 1 and on_report.sibling_fallbacks == 0
     assert off_report.sibling_reads == 0
     assert on_report.bytes_fetched < off_report.bytes_fetched * 0.5
 
