@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Literal
 
 from registry.gguf.array import GGUFArray
 from registry.gguf.errors import GGUFError, NeedMoreData
-from registry.gguf.filename import model_stem
+from registry.gguf.filename import model_stem, parse_shard
 from registry.gguf.reader import parse_header
 from registry.gguf.types import ValueType
 from registry.hub.errors import HubError
@@ -367,15 +367,16 @@ def _check_size(header: GGUFHeader, size: int) -> None:
         )
 
 
-def read_order(paths: Sequence[str], families: Mapping[str, tuple[str, ...]]) -> list[str]:
-    """`paths` with each family's members together, its first member first (the leader)."""
-    out: list[str] = []
-    seen: set[str] = set()
-    for p in paths:
-        if p in seen:
-            continue
-        for q in families.get(p, (p,)):
-            if q in paths and q not in seen:
-                seen.add(q)
-                out.append(q)
-    return out
+def leaders_first(paths: Sequence[str], families: Mapping[str, tuple[str, ...]]) -> list[str]:
+    """`paths` in the order to read them: each family's leader before its other members.
+
+    The leader is the family's first single file by name, else its first member: a single
+    file lists every tensor, so its tail is as long as a sibling's, where shard 1 of a split
+    set lists only its own share and would make each sibling ask for the rest of its tail.
+    """
+    chosen: dict[tuple[str, ...], str] = {}
+    for members in set(families.values()):
+        singles = [m for m in members if parse_shard(m.rpartition("/")[2]) is None]
+        chosen[members] = (singles or list(members))[0]
+    leaders = [p for p in paths if p in families and chosen[families[p]] == p]
+    return leaders + [p for p in paths if p not in leaders]

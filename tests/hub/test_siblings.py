@@ -16,7 +16,7 @@ from registry.gguf.facts import derive_facts
 from registry.gguf.facts_model import Facts
 from registry.gguf.reader import parse_header
 from registry.hub.http import HttpOptions, HubHttp
-from registry.hub.siblings import Leader, SiblingReader, SiblingStats, sibling_families
+from registry.hub.siblings import Leader, SiblingReader, SiblingStats, leaders_first, sibling_families
 from tests.fakehub import FakeHub, Fault
 from tests.fakehub.corpus import Blob, Corpus, RepoFile, SynthBlob, gguf_repo
 from tests.fakehub.synth import ModelSpec
@@ -100,6 +100,11 @@ def test_families_group_quants_of_one_model_and_leave_the_rest_out() -> None:
     # Shard 1 of a split quant holds the vocabulary: it is a quant like the others.
     split = sibling_families(["Big-Q4_K_M.gguf", "Big-Q8_0-00001-of-00002.gguf", "Big-Q8_0-00002-of-00002.gguf"])
     assert split["Big-Q4_K_M.gguf"] == ("Big-Q4_K_M.gguf", "Big-Q8_0-00001-of-00002.gguf")
+    # A single file leads: its tensor infos are as long as a sibling's, a shard's are not.
+    order = ["Big-F16-00001-of-00002.gguf", "Big-Q4_K_M.gguf", "mmproj-Big-F16.gguf"]
+    assert leaders_first(order, sibling_families(order)) == [
+        "Big-Q4_K_M.gguf", "Big-F16-00001-of-00002.gguf", "mmproj-Big-F16.gguf"
+    ]
 
 
 async def test_siblings_read_against_the_leader_have_the_facts_of_a_full_read(http: HubHttp) -> None:
