@@ -145,8 +145,8 @@ async def _read_artifact(
 ) -> tuple[ArtifactRecord, list[RemoteHeader]]:
     """Headers and facts of one artifact. Transient hub errors propagate; the rest is a row.
 
-    With `sibling`, a single file of a family whose leader is read is read against it, and a
-    single file of a family without one yet becomes its leader once read."""
+    With `sibling`, a single file or shard 1 of a family whose leader is read is read against
+    it, and one of a family without one yet becomes its leader once read."""
     shards = [
         ShardRecord(p, size=files[p].size, sha256=files[p].sha256, split_no=i)
         for i, p in enumerate(group.paths)
@@ -160,17 +160,22 @@ async def _read_artifact(
         if not group.complete:
             raise GGUFError(group.incomplete_reason())
         if sibling is not None and leader is not None:
-            one, how = await sibling.reader.read(
-                leader,
-                client.resolve_url(info.repo_id, info.sha, path),
-                path=path,
-                expected_size=files[path].size,
-                limits=opts.limits,
-                first_window=first_window_for(path, size=files[path].size, first_window=first),
+            # Shard 1 (or the single file) against the leader; shards 2..N as always.
+            one, rest = await asyncio.gather(
+                sibling.reader.read(
+                    leader,
+                    client.resolve_url(info.repo_id, info.sha, path),
+                    path=path,
+                    expected_size=files[path].size,
+                    limits=opts.limits,
+                    first_window=first_window_for(path, size=files[path].size, first_window=first),
+                ),
+                _read_full(http, client, info, group, files, opts, first, skip_first=True),
             )
-            remote = [one]
+            remote = [one[0], *rest]
+            how = one[1]
             lead = (leader.header, leader.facts) if how.mode == "sibling" and leader.facts is not None else None
-            facts = derive_facts([one.header], file_sizes=[one.file_size], leader=lead)
+            facts = derive_facts([r.header for r in remote], file_sizes=[r.file_size for r in remote], leader=lead)
         else:
             remote = await _read_full(http, client, info, group, files, opts, first)
             facts = derive_facts([r.header for r in remote], file_sizes=[r.file_size for r in remote])
@@ -211,8 +216,10 @@ async def _read_full(
     files: dict[str, RepoFile],
     opts: ReadOptions,
     first: int,
+    *,
+    skip_first: bool = False,
 ) -> list[RemoteHeader]:
-    """Every shard's header, read in full."""
+    """Every shard's header (with `skip_first`, all but shard 1's), read in full."""
     return list(
         await asyncio.gather(
             *(
@@ -229,6 +236,7 @@ async def _read_full(
                     expected_size=files[p].size,
                 )
                 for i, p in enumerate(group.paths)
+                if i or not skip_first
             )
         )
     )
@@ -266,8 +274,9 @@ async def build_snapshot(
     stats = SiblingStats()
     sibling = None
     if opts.sibling_reuse:
-        singles = [g.paths[0] for g in groups if not g.is_split]
-        sibling = _Siblings(SiblingReader(http, samples=opts.sibling_samples, stats=stats), singles)
+        # Single files and shard 1 of each complete split set: the files that hold a vocabulary.
+        firsts = [g.paths[0] for g in groups if g.complete]
+        sibling = _Siblings(SiblingReader(http, samples=opts.sibling_samples, stats=stats), firsts)
     async with scanner_scope(opts.scanner) as scanner:
         opts = dataclasses.replace(opts, scanner=scanner)
         for group in groups:

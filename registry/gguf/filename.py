@@ -212,14 +212,19 @@ _NOT_A_QUANT_RE = re.compile(r"(?:^|[-_.])(?:mmproj|lora|adapter|imatrix|mtp)(?:
 
 
 def model_stem(path: str) -> str | None:
-    """The path of a single-file quantization without its quantization label, lower-cased:
-    the same for every quant of one model in one folder (`Qwen3-4B-Q4_K_M.gguf` and
-    `Qwen3-4B-UD-Q8_0.gguf` give `qwen3-4b`). None for a shard of a split model, a file
-    without a label, and projectors, adapters, imatrix files and MTP heads."""
+    """The path of a quantization without its quantization label (and shard suffix),
+    lower-cased: the same for every quant of one model in one folder (`Qwen3-4B-Q4_K_M.gguf`,
+    `Qwen3-4B-UD-Q8_0.gguf` and `Qwen3-4B-Q8_0-00001-of-00002.gguf` give `qwen3-4b`). None for
+    shards 2..N of a split model (no vocabulary), a file without a label, and projectors,
+    adapters, imatrix files and MTP heads."""
     folder, _, name = path.rpartition("/")
-    if not name.lower().endswith(".gguf") or parse_shard(name) is not None or _NOT_A_QUANT_RE.search(name):
+    if not name.lower().endswith(".gguf") or _NOT_A_QUANT_RE.search(name):
         return None
-    tokens = re.split(r"([-.\s])", name[: -len(".gguf")])
+    shard = parse_shard(name)
+    if shard is not None and shard[1] != 1:
+        return None
+    stem = shard[0] if shard is not None else name[: -len(".gguf")]
+    tokens = re.split(r"([-.\s])", stem)
     words = tokens[::2]
     for i in range(len(words) - 1, -1, -1):
         if _QUANT_TOKEN_RE.fullmatch(words[i]):

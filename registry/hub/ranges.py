@@ -105,6 +105,7 @@ async def _request(client: HubHttp, f: _File, wanted: list[tuple[int, int]], ans
     if f.etag is not None and not f.etag.startswith("W/"):
         headers["If-Range"] = f.etag
     resp, release = await client._open(f, headers)
+    done = False
     try:
         f.requests += 1
         etag = resp.headers.get("ETag")
@@ -131,10 +132,14 @@ async def _request(client: HubHttp, f: _File, wanted: list[tuple[int, int]], ans
             raise FileChanged(
                 f"the server reports {answer.file_size} bytes, the hub lists {f.expected_size}", url=f.url
             )
+        done = True
     except (TimeoutError, aiohttp.ClientError) as exc:
         raise _transport_error(exc, f.final) from exc
     finally:
-        resp.release()
+        if done:
+            resp.release()
+        else:
+            resp.close()  # drops the connection: a whole file sent instead of ranges is never read
         release()
 
 

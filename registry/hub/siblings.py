@@ -82,8 +82,9 @@ class SiblingStats:
 def sibling_families(paths: Iterable[str]) -> dict[str, tuple[str, ...]]:
     """Each path that has a sibling, mapped to all paths of its family (in name order).
 
-    A family is two or more single files of one folder whose names differ only in their
-    quantization label; projectors, adapters, imatrix files and split shards are in none.
+    A family is two or more files of one folder whose names differ only in their
+    quantization label (single files, and shard 1 of split sets: `model_stem`); projectors,
+    adapters, imatrix files and shards 2..N are in none.
     The architecture is checked once the leader is read.
     """
     families: dict[str, list[str]] = {}
@@ -274,7 +275,7 @@ class SiblingReader:
         per_span = max(0, min(self.samples, (MAX_RANGES - len(ranges)) // len(spans)))
         for s in spans:
             lo, hi = s.body + EDGE_BYTES, s.end - EDGE_BYTES - SAMPLE_BYTES
-            if hi <= lo:
+            if hi <= lo or per_span == 0:
                 continue
             stratum = (hi - lo) / per_span
             for i in range(per_span):

@@ -3,6 +3,8 @@ bytes, and each artifact's way of reading recorded."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -14,6 +16,7 @@ from sqlalchemy import select
 from registry.catalog import migrate
 from registry.catalog.db import Database
 from registry.catalog.models import Artifact, Facts, Repo
+from registry.cli import main
 from registry.hub.client import HubClient
 from registry.hub.http import HttpOptions, HubHttp
 from tests.fakehub import FakeHub
@@ -85,9 +88,37 @@ async def test_reuse_on_indexes_the_same_facts_for_a_fraction_of_the_bytes(tmp_p
         if f"{REPO}/Tiny-{q}.gguf" != leader:
             assert how[f"{REPO}/Tiny-{q}.gguf"] == ("sibling", "Tiny-IQ4_XS.gguf", True)
     assert how[f"{REPO}/Other-Q8_0.gguf"] == ("sibling", "Other-Q4_K_M.gguf", True)
-    # Projectors and split models are read as before.
+    # Projectors are read as before; of split models, shard 1 is a sibling like a single file.
     assert how[f"{REPO}/mmproj-Tiny-F16.gguf"] == ("full", None, False)
-    assert all(v == ("full", None, False) for k, v in how.items() if k.startswith("org/Split-GGUF/"))
-    assert on_report.sibling_reads == len(QUANTS) - 1 + 1 and on_report.sibling_fallbacks == 0
+    assert how["org/Split-GGUF/Split-Q4_K_M-00001-of-00002.gguf"] == ("full", None, False)
+    assert how["org/Split-GGUF/Split-Q8_0-00001-of-00002.gguf"] == ("sibling", "Split-Q4_K_M-00001-of-00002.gguf", True)
+    assert on_report.sibling_reads == len(QUANTS) - 1 + 1 + 1 and on_report.sibling_fallbacks == 0
     assert off_report.sibling_reads == 0
     assert on_report.bytes_fetched < off_report.bytes_fetched * 0.5
+
+
+async def test_show_and_the_api_say_how_a_header_was_read(
+    tmp_path: Path, hub: FakeHub, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db_url = f"sqlite+aiosqlite:///{tmp_path / 'show.db'}"
+    db = Database.from_url(db_url)
+    await migrate.ensure_schema(db.engine)
+    client = HubClient(hub.endpoint, TOKEN, retry=FAST_RETRY, sleep=Sleeps())
+    async with HubHttp(HttpOptions(endpoint=hub.endpoint, token=TOKEN, retry=FAST_RETRY), sleep=Sleeps()) as http:
+        await crawl_hub(db, client, http, CrawlParams(repos=(REPO,)))
+    async with db.sessions() as session:
+        ids = dict((await session.execute(select(Artifact.path, Artifact.id))).all())
+    await db.dispose()
+    monkeypatch.setenv("REGISTRY_DATABASE_URL", db_url)
+    capsys.readouterr()
+    assert await asyncio.to_thread(main, ["show", str(ids["Tiny-Q8_0.gguf"])]) == 0
+    out = capsys.readouterr().out
+    assert "from sibling Tiny-IQ4_XS.gguf" in out and "ranges sampled" in out
+    assert await asyncio.to_thread(main, ["show", str(ids["Tiny-Q8_0.gguf"]), "--json"]) == 0
+    how = json.loads(capsys.readouterr().out)["header_read"]
+    assert how["mode"] == "sibling" and how["leader"] == "Tiny-IQ4_XS.gguf" and how["samples"] > 0
+    assert how["confirmed"] is None
+    assert await asyncio.to_thread(main, ["show", str(ids["Tiny-IQ4_XS.gguf"]), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["header_read"] == {
+        "mode": "full", "leader": None, "samples": None, "confirmed": None
+    }

@@ -97,6 +97,9 @@ def test_families_group_quants_of_one_model_and_leave_the_rest_out() -> None:
     families = sibling_families(paths)
     tiny = ("Tiny-Q4_K_M.gguf", "Tiny-Q8_0.gguf", "Tiny-UD-Q4_K_XL.gguf")
     assert families == {p: tiny for p in tiny}
+    # Shard 1 of a split quant holds the vocabulary: it is a quant like the others.
+    split = sibling_families(["Big-Q4_K_M.gguf", "Big-Q8_0-00001-of-00002.gguf", "Big-Q8_0-00002-of-00002.gguf"])
+    assert split["Big-Q4_K_M.gguf"] == ("Big-Q4_K_M.gguf", "Big-Q8_0-00001-of-00002.gguf")
 
 
 async def test_siblings_read_against_the_leader_have_the_facts_of_a_full_read(http: HubHttp) -> None:
