@@ -293,29 +293,32 @@ def report1(repo_ids: list[str], runs: list[Run]) -> tuple[bool, list[Cost], int
 # -- the projection: what a crawl of a whole hub would cost ---------------------------------
 
 
-def project(totals: list[Cost], repos: int, files: int, rate: float, workers: int, corpus_repos: int) -> None:
+def project(totals: list[Cost], repos: int, files: int, rate: float, workers: int) -> None:
     """Scale part 1's per-file figures to a hub of `repos` repos and `files` GGUF files.
 
-    Requests: per file as measured (redirects included, as a rate limit counts them) plus one
-    repo info per repo and one listing page per 1,000 repos. Wall time: the longer of the
-    requests at `rate` per second and the CPU spread over `workers` crawler processes.
+    Requests: every HTTP request per file as measured, plus one repo info per repo and one
+    listing page per 1,000 repos. The hub's rate limit counts the requests to the hub itself:
+    the listing, repo infos and each `/resolve/` (a redirected request is one to the hub and
+    one to the CDN). Wall time: the longer of those requests at `rate` per second and the
+    CPU spread over `workers` crawler processes.
     """
-    print(f"\nProjection: {repos:,} repos, {files:,} GGUF files, {rate:g} requests/s allowed, "
+    print(f"\nProjection: {repos:,} repos, {files:,} GGUF files, {rate:g} hub requests/s allowed, "
           f"{workers} crawler processes (per-file figures from part 1)")  # fmt: skip
-    head = f"{'strategy':<14} {'bytes':>10} {'requests':>12} {'CPU hours':>10} {'wall hours':>11}  bound by"
+    head = (f"{'strategy':<14} {'bytes':>10} {'requests':>10} {'to the hub':>11} {'CPU hours':>10} "
+            f"{'wall hours':>11}  bound by")  # fmt: skip
     print(head)
     print("-" * len(head))
     for name, t in zip(STRATEGIES, totals, strict=True):
         n = max(t.files, 1)
-        per_repo = 1 if name.startswith("reuse") else 0  # the peers read files named by someone else
-        requests = files * t.http_requests / n + repos * per_repo + repos / 1000
+        per_repo = repos + repos / 1000  # repo infos and listing pages, whoever reads the files
+        requests = files * t.http_requests / n + per_repo
+        to_hub = files * (t.http_requests - t.data_requests) / n + per_repo
         cpu_s = files * t.cpu / n
-        by_rate, by_cpu = requests / rate, cpu_s / workers
-        wall = max(by_rate, by_cpu)
-        print(f"{name:<14} {files * t.bytes / n / 1e12:>7.2f} TB {requests / 1e6:>10.2f} M {cpu_s / 3600:>10.1f} "
-              f"{wall / 3600:>11.1f}  {'the rate limit' if by_rate >= by_cpu else 'CPU'}")  # fmt: skip
-    print(f"  ({corpus_repos} repos, {totals[1].files} files measured; wall time ignores latency, which "
-          "enough concurrent requests hide)")  # fmt: skip
+        by_rate, by_cpu = to_hub / rate, cpu_s / workers
+        print(f"{name:<14} {files * t.bytes / n / 1e12:>7.2f} TB {requests / 1e6:>8.2f} M {to_hub / 1e6:>9.2f} M "
+              f"{cpu_s / 3600:>10.1f} {max(by_rate, by_cpu) / 3600:>11.1f}  "
+              f"{'the rate limit' if by_rate >= by_cpu else 'CPU'}")  # fmt: skip
+    print(f"  ({totals[1].files} files measured; latency is left out: enough requests in flight hide it)")
 
 
 async def part1(endpoint: str) -> tuple[bool, list[Cost]]:
@@ -453,7 +456,7 @@ def main() -> int:
         ok, totals = asyncio.run(part1(endpoint))
         if args.project:
             repos, files, rate = args.project
-            project(totals, int(repos), int(files), rate, args.project_workers, 6)
+            project(totals, int(repos), int(files), rate, args.project_workers)
         elif not args.skip_crawl:
             per_host = args.per_host_concurrency
             ok = part2(endpoint, args.repos, args.latency, args.concurrency, per_host) and ok
