@@ -21,6 +21,10 @@ equals the leader's; its data offset plus the aligned sizes of its tensors equal
 the hub lists; and the file did not change between requests (If-Range). Anything else,
 and any error, falls back to a full read, and the reason is counted and logged.
 
+A server that does not answer multi-range requests is sent the same ranges one request
+each, in parallel, with one sample per array as long as all of them; one that honours no
+range at all makes the repo's later siblings full reads.
+
 What sampling cannot prove is a change confined between samples that keeps every length
 (docs/crawling.md gives the odds).
 """
