@@ -130,8 +130,21 @@ class HubSettings:
         "vocabulary is ~9 MB); requests per host stay capped by per_host_concurrency. At least 1.",
     )
 
+    sibling_reuse: bool = _setting(
+        True,
+        "Read the shared header bytes of a repo's sibling quantizations of one model once: each sibling's "
+        "layout is proven against the first one read, its vocabulary bytes sampled, and any disagreement "
+        "falls back to a full read (see docs/crawling.md).",
+    )
+    sibling_samples: int = _setting(
+        16,
+        "Sampled ranges of 1 KiB per large array (vocabulary tokens, scores, types, merges) when a sibling's "
+        "header reuses the first one's bytes, besides its start and end. More samples catch a same-length "
+        "change with higher probability for more bytes. At least 1.",
+    )
+
     def __post_init__(self) -> None:
-        _at_least("hub", self, 1, "per_host_concurrency", "crawl_concurrency", "max_attempts")
+        _at_least("hub", self, 1, "per_host_concurrency", "crawl_concurrency", "max_attempts", "sibling_samples")
         # 0 or less failed every read as an internal error instead of refusing the setting.
         _at_least("hub", self, 1, "first_window", "shard_window", "max_header_bytes")
         _seconds("hub", self, "connect_timeout", "read_timeout")

@@ -47,6 +47,14 @@ from registry.gguf.limits import Limits
 from registry.hub.client import HubClient, RepoFile, RepoInfo, RepoSummary
 from registry.hub.errors import FileChanged, HubError, RepoNotFound
 from registry.hub.http import SHARD_WINDOW, HubHttp, RemoteHeader, first_window_for
+from registry.hub.siblings import (
+    HeaderRead,
+    Leader,
+    SiblingReader,
+    SiblingStats,
+    leaders_first,
+    sibling_families,
+)
 from workers.templates import TemplateScanner, compat_columns, error_columns, scanner_scope, template_columns
 
 if TYPE_CHECKING:
@@ -94,6 +102,8 @@ class CrawlReport:
     artifacts: int = 0
     artifact_errors: int = 0  # artifacts recorded with an error (bad or unreadable files)
     files: int = 0  # GGUF files whose header was read (each shard counts)
+    sibling_reads: int = 0  # of those, headers read from a sibling's bytes (proven, sampled)
+    sibling_fallbacks: int = 0  # sibling reads not trusted and read in full (the log says why)
     bytes_fetched: int = 0
     requests: int = 0
     errors: list[dict[str, str]] = field(default_factory=list)
@@ -123,6 +133,8 @@ class ReadOptions:
     shard_window: int = SHARD_WINDOW
     # Chat template scanner shared by a whole crawl; None: one per repo snapshot.
     scanner: TemplateScanner | None = None
+    sibling_reuse: bool = True  # hub.sibling_reuse
+    sibling_samples: int = 16  # hub.sibling_samples
 
 
 def _is_transient(exc: HubError) -> bool:
@@ -136,37 +148,46 @@ async def _read_artifact(
     group: ShardGroup,
     files: dict[str, RepoFile],
     opts: ReadOptions,
+    sibling: _Siblings | None = None,
 ) -> tuple[ArtifactRecord, list[RemoteHeader]]:
-    """Headers and facts of one artifact. Transient hub errors propagate; the rest is a row."""
+    """Headers and facts of one artifact. Transient hub errors propagate; the rest is a row.
+
+    With `sibling`, a single file or shard 1 of a family whose leader is read is read against
+    it, and one of a family without one yet becomes its leader once read."""
     shards = [
         ShardRecord(p, size=files[p].size, sha256=files[p].sha256, split_no=i)
         for i, p in enumerate(group.paths)
     ]
     remote: list[RemoteHeader] = []
+    how = HeaderRead()
+    first = opts.first_window or http.options.first_window
+    path = group.paths[0]
+    leader = sibling.leader_of(path) if sibling is not None else None
     try:
         if not group.complete:
             raise GGUFError(group.incomplete_reason())
-        first = opts.first_window or http.options.first_window
-        remote = list(
-            await asyncio.gather(
-                *(
-                    http.fetch_header(
-                        client.resolve_url(info.repo_id, info.sha, p),
-                        limits=opts.limits,
-                        first_window=first_window_for(
-                            p,
-                            split_no=i,
-                            size=files[p].size,
-                            first_window=first,
-                            small_window=opts.shard_window,
-                        ),
-                        expected_size=files[p].size,
-                    )
-                    for i, p in enumerate(group.paths)
-                )
+        if sibling is not None and leader is not None:
+            # Shard 1 (or the single file) against the leader; shards 2..N as always.
+            one, rest = await asyncio.gather(
+                sibling.reader.read(
+                    leader,
+                    client.resolve_url(info.repo_id, info.sha, path),
+                    path=path,
+                    expected_size=files[path].size,
+                    limits=opts.limits,
+                    first_window=first_window_for(path, size=files[path].size, first_window=first),
+                ),
+                _read_full(http, client, info, group, files, opts, first, skip_first=True),
             )
-        )
-        facts = derive_facts([r.header for r in remote], file_sizes=[r.file_size for r in remote])
+            remote = [one[0], *rest]
+            how = one[1]
+            lead = (leader.header, leader.facts) if how.mode == "sibling" and leader.facts is not None else None
+            facts = derive_facts([r.header for r in remote], file_sizes=[r.file_size for r in remote], leader=lead)
+        else:
+            remote = await _read_full(http, client, info, group, files, opts, first)
+            facts = derive_facts([r.header for r in remote], file_sizes=[r.file_size for r in remote])
+            if sibling is not None and sibling.wants_leader(path):
+                sibling.set_leader(path, Leader.of(path, remote[0], facts))
     except HubError as exc:
         if _is_transient(exc):
             raise
@@ -185,7 +206,74 @@ async def _read_artifact(
     scan = await opts.scanner.scan(remote[0].header) if opts.scanner is not None else None
     headers = [r.header for r in remote]
     compat = await asyncio.to_thread(compat_columns, headers, facts.kind, opts.scanner)
-    return ArtifactRecord(shards[0].path, tuple(shards), facts=facts, **template_columns(scan), **compat), remote
+    return (
+        ArtifactRecord(
+            shards[0].path,
+            tuple(shards),
+            facts=facts,
+            header_read=how.mode,
+            header_leader=how.leader,
+            header_samples=how.samples if how.mode == "sibling" else None,
+            **template_columns(scan),
+            **compat,
+        ),
+        remote,
+    )
+
+
+async def _read_full(
+    http: HubHttp,
+    client: HubClient,
+    info: RepoInfo,
+    group: ShardGroup,
+    files: dict[str, RepoFile],
+    opts: ReadOptions,
+    first: int,
+    *,
+    skip_first: bool = False,
+) -> list[RemoteHeader]:
+    """Every shard's header (with `skip_first`, all but shard 1's), read in full."""
+    return list(
+        await asyncio.gather(
+            *(
+                http.fetch_header(
+                    client.resolve_url(info.repo_id, info.sha, p),
+                    limits=opts.limits,
+                    first_window=first_window_for(
+                        p,
+                        split_no=i,
+                        size=files[p].size,
+                        first_window=first,
+                        small_window=opts.shard_window,
+                    ),
+                    expected_size=files[p].size,
+                )
+                for i, p in enumerate(group.paths)
+                if i or not skip_first
+            )
+        )
+    )
+
+
+class _Siblings:
+    """The sibling families of one repo snapshot and the leader read for each so far."""
+
+    def __init__(self, reader: SiblingReader, paths: Sequence[str]) -> None:
+        self.reader = reader
+        self.families = sibling_families(paths)
+        self.leaders: dict[tuple[str, ...], Leader] = {}
+
+    def leader_of(self, path: str) -> Leader | None:
+        family = self.families.get(path)
+        return self.leaders.get(family) if family is not None else None
+
+    def wants_leader(self, path: str) -> bool:
+        family = self.families.get(path)
+        return family is not None and family not in self.leaders
+
+    def set_leader(self, path: str, leader: Leader) -> None:
+        if leader.useful:
+            self.leaders[self.families[path]] = leader
 
 
 async def build_snapshot(
@@ -194,13 +282,26 @@ async def build_snapshot(
     """The snapshot of one repo at the commit `info` names. Raises HubError when transient."""
     assert info.sha is not None
     files = {f.path: f for f in info.files}
-    records = []
+    groups = group_shards(files)
+    stats = SiblingStats()
+    sibling = None
+    if opts.sibling_reuse:
+        # Single files and shard 1 of each complete split set: the files that hold a vocabulary.
+        firsts = [g.paths[0] for g in groups if g.complete]
+        sibling = _Siblings(SiblingReader(http, samples=opts.sibling_samples, stats=stats), firsts)
     async with scanner_scope(opts.scanner) as scanner:
         opts = dataclasses.replace(opts, scanner=scanner)
-        for group in group_shards(files):
-            record, remote = await _read_artifact(http, client, info, group, files, opts)
-            records.append(record)
+        by_first = {g.paths[0]: g for g in groups}
+        order = leaders_first(list(by_first), sibling.families) if sibling is not None else list(by_first)
+        read: dict[str, ArtifactRecord] = {}
+        for first in order:
+            group = by_first[first]
+            before = stats.reads, sum(stats.fallbacks.values())
+            record, remote = await _read_artifact(http, client, info, group, files, opts, sibling)
+            read[first] = record
             if report is not None:
+                report.sibling_reads += stats.reads - before[0]
+                report.sibling_fallbacks += sum(stats.fallbacks.values()) - before[1]
                 report.artifacts += 1
                 report.artifact_errors += record.error is not None
                 report.files += len(remote)
@@ -210,6 +311,7 @@ async def build_snapshot(
                     )
                 report.bytes_fetched += sum(r.bytes_fetched for r in remote)
                 report.requests += sum(r.requests for r in remote)
+    records = [read[g.paths[0]] for g in groups]  # in the groups' order, whatever the reading order
     return RepoSnapshot(
         repo_id=info.repo_id,
         revision=info.sha,
@@ -575,7 +677,12 @@ async def crawl_from_settings(
             http,
             params,
             crawl_id=crawl_id,
-            opts=ReadOptions(limits=limits, shard_window=hub.shard_window),
+            opts=ReadOptions(
+                limits=limits,
+                shard_window=hub.shard_window,
+                sibling_reuse=hub.sibling_reuse,
+                sibling_samples=hub.sibling_samples,
+            ),
             concurrency=hub.crawl_concurrency,
             progress=progress,
         )

@@ -51,7 +51,7 @@ Enqueue = Callable[[str, str | None], Awaitable[int | None]]  # the job id, None
 
 # Counters an index-repo job adds to its crawl's row (CrawlReport fields).
 REPO_COUNTERS = ("unchanged", "indexed", "rederived", "deleted", "moved", "not_gguf", "failed", "cancelled", "artifacts",
-                 "artifact_errors", "files", "bytes_fetched", "requests")  # fmt: skip
+                 "artifact_errors", "files", "sibling_reads", "sibling_fallbacks", "bytes_fetched", "requests")  # fmt: skip
 # Counters the listing assigns when it ends; their presence says that it has ended.
 LISTING_DONE = "listed"
 

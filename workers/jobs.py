@@ -98,7 +98,12 @@ class JobContext:
         limits = Limits(max_kv_count=p.max_kv_count, max_tensor_count=p.max_tensor_count,
                         max_string_length=p.max_string_length, max_array_length=p.max_array_length,
                         max_header_bytes=self.settings.hub.max_header_bytes)  # fmt: skip
-        return ReadOptions(limits=limits, shard_window=self.settings.hub.shard_window)
+        return ReadOptions(
+            limits=limits,
+            shard_window=self.settings.hub.shard_window,
+            sibling_reuse=self.settings.hub.sibling_reuse,
+            sibling_samples=self.settings.hub.sibling_samples,
+        )
 
 
 @contextlib.asynccontextmanager

@@ -22,7 +22,14 @@ from typing import Any
 
 from registry.gguf.compat import CompatFinding, error_findings, header_findings, worst_first
 from registry.gguf.errors import GGUFError
-from registry.safety import SandboxLimits, SandboxPool, ScanCache, TemplateReport, scan_header_report
+from registry.safety import (
+    SandboxLimits,
+    SandboxPool,
+    ScanCache,
+    TemplateReport,
+    cached_header_report,
+    scan_header_report,
+)
 from registry.safety.compat import TemplateCheck, template_check, token_text
 from registry.safety.sandbox import SandboxUnavailable
 
@@ -85,7 +92,15 @@ class TemplateScanner:
         return found
 
     async def scan(self, header: Any) -> TemplateReport | None:
-        """`scan_sync` off the event loop: parsing and the sandbox round trip block."""
+        """`scan_sync` off the event loop: parsing and the sandbox round trip block. A header
+        whose templates are all in the cache (a repo's quants share theirs) is answered
+        here: a hop to a thread and back would cost more than the lookup."""
+        try:
+            hit = cached_header_report(header, self.cache)
+        except Exception:
+            hit = None  # scan_sync says why, and the artifact is stored as not scanned
+        if hit is not None:
+            return hit
         return await asyncio.to_thread(self.scan_sync, header)
 
     def close(self) -> None:

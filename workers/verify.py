@@ -42,6 +42,7 @@ from registry.catalog.amounts import LARGEST
 from registry.catalog.db import Database
 from registry.catalog.models import Artifact, Repo, Shard, Verification, utcnow
 from registry.config import Settings
+from registry.gguf.facts_model import Facts
 from registry.gguf.filename import group_shards, normalise_quant_label, quant_label_from_filename
 from registry.hub.client import HubClient, RepoInfo
 from registry.hub.errors import HubError
@@ -50,6 +51,7 @@ from registry.hub.local import shard_paths
 from registry.responses.commands import VerifyReport
 from workers.cache import DownloadCache, Downloader, SizeMismatch, cache_key, sha256_file
 from workers.verify_checks import CheckReport, Reason, status_for
+from workers.verify_header import confirm_header, header_facts
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +87,7 @@ class VerifyResult:
     bytes_downloaded: int = 0
     timings: dict[str, float] = field(default_factory=dict)
     report: CheckReport | None = None
+    header_facts: Facts | None = None  # of the whole file's header, to confirm the catalog's
 
     @classmethod
     def failed(cls, reason: Reason, message: str, **kw: Any) -> VerifyResult:
@@ -267,6 +270,7 @@ async def verify_shards(
             return result
         with _timed(result.timings, "checks"):
             report = await run_checks(paths, settings)
+            result.header_facts = await asyncio.to_thread(header_facts, paths)
     result.timings.update(report.timings)
     result.report = report
     result.status, result.reason, result.message = report.status, report.reason, report.message
@@ -522,8 +526,12 @@ async def _record(db: Database, verification_id: int, artifact_id: int | None, r
         row = await session.get(Verification, verification_id)
         if row is None:
             return
-        _fill_row(row, result)
         art = await session.get(Artifact, artifact_id) if artifact_id is not None else None
+        if art is not None and result.header_facts is not None:
+            mismatch = await confirm_header(session, art, result.header_facts)
+            if mismatch is not None and result.status != "failed":  # the catalog is wrong: say so first
+                result.status, result.reason, result.message = "failed", str(Reason.HEADER_MISMATCH), mismatch
+        _fill_row(row, result)
         if art is not None:
             art.verification_status = result.status
         await session.commit()

@@ -67,6 +67,7 @@ class Reason(enum.StrEnum):
     DOWNLOAD_FAILED = "download_failed"
     CRASHED = "crashed"  # the child process (or, jobs.max_attempts times, the worker) died without a verdict
     CANCELLED = "cancelled"  # the run was stopped (worker shutdown, job cancelled): no verdict
+    HEADER_MISMATCH = "header_mismatch"  # the whole file's header facts differ from the catalog's
 
 
 # Reasons that say "this registry cannot judge the file", not "the file is bad".

@@ -28,7 +28,7 @@ from registry.responses import (
     TemplateFinding,
     Verification,
 )
-from registry.responses.artifacts import CompatFinding, FileArtifact
+from registry.responses.artifacts import CompatFinding, FileArtifact, HeaderRead
 from registry.responses.base import summarised
 
 
@@ -104,6 +104,7 @@ def _parts(
         "quant_mix": quant_mix(detail.quant_mix),
         "shards": [shard(s, files) for s in detail.shards],
         "latest_verification": Verification.from_row(latest) if latest is not None else None,
+        "header_read": HeaderRead.from_row(row),
         # A column of the artifact row, so the repo page gets it at no extra query.
         "chat_template_findings": TemplateFinding.list_from(row.chat_template_findings),
     }

@@ -213,6 +213,14 @@ class Artifact(Base):
     # sha256 of the default chat template's render of a standard conversation: the artifact
     # page compares it with the base model's (finding L022). NULL: no template or not rendered.
     chat_template_render_sha256: Mapped[str | None] = mapped_column(String(64))
+    # How the header was read (registry.hub.siblings): "full", or "sibling" with the leader's
+    # path and the ranges sampled inside its large arrays; NULL for rows indexed before it was
+    # recorded. A verification, which reads the whole file, sets `header_confirmed`: true when
+    # the facts of the full header equal the stored ones, false when they do not.
+    header_read: Mapped[str | None] = mapped_column(String(8))
+    header_leader: Mapped[str | None] = mapped_column(String(PATH_LENGTH))
+    header_samples: Mapped[int | None] = mapped_column(Integer)
+    header_confirmed: Mapped[bool | None] = mapped_column(Boolean)
     # What the file is (registry.gguf.facts_model.KINDS), copied from facts for the filter;
     # NULL for error rows.
     kind: Mapped[str | None] = mapped_column(String(16))

@@ -265,6 +265,10 @@ def _artifact_values(
         **_template_safety(record),
         "runs_in_llama_cpp": None if record.llama_cpp_findings is None else runs_in_llama_cpp(record.llama_cpp_findings),
         "chat_template_render_sha256": record.chat_template_render_sha256,
+        "header_read": record.header_read,
+        "header_leader": record.header_leader,
+        "header_samples": record.header_samples,
+        "header_confirmed": None,  # a new read is not yet confirmed by a verification
     }
     # Folded as stored (cleaned and cut to their columns): a query's value, folded alike,
     # is compared with exactly that text.
@@ -293,6 +297,11 @@ def _template_safety(record: ArtifactRecord) -> dict[str, Any]:
     }
 
 
+def facts_row(artifact_id: int, facts: FactsData) -> dict[str, Any]:
+    """The facts table's row of these facts, as the writer stores it."""
+    return _facts_row(artifact_id, facts)
+
+
 def _facts_row(artifact_id: int, facts: FactsData) -> dict[str, Any]:
     data = {f.name: getattr(facts, f.name) for f in fields(facts)}
     typed = {k: v for k, v in data.items() if k in _TYPED}
@@ -311,18 +320,21 @@ async def _write_artifacts(
     INSERT a table), not five to eight each: a repo's write holds SQLite's one write lock."""
     if not todo:
         return
-    rows: list[Artifact] = []
     moved_from = await _moved_ids(session, repo)
+    new: list[dict[str, Any]] = []
     for record, artifact in todo:
         values = _artifact_values(repo, snap, record, moved_from)
         if artifact is None:
-            artifact = Artifact(repo_pk=repo.id, path=_path_key(record.path), **values)
-            session.add(artifact)
+            new.append({"repo_pk": repo.id, "path": _path_key(record.path), **values})
         else:
             for key, value in values.items():
                 setattr(artifact, key, value)
-        rows.append(artifact)
     await session.flush()
+    # New rows in one INSERT ... RETURNING, in order, without an ORM object each: a first
+    # crawl writes nothing but new rows.
+    returning = insert(Artifact).returning(Artifact.id, sort_by_parameter_order=True)
+    new_ids = iter((await session.scalars(returning, new)).all() if new else ())
+    ids = [artifact.id if artifact is not None else next(new_ids) for _, artifact in todo]
     rewritten = [current.id for _, current in todo if current is not None]
     if rewritten:
         for model in (Facts, QuantMix, Shard, ArtifactFinding):
@@ -334,19 +346,19 @@ async def _write_artifacts(
             delete(Shard).where(Shard.repo_pk == repo.id, Shard.revision == snap.revision, Shard.path.in_(paths))
         )
         await session.execute(insert(Shard), [
-            _fit(Shard.__table__, {"artifact_id": artifact.id, "repo_pk": repo.id, "revision": snap.revision,
+            _fit(Shard.__table__, {"artifact_id": artifact_id, "repo_pk": repo.id, "revision": snap.revision,
                                    "path": s.path, "split_no": s.split_no, "size": s.size, "sha256": s.sha256 and s.sha256.lower(),
                                    "header_bytes": s.header_bytes})
-            for (record, _), artifact in zip(todo, rows, strict=True) for s in record.shards
+            for (record, _), artifact_id in zip(todo, ids, strict=True) for s in record.shards
         ])  # fmt: skip
     findings = [
-        _fit(ArtifactFinding.__table__, {"artifact_id": artifact.id, "position": i, **f.to_dict()})
-        for (record, _), artifact in zip(todo, rows, strict=True)
+        _fit(ArtifactFinding.__table__, {"artifact_id": artifact_id, "position": i, **f.to_dict()})
+        for (record, _), artifact_id in zip(todo, ids, strict=True)
         for i, f in enumerate(record.llama_cpp_findings or ())
     ]
     if findings:
         await session.execute(insert(ArtifactFinding), findings)
-    facts = [(artifact.id, record.facts) for (record, _), artifact in zip(todo, rows, strict=True) if record.facts]
+    facts = [(artifact_id, record.facts) for (record, _), artifact_id in zip(todo, ids, strict=True) if record.facts]
     if facts:
         await session.execute(insert(Facts), [_facts_row(artifact_id, f) for artifact_id, f in facts])
         mix = [

@@ -58,6 +58,11 @@ class ArtifactRecord:
     llama_cpp_findings: tuple[CompatFinding, ...] | None = None
     # sha256 of the chat template's render of a standard conversation (registry.safety.compat).
     chat_template_render_sha256: str | None = None
+    # How the header was read (registry.hub.siblings.HeaderRead); None: not recorded (local
+    # files, error rows).
+    header_read: str | None = None  # "full" | "sibling"
+    header_leader: str | None = None  # the leader's path, for "sibling"
+    header_samples: int | None = None  # ranges sampled, for "sibling"
 
     def __post_init__(self) -> None:
         if (self.facts is None) == (self.error is None):

@@ -162,7 +162,10 @@ def _crawl_summary(crawl: Any, endpoint: str) -> str:
         + (f"{c['not_gguf']} without a GGUF file (not catalogued), " if c.get("not_gguf") else "")
         + (f"{c['cancelled']} not read (the crawl was cancelled), " if c.get("cancelled") else "")
         + f"{c['failed']} failed",
-        f"  artifacts: {c['artifacts']} read, {c['artifact_errors']} with errors; {c['files']} files",
+        f"  artifacts: {c['artifacts']} read, {c['artifact_errors']} with errors; {c['files']} files"
+        + (f", {c['sibling_reads']} read from a sibling's header" if c.get("sibling_reads") else "")
+        + (f", {c['sibling_fallbacks']} sibling reads not trusted (read in full)" if c.get("sibling_fallbacks")
+           else ""),
         f"  transfer:  {c['bytes_fetched']:,} bytes in {c['requests']} requests",
     ]
     lines += [

@@ -168,6 +168,8 @@ def _artifact_text(page: dict[str, Any], context: int | None, named: str | None 
     catalog.append(("verified", "never" if v is None else _verification_line(v)))
     runs = page["runs_in_llama_cpp"]
     catalog += compat_lines(page["llama_cpp_findings"] if runs is not None else None, runs)
+    if (how := page.get("header_read")) is not None:
+        catalog.append(("header read", _header_read_line(how)))
     for i, proj in enumerate(page["projectors"]):
         takes = ", ".join(proj["modalities"] or []) or "-"
         catalog.append(("projectors" if i == 0 else "",
@@ -188,6 +190,17 @@ def _artifact_text(page: dict[str, Any], context: int | None, named: str | None 
         out += ["", "files", *table(("path", "bytes", "sha256"), rows, {1})]
         out += [terminal_text(f"  {s['url']}") for s in page["shards"] if s["url"]]
     return "\n".join(out)
+
+
+def _header_read_line(how: dict[str, Any]) -> str:
+    if how["mode"] == "sibling":
+        line = terminal_text(f"from sibling {how['leader']}, {how['samples']} ranges sampled")
+    else:
+        line = "in full"
+    confirmed = how["confirmed"]
+    if confirmed is not None:
+        line += "; confirmed by a verification" if confirmed else "; a verification found other facts"
+    return line
 
 
 def _verification_line(v: dict[str, Any]) -> str:

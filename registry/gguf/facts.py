@@ -427,13 +427,20 @@ def chat_template_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def derive_facts(headers: Sequence[GGUFHeader], *, file_sizes: Sequence[int | None] | None = None) -> Facts:
+def derive_facts(
+    headers: Sequence[GGUFHeader],
+    *,
+    file_sizes: Sequence[int | None] | None = None,
+    leader: tuple[GGUFHeader, Facts] | None = None,
+) -> Facts:
     """Facts of one artifact from its header, or from all shards' headers in any order.
 
     Shard 0 carries the metadata; every shard carries tensor infos. `file_sizes` (same
     order as `headers`) overrides each header's own `file_size`; when a size is known the
     tensor data must fit in it. Raises `InconsistentShards` when the headers are not one
     complete split set and `GGUFError` subclasses for counts the file cannot hold.
+    `leader` is a sibling's header and facts: what depends only on arrays the two share
+    (the vocabulary key) is taken from it instead of derived again.
     """
     if not headers:
         raise GGUFError("no headers to derive facts from")
@@ -500,7 +507,7 @@ def derive_facts(headers: Sequence[GGUFHeader], *, file_sizes: Sequence[int | No
         tokenizer_model=_str(h0, "tokenizer.ggml.model"),
         tokenizer_pre=_str(h0, "tokenizer.ggml.pre"),
         vocab_size=vocab_size,
-        vocab_sha256=vocab_sha256(h0),
+        vocab_sha256=vocab_sha256(h0, known=(leader[0], leader[1].vocab_sha256) if leader else None),
         bos_token_id=_int(h0, "tokenizer.ggml.bos_token_id"),
         eos_token_id=_int(h0, "tokenizer.ggml.eos_token_id"),
         chat_template=template,

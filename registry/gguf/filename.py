@@ -206,6 +206,34 @@ def quant_label_from_filename(name: str) -> str | None:
     return None
 
 
+# Files beside the quants of a model that are not quants of it: projectors, LoRA adapters,
+# importance matrices and draft (MTP) heads.
+_NOT_A_QUANT_RE = re.compile(r"(?:^|[-_.])(?:mmproj|lora|adapter|imatrix|mtp)(?:[-_.]|$)", re.IGNORECASE)
+
+
+def model_stem(path: str) -> str | None:
+    """The path of a quantization without its quantization label (and shard suffix),
+    lower-cased: the same for every quant of one model in one folder (`Qwen3-4B-Q4_K_M.gguf`,
+    `Qwen3-4B-UD-Q8_0.gguf` and `Qwen3-4B-Q8_0-00001-of-00002.gguf` give `qwen3-4b`). None for
+    shards 2..N of a split model (no vocabulary), a file without a label, and projectors,
+    adapters, imatrix files and MTP heads."""
+    folder, _, name = path.rpartition("/")
+    if not name.lower().endswith(".gguf") or _NOT_A_QUANT_RE.search(name):
+        return None
+    shard = parse_shard(name)
+    if shard is not None and shard[1] != 1:
+        return None
+    stem = shard[0] if shard is not None else name[: -len(".gguf")]
+    tokens = re.split(r"([-.\s])", stem)
+    words = tokens[::2]
+    for i in range(len(words) - 1, -1, -1):
+        if _QUANT_TOKEN_RE.fullmatch(words[i]):
+            cut = i - 1 if i > 0 and words[i - 1].upper() == "UD" else i
+            kept = "".join(tokens[: max(2 * cut - 1, 0)]) + "".join(tokens[2 * i + 1 :])
+            return f"{folder}/{kept}".lower()
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class ShardGroup:
     """One artifact's files: a single file (count 1) or the shards of a split model."""

@@ -31,6 +31,7 @@ them as findings, which needs the rest of the header). A declared length reachin
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from typing import Any, NoReturn
 
 from registry.gguf.array import GGUFArray
@@ -100,6 +101,11 @@ _DEFAULT_MERGES_PER_TOKEN = 1.0
 _PREAMBLE, _KVS, _TENSORS = 0, 1, 2
 
 
+# A tensor info before the data offset is known: name, shape, type, offset, elements, bytes,
+# and where its record starts.
+_RawTensor = tuple[str, tuple[int, ...], GGMLType, int, int, int, int]
+
+
 class ParseProgress:
     """What the attempts on shorter prefixes of one file have walked already.
 
@@ -122,6 +128,7 @@ def parse_header(
     file_size: int | None = None,
     limits: Limits | None = None,
     progress: ParseProgress | None = None,
+    known: Mapping[int, GGUFArray] | None = None,
 ) -> GGUFHeader:
     """Parse the header at the start of `data`, the first bytes of a GGUF file.
 
@@ -129,6 +136,11 @@ def parse_header(
     `GGUFError` subclass for anything wrong with the file. When `file_size` is given and
     `data` holds the whole file, running out of bytes is a `TruncatedFile`. `progress`
     carries walks from one attempt to the next (see `ParseProgress`).
+
+    `known` maps the offset of an array value (its element type) to an array already parsed
+    from bytes the caller has proven equal to those at that offset (a sibling's vocabulary
+    read from the leader): where the element type and count agree it is taken as the value
+    without walking its elements again. Its bytes must still be in `data`.
 
     A non-`bytes` input is copied once, so that arrays in the result cannot change if the
     caller later mutates its buffer (a few MiB copy in about a millisecond).
@@ -139,7 +151,9 @@ def parse_header(
             raise ValueError(f"file_size must be >= 0, got {file_size}")
         if len(buf) > file_size:
             buf = buf[:file_size]
-    return _Parser(buf, file_size, limits or DEFAULT_LIMITS, progress).parse()
+    parser = _Parser(buf, file_size, limits or DEFAULT_LIMITS, progress)
+    parser.known = known or {}
+    return parser.parse()
 
 
 def next_window(exc: NeedMoreData, *, margin: int) -> int:
@@ -174,6 +188,7 @@ class _Parser:
         self.vocab_count = 0
         self.vocab_mean = float(_STRING_GUESS)
         self.alignment = DEFAULT_ALIGNMENT
+        self.known: Mapping[int, GGUFArray] = {}
         self._init_format("<", 8, 3)
 
     def _init_format(self, prefix: str, length_width: int, version: int) -> None:
@@ -196,17 +211,8 @@ class _Parser:
         # Absolute offsets wait for the end of the last tensor info, which fixes data_offset.
         data_offset = -(-end // self.alignment) * self.alignment
         tensors = tuple(
-            TensorInfo(
-                t.name,
-                t.shape,
-                t.type,
-                t.offset,
-                data_offset + t.offset,
-                t.n_elements,
-                t.n_bytes,
-                t.info_offset,
-            )
-            for t in infos
+            TensorInfo(name, shape, ttype, offset, data_offset + offset, n_elements, n_bytes, info_offset)
+            for name, shape, ttype, offset, n_elements, n_bytes, info_offset in infos
         )
         if self.file_size is not None and tensors:
             # Offsets are in order and never overlap, so the last tensor ends last.
@@ -428,6 +434,9 @@ class _Parser:
         if vtype is ValueType.STRING:
             return self._string(pos, field)
         if vtype is ValueType.ARRAY:
+            reused = self._known_array(pos, field)
+            if reused is not None:
+                return reused, pos + 4 + self.lw + reused.nbytes
             etype, count, body, end = self._array(pos, field, 1)
             value = GGUFArray(
                 self.buf, body, etype, count, end - body, endianness=self.endianness, length_width=self.lw
@@ -441,6 +450,23 @@ class _Parser:
             if byte > 1:
                 raise InvalidValue(f"bool byte {byte}, expected 0 or 1", field=field, offset=pos)
         return value, pos + packer.size
+
+    def _known_array(self, pos: int, field: str) -> GGUFArray | None:
+        """The caller's parsed array for the value at `pos`, if its type and count agree."""
+        arr = self.known.get(pos)
+        if arr is None or arr.endianness != self.endianness or arr.length_width != self.lw:
+            return None
+        self._need(pos, 4 + self.lw, field)
+        if self.u32.unpack_from(self.buf, pos)[0] != arr.element_type or (
+            self.length.unpack_from(self.buf, pos + 4)[0] != arr.count
+        ):
+            return None
+        body = pos + 4 + self.lw
+        self._declared(body, arr.nbytes, field, f"array of {arr.count} {arr.element_type.name}")
+        self._need(body, arr.nbytes, field)
+        if field == _TOKENS_KEY:
+            self.vocab_count = arr.count
+        return arr
 
     def _string(self, pos: int, field: str) -> tuple[str, int]:
         self._need(pos, self.lw, field)
@@ -577,41 +603,43 @@ class _Parser:
 
     # -- tensor info section ---------------------------------------------------------------
 
-    def _tensor_infos(self, pos: int) -> tuple[list[TensorInfo], int]:
-        """Tensor infos with offsets aligned, in data order and not overlapping.
+    def _tensor_infos(self, pos: int) -> tuple[list[_RawTensor], int]:
+        """Tensor infos with offsets aligned, in data order and not overlapping, as tuples:
+        each becomes one TensorInfo once the data offset is known, not two.
 
         Gaps between tensors are allowed: the format does not forbid them and gguf-py
         reads them, although llama.cpp's own loader wants the data packed exactly.
         """
         self.phase = _TENSORS
         self.tensors_start = pos
-        infos: list[TensorInfo] = []
+        infos: list[_RawTensor] = []
         names: set[bytes] = set()
         prev_offset, prev_end = 0, 0
         for index in range(self.tensor_count):
             self.tensor_index = index
             self.tensor_pos = pos
             info, pos = self._tensor_info(pos, index, names)
+            name, _, _, offset, _, n_bytes, info_offset = info
             where = f"tensors[{index}].offset"
-            if info.offset < prev_offset:
+            if offset < prev_offset:
                 raise InvalidTensor(
-                    f"tensor {info.name!r} at offset {info.offset} comes before the previous tensor's "
+                    f"tensor {name!r} at offset {offset} comes before the previous tensor's "
                     f"offset {prev_offset}: tensor infos must be in data order",
                     field=where,
-                    offset=info.info_offset,
+                    offset=info_offset,
                 )
-            if info.offset < prev_end:
+            if offset < prev_end:
                 raise InvalidTensor(
-                    f"tensor {info.name!r} at offset {info.offset} overlaps the previous tensor, "
+                    f"tensor {name!r} at offset {offset} overlaps the previous tensor, "
                     f"which ends at {prev_end}",
                     field=where,
-                    offset=info.info_offset,
+                    offset=info_offset,
                 )
-            prev_offset, prev_end = info.offset, info.offset + info.n_bytes
+            prev_offset, prev_end = offset, offset + n_bytes
             infos.append(info)
         return infos, pos
 
-    def _tensor_info(self, pos: int, index: int, names: set[bytes]) -> tuple[TensorInfo, int]:
+    def _tensor_info(self, pos: int, index: int, names: set[bytes]) -> tuple[_RawTensor, int]:
         buf, lw = self.buf, self.lw
         base = f"tensors[{index}]"
         info_offset = pos
@@ -666,8 +694,7 @@ class _Parser:
                 offset=pos,
             )
         pos += 8
-        info = TensorInfo(name, shape, ttype, offset, offset, n_elements, n_bytes, info_offset)
-        return info, pos
+        return (name, shape, ttype, offset, n_elements, n_bytes, info_offset), pos
 
     def _element_count(self, name: str, shape: tuple[int, ...], field: str, offset: int) -> int:
         n_elements = 1

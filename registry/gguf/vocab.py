@@ -60,15 +60,26 @@ _SETTINGS = (
 )
 
 
-def vocab_sha256(header: GGUFHeader) -> str | None:
+def vocab_sha256(header: GGUFHeader, *, known: tuple[GGUFHeader, str | None] | None = None) -> str | None:
     """The vocabulary key of a parsed header (64 hex digits), or None without a string
-    array `tokenizer.ggml.tokens`."""
+    array `tokenizer.ggml.tokens`.
+
+    `known` is another header and its key: when both hold the very same token array (a
+    sibling parsed with the leader's arrays) and state the same settings, its key is
+    this one's too and the tokens are not hashed again.
+    """
     field = header.fields.get("tokenizer.ggml.tokens")
     if field is None or field.type is not ValueType.ARRAY:
         return None
     tokens: GGUFArray = field.value
     if tokens.element_type is not ValueType.STRING:
         return None
+    if known is not None and known[1] is not None:
+        other = known[0].fields.get("tokenizer.ggml.tokens")
+        if other is not None and other.value is tokens and all(
+            _setting(header, key, kind) == _setting(known[0], key, kind) for key, kind in _SETTINGS
+        ):
+            return known[1]
     texts = _Texts(tokens)
     # Without a pad-like end (most vocabularies) nothing is cut, and no token but the first
     # five needs finding: the walk over every length (~6 ms for 262,144 tokens) is skipped.

@@ -401,6 +401,25 @@ class Projector(Response, kw_only=True):
                    modalities=mask_names(row.modalities, _MODALITY_NAMES), url=f"/v1/artifacts/{row.id}")  # fmt: skip
 
 
+class HeaderRead(Response, kw_only=True):
+    """How the artifact's header was read by the crawl that indexed it."""
+
+    mode: Annotated[str, doc("`full`: every header byte read from the file; `sibling`: the large arrays "
+                             "(vocabulary) taken from another quantization of the same model in the repo "
+                             "after its layout, file size and sampled bytes were proven equal.")]  # fmt: skip
+    leader: Annotated[str | None, doc("For `sibling`: the path of the file whose bytes were reused.")]
+    samples: Annotated[int | None, doc("For `sibling`: ranges compared with the leader's bytes.")]
+    confirmed: Annotated[bool | None, doc("True when a verification read the whole file and its facts equal "
+                                          "the stored ones, false when they differ, null before.")]  # fmt: skip
+
+    @classmethod
+    def from_row(cls, row: Any) -> HeaderRead | None:
+        if row.header_read is None:
+            return None
+        return cls(mode=row.header_read, leader=row.header_leader, samples=row.header_samples,
+                   confirmed=row.header_confirmed)  # fmt: skip
+
+
 class ArtifactInRepo(ArtifactSummary, kw_only=True):
     """An artifact as its repo's page lists it: the search hit with its facts and files."""
 
@@ -408,6 +427,8 @@ class ArtifactInRepo(ArtifactSummary, kw_only=True):
     quant_mix: Annotated[list[QuantMixEntry], doc("Per tensor type, most bytes first.")]
     shards: Annotated[list[Shard], doc("Its files, in split order.")]
     latest_verification: Verification | None
+    header_read: Annotated[HeaderRead | None, doc("How the header was read; null for rows indexed before it "
+                                                  "was recorded and for local files.")]  # fmt: skip
     chat_template_findings: Annotated[
         list[TemplateFinding] | None,
         doc("Safety findings for the chat templates, worst first. [] when scanned and clean, or when the file "

@@ -64,7 +64,9 @@ class Crawl(Response, kw_only=True):
     parameters: Annotated[dict[str, Any], doc("What the crawl was asked: source, repos, author, search, limit, "
                                               "full (a local crawl: paths).")]  # fmt: skip
     counters: Annotated[dict[str, Any], doc("Repos seen, indexed, unchanged, failed, ...; files, bytes and "
-                                            "requests.")]  # fmt: skip
+                                            "requests; headers read from a sibling's (`sibling_reads`) and "
+                                            "sibling reads that fell back to a full read "
+                                            "(`sibling_fallbacks`).")]  # fmt: skip
     errors: Annotated[list[dict[str, Any]], doc("What failed: {repo, path, error} each, the first 100.")]
     started_at: Time
     heartbeat_at: Time | None

@@ -39,7 +39,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +80,7 @@ __all__ = [
     "ScanCache",
     "Severity",
     "TemplateReport",
+    "cached_header_report",
     "chat_templates",
     "findings_from_json",
     "findings_to_json",
@@ -295,8 +296,7 @@ def scan_templates_report(
     if runner is None:
         with SandboxPool() as pool:
             return scan_templates_report(templates, bos=bos, eos=eos, runner=pool, cache=cache)
-    findings: list[Finding] = []
-    capabilities: set[str] = set()
+    reports = []
     for name, source in templates.items():
         key = ScanCache.key(name, source, bos, eos) if cache is not None else None
         result = cache.get(key) if cache is not None and key is not None else None
@@ -304,9 +304,33 @@ def scan_templates_report(
             result = scan_template_report(source, bos=bos, eos=eos, runner=runner, name=name)
             if cache is not None and key is not None:
                 cache.put(key, result)
-        findings.extend(result.findings)
-        capabilities |= result.capabilities
+        reports.append(result)
+    return _combined(reports)
+
+
+def _combined(reports: Iterable[TemplateReport]) -> TemplateReport:
+    findings: list[Finding] = []
+    capabilities: set[str] = set()
+    for report in reports:
+        findings.extend(report.findings)
+        capabilities |= report.capabilities
     return TemplateReport(tuple(sort_findings(findings)), frozenset(capabilities))
+
+
+def cached_header_report(header: Any, cache: ScanCache) -> TemplateReport | None:
+    """`scan_header_report`'s answer when `cache` holds every template of the header (or it
+    has none), without the sandbox; None when one of them still needs a scan."""
+    templates = chat_templates(header)
+    if not templates:
+        return TemplateReport(())
+    bos, eos = special_tokens(header)
+    reports = []
+    for name, source in templates.items():
+        hit = cache.get(ScanCache.key(name, source, bos, eos))
+        if hit is None:
+            return None
+        reports.append(hit)
+    return _combined(reports)
 
 
 def scan_header(header: Any, *, runner: Renderer | None = None, cache: ScanCache | None = None) -> list[Finding]:

@@ -284,8 +284,9 @@ async def test_worker_refuses_a_postgres_database_not_at_head(
 
 
 async def _at_revision(engine: AsyncEngine, revision: str) -> None:
-    """The schema at head, recorded as `revision`: how a database another revision left looks."""
-    await migrate.upgrade(engine)
+    """The baseline's schema (what the last development revision held), recorded as
+    `revision`: how a database another revision left looks."""
+    await migrate.upgrade(engine, migrate.BASELINE)
     async with engine.begin() as conn:
         await conn.execute(text("UPDATE alembic_version SET version_num = :r"), {"r": revision})
 

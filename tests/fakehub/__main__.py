@@ -6,20 +6,29 @@ import argparse
 import asyncio
 import contextlib
 
-from tests.fakehub.corpus import header_corpus, sample_corpus, synthetic_corpus
+from tests.fakehub.corpus import (
+    Corpus,
+    header_corpus,
+    multiquant_corpus,
+    sample_corpus,
+    sibling_corpus,
+    synthetic_corpus,
+)
 from tests.fakehub.faults import Fault
 from tests.fakehub.server import FakeHub
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    corpus = (
-        synthetic_corpus(args.repos, seed=args.seed, big_vocab=args.big_vocab)
-        if args.repos
-        else sample_corpus()
-    )
-    if args.header_corpus:
-        for repo in header_corpus():
-            corpus.add(repo)
+    if args.multi_quant:
+        corpus = multiquant_corpus(args.repos, seed=args.seed)
+    elif args.repos:
+        corpus = synthetic_corpus(args.repos, seed=args.seed, big_vocab=args.big_vocab)
+    else:
+        corpus = sample_corpus() if not args.sibling_corpus else Corpus()
+    for wanted, extra in ((args.header_corpus, header_corpus), (args.sibling_corpus, sibling_corpus)):
+        if wanted:
+            for repo in extra():
+                corpus.add(repo)
     faults = [Fault("latency", route="*", delay=args.latency, times=None)] if args.latency else []
     # Benches make millions of requests: recording them all would only grow memory.
     async with FakeHub(
@@ -38,6 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--big-vocab", action="store_true", help="mix in vocabularies up to 262k tokens")
     p.add_argument(
         "--header-corpus", action="store_true", help="add the fetch-cost bench's repos (bench/...)"
+    )
+    p.add_argument("--multi-quant", action="store_true",
+                   help="the --repos are multi-quant repos (8 to 24 quants of one model each)")  # fmt: skip
+    p.add_argument(
+        "--sibling-corpus",
+        action="store_true",
+        help="add the sibling-reuse bench's multi-quant repos (sib/...)",
     )
     p.add_argument("--latency", type=float, default=0.0, help="seconds added to every request")
     p.add_argument("--token", action="append", default=["hf_test_token"], help="accepted access token")

@@ -413,3 +413,152 @@ def header_corpus(*, real: bool = True) -> Corpus:
                   n_ff=28672, n_head=64)  # fmt: skip
     corpus.add(gguf_repo("bench/Llama-3.1-70B-Instruct-GGUF", big, quants=("Q4_K_M",), shards=4))
     return corpus
+
+
+# -- multi-quant repos: the shapes sibling reuse meets on the hub ------------------------------
+
+# Quants without an importance matrix whatever the repo does: llama-quantize uses none for them.
+_NO_IMATRIX = {"F16", "BF16", "Q8_0", "Q6_K", "Q5_0", "Q5_1", "Q4_0", "Q4_1"}
+# A quantizer's usual ladder, small to large; a repo takes a subset in this order.
+LADDER = ("IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "Q2_K_S", "Q2_K", "IQ3_XXS", "IQ3_XS",
+          "IQ3_S", "Q3_K_S", "IQ3_M", "Q3_K_M", "Q3_K_L", "IQ4_XS", "IQ4_NL", "Q4_0", "Q4_1", "Q4_K_S",
+          "Q4_K_M", "Q5_0", "Q5_1", "Q5_K_S", "Q5_K_M", "Q6_K", "Q8_0", "F16", "BF16")  # fmt: skip
+
+
+def quant_file(stem: str, spec: ModelSpec, quant: str, *, imatrix: bool = False) -> RepoFile:
+    """One quant of a model as llama-quantize writes it, named `{stem}-{quant}.gguf`."""
+    s = replace(spec, quant=quant, quantized=True, imatrix=imatrix and quant not in _NO_IMATRIX)
+    return RepoFile(f"{stem}-{quant}.gguf", SynthBlob(s))
+
+
+def split_files(stem: str, spec: ModelSpec, quant: str, shards: int) -> list[RepoFile]:
+    s = replace(spec, quant=quant, quantized=True)
+    return [RepoFile(f"{stem}-{quant}-{no:05d}-of-{shards:05d}.gguf", SynthBlob(s, (no, shards)))
+            for no in range(1, shards + 1)]  # fmt: skip
+
+
+def multiquant_repo(
+    repo_id: str,
+    models: Iterable[tuple[str, ModelSpec, Iterable[str]]],
+    *,
+    imatrix: bool = False,
+    extra_files: Iterable[RepoFile] = (),
+    card: dict[str, Any] | None = None,
+    **fields: Any,
+) -> Repo:
+    """A repo of quants: for each (file stem, spec, quants) one file per quant, then extras."""
+    files = [quant_file(stem, spec, q, imatrix=imatrix) for stem, spec, quants in models for q in quants]
+    card = dict(card or {"license": "apache-2.0"})
+    files += [*extra_files, RepoFile("README.md", card_readme(card))]
+    return Repo(repo_id, files, card=card, tags=[f"license:{card['license']}"], **fields)
+
+
+def _spec(name: str, basename: str, size: str, arch: str, vocab_family: int, **shape: Any) -> ModelSpec:
+    tokens, tok, pre, merges = next(v for v in _VOCABS if v[0] == vocab_family)
+    return ModelSpec(arch=arch, name=name, basename=basename, size_label=size, vocab_size=tokens,
+                     tokenizer=tok, pre=pre, merges=merges, **shape)  # fmt: skip
+
+
+def sibling_corpus() -> Corpus:
+    """Multi-quant repos shaped like the hub's, for the sibling-reuse bench and tests.
+
+    Every vocabulary family (32k SentencePiece, 49k and 152k BPE, 128k BPE with 280k merges,
+    262k SentencePiece) in repos of 8 to 24 quants, tensor types per file type as
+    llama-quantize writes them, with and without `quantize.imatrix.*` keys. Among them: a
+    quant whose vocabulary has 1% of its tokens changed in place (same count, same byte
+    length), one whose vocabulary has two more tokens, a repo mixing two models that share a
+    vocabulary, a split quant among single files, a projector and imatrix files beside quants.
+    """
+    corpus = Corpus()
+    llama2 = _spec("Llama 2 7B Chat", "Llama-2", "7B", "llama", 32_000, n_layers=32, n_embd=4096, n_ff=11008,
+                   n_head=32, n_head_kv=32, context_length=4096)  # fmt: skip
+    quants = ("Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_0", "Q4_K_S", "Q4_K_M", "Q5_0", "Q5_K_S", "Q5_K_M",
+              "Q6_K", "Q8_0")  # fmt: skip
+    repo = multiquant_repo("sib/Llama-2-7B-Chat-GGUF", [("llama-2-7b-chat", llama2, quants)],
+                           card={"license": "llama2"})  # fmt: skip
+    # A quant re-uploaded after a tokenizer fix: 1% of its tokens differ, lengths all equal.
+    edited = quant_file("llama-2-7b-chat", replace(llama2, vocab_edit=45), "Q4_1")
+    repo.files.insert(len(quants), edited)
+    corpus.add(repo)
+
+    smol = _spec("SmolLM2 1.7B Instruct", "SmolLM2", "1.7B", "llama", 49_152, n_layers=24, n_embd=2048,
+                 n_ff=8192, n_head=32, n_head_kv=32, context_length=8192)  # fmt: skip
+    imatrix = RepoFile("SmolLM2-1.7B-Instruct-imatrix.gguf", SynthBlob(ModelSpec(kind="imatrix", n_layers=24,
+                       n_embd=2048, n_ff=8192)))  # fmt: skip
+    corpus.add(multiquant_repo(
+        "sib/SmolLM2-1.7B-Instruct-GGUF",
+        [("SmolLM2-1.7B-Instruct", smol, ("IQ2_M", "IQ3_M", "Q3_K_L", "IQ4_XS", "Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0"))],
+        imatrix=True, extra_files=[imatrix],
+    ))  # fmt: skip
+
+    llama3 = _spec("Meta Llama 3.1 8B Instruct", "Meta-Llama-3.1", "8B", "llama", 128_256, n_layers=32,
+                   n_embd=4096, n_ff=14336, n_head=32, n_head_kv=8, context_length=131_072)  # fmt: skip
+    ladder = [q for q in LADDER if q not in ("Q4_1", "Q5_1", "BF16", "IQ1_M", "Q2_K_S")]
+    repo = multiquant_repo("sib/Meta-Llama-3.1-8B-Instruct-GGUF",
+                           [("Meta-Llama-3.1-8B-Instruct", llama3, ladder)], imatrix=True,
+                           card={"license": "llama3.1"})  # fmt: skip
+    assert len(ladder) == 24
+    # One quant made from a checkpoint with two added tokens: another vocabulary length.
+    added = replace(llama3, vocab_size=128_258)
+    repo.files[ladder.index("Q4_0")] = quant_file("Meta-Llama-3.1-8B-Instruct", added, "Q4_0", imatrix=True)
+    corpus.add(repo)
+
+    qwen = _spec("Qwen2.5 7B Instruct", "Qwen2.5", "7B", "qwen2", 151_936, n_layers=28, n_embd=3584,
+                 n_ff=18944, n_head=28, n_head_kv=4, context_length=32_768)  # fmt: skip
+    singles = ("Q2_K", "Q3_K_M", "IQ3_M", "Q4_0", "IQ4_XS", "Q4_K_S", "Q4_K_M", "Q5_0", "Q5_K_S", "Q5_K_M",
+               "Q6_K", "IQ2_M", "IQ3_XS", "Q3_K_L")  # fmt: skip
+    repo = multiquant_repo("sib/Qwen2.5-7B-Instruct-GGUF", [("qwen2.5-7b-instruct", qwen, singles)],
+                           imatrix=True, extra_files=[*split_files("qwen2.5-7b-instruct", qwen, "Q8_0", 2),
+                                                      *split_files("qwen2.5-7b-instruct", qwen, "F16", 3)])  # fmt: skip
+    corpus.add(repo)
+
+    gemma = _spec("Gemma 3 4b It", "gemma-3", "4B", "gemma3", 262_144, n_layers=34, n_embd=2560, n_ff=10240,
+                  n_head=8, n_head_kv=4, context_length=131_072)  # fmt: skip
+    projector = ModelSpec(arch="clip", kind="mmproj", name="SigLIP", n_embd=1152, n_layers=27)
+    imatrix = RepoFile("gemma-3-4b-it-imatrix.gguf", SynthBlob(ModelSpec(kind="imatrix", n_layers=34, n_embd=2560,
+                       n_ff=10240)))  # fmt: skip
+    corpus.add(multiquant_repo(
+        "sib/gemma-3-4b-it-GGUF",
+        [("gemma-3-4b-it", gemma, ("IQ2_M", "Q2_K", "IQ3_M", "Q3_K_M", "IQ4_XS", "Q4_0", "Q4_K_M", "Q5_K_M",
+                                   "Q6_K", "Q8_0"))],
+        imatrix=True, card={"license": "gemma"},
+        extra_files=[RepoFile("mmproj-gemma-3-4b-it-F16.gguf", SynthBlob(projector)), imatrix],
+    ))  # fmt: skip
+
+    small = _spec("Llama 3.2 1B Instruct", "Llama-3.2", "1B", "llama", 128_256, n_layers=16, n_embd=2048,
+                  n_ff=8192, n_head=32, n_head_kv=8, context_length=131_072)  # fmt: skip
+    mid = replace(small, name="Llama 3.2 3B Instruct", size_label="3B", n_layers=28, n_embd=3072, n_head=24)
+    six = ("Q3_K_L", "IQ4_XS", "Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0")
+    corpus.add(multiquant_repo("sib/Llama-3.2-1B-3B-Instruct-GGUF",
+                               [("Llama-3.2-1B-Instruct", small, six), ("Llama-3.2-3B-Instruct", mid, six)],
+                               imatrix=True, card={"license": "llama3.2"}))  # fmt: skip
+    return corpus
+
+
+def multiquant_corpus(n_repos: int, *, seed: int = 0) -> Corpus:
+    """`n_repos` repos of 8 to 24 quants of one model each, for the crawl-throughput bench.
+
+    The real vocabulary families (32k to 262k tokens) and shapes of 1 to 8B models; half the
+    repos carry imatrix keys in their K and IQ quants. Built lazily like `synthetic_corpus`.
+    """
+    rng = random.Random(seed)
+    corpus = Corpus()
+    for i in range(n_repos):
+        arch = rng.choice(("llama", "qwen2", "gemma3", "mistral", "granite", "olmo2"))
+        size, tok, pre, merges = rng.choice(_VOCABS)
+        n_embd, n_layers = rng.choice(((2048, 16), (3072, 28), (4096, 32)))
+        spec = ModelSpec(arch=arch, name=f"{arch.title()} {i % 11}B", basename=f"{arch}-{i % 11}b",
+                         size_label=f"{i % 11 + 1}B", vocab_size=size, tokenizer=tok, pre=pre, merges=merges,
+                         n_embd=n_embd, n_ff=n_embd * 3, n_layers=n_layers, n_head=n_embd // 128, n_head_kv=8)  # fmt: skip
+        picked = sorted(rng.sample(range(len(LADDER)), rng.randint(8, 24)))
+        repo = multiquant_repo(
+            f"mq{i % 37}/{arch}-{i}-GGUF",
+            [(f"{arch}-{i}", spec, [LADDER[k] for k in picked])],
+            imatrix=rng.random() < 0.5,
+            card={"license": rng.choice(("apache-2.0", "mit", "llama3.1", "gemma")),
+                  "base_model": f"base{i % 53}/{arch}-{i % 11}b", "base_model_relation": "quantized"},
+            downloads=rng.randrange(100_000),
+            last_modified=f"2025-{1 + i % 12:02d}-{1 + i % 28:02d}T00:00:00.000Z",
+        )  # fmt: skip
+        corpus.add(repo)
+    return corpus

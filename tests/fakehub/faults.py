@@ -24,7 +24,14 @@ FaultKind = Literal[
     "body",
     "gzip",
     "big_body",
+    "no_multirange",
 ]
+
+# How a server without multi-range support answers `Range: bytes=a-b,c-d`. Both are common:
+# "whole" is what Amazon S3 and nginx beyond `max_ranges` do (ignore the header, 200 and the
+# whole file); "first" is what some CDNs and object stores do (206 for the first range only,
+# with a single Content-Range and no multipart body).
+MultirangeMode = Literal["whole", "first"]
 
 
 @dataclass
@@ -45,6 +52,7 @@ class Fault:
     encoding: str = ""  # for "body": the Content-Encoding it claims `body` has (already applied)
     size: int = 0  # for "big_body": repo info answers 200 with valid JSON this long, streamed
     link: str = ""  # for "next_link": the listing's next page URL; empty: the page itself (a loop)
+    multirange: MultirangeMode = "whole"  # for "no_multirange": how a multi-range request is answered
     seen: int = field(default=0, init=False)
     hits: int = field(default=0, init=False)
 

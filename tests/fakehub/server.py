@@ -2,10 +2,11 @@
 
 Two aiohttp apps on two loopback ports, so that "the hub" and "the CDN" are different
 origins exactly as in production: `/resolve/` on the hub answers 302 to the CDN, which
-serves bytes with Range support. Every request is recorded (headers, whether an
-Authorization header arrived, the range asked, the bytes actually written) for tests to
-assert on, and `Faults` inject latency, errors, resets, ignored ranges, truncated
-or compressed bodies, files changing between reads, listing links that loop or lead elsewhere and API
+serves bytes with Range support, multi-range requests included (206 `multipart/byteranges`).
+Every request is recorded (headers, whether an Authorization header arrived, the range asked,
+the ranges served, the bytes actually written) for tests to assert on, and `Faults` inject
+latency, errors, resets, ignored ranges, no multi-range support, truncated or compressed
+bodies, files changing between reads, listing links that loop or lead elsewhere and API
 answers with a given body or a huge one.
 
     async with FakeHub(sample_corpus(), tokens={"hf_test"}) as hub:
@@ -32,7 +33,10 @@ from tests.fakehub.faults import Fault, Faults
 
 CHUNK = 256 * 1024
 MAX_PAGE = 1000
-_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+_RANGE_SPEC = re.compile(r"^\s*(\d*)-(\d*)\s*$")
+# Ranges in one request beyond which the server ignores the header and sends the whole file
+# with 200, as Apache's MaxRanges (200 by default) does.
+MAX_RANGES = 200
 
 
 @dataclass
@@ -48,6 +52,7 @@ class RequestRecord:
     status: int = 0
     bytes_sent: int = 0
     faults: list[str] = field(default_factory=list)
+    served: list[tuple[int, int]] = field(default_factory=list)  # (start, end exclusive) of each part
 
     @property
     def authorization(self) -> bool:
@@ -85,6 +90,7 @@ class FakeHub:
         self.cdn_url = ""
         self._ids = itertools.count(1)
         self._versions: dict[str, int] = {}  # oid -> how many times a "change" fault rewrote it
+        self._replaced: dict[str, Blob] = {}  # oid -> the bytes served for it since change_file
         self._runners: list[web.AppRunner] = []
         # Requests being handled now and the most at once, per server ("hub", "cdn").
         self.inflight: dict[str, int] = {"hub": 0, "cdn": 0}
@@ -145,13 +151,17 @@ class FakeHub:
             if (route is None or r.route == route) and (file is None or r.file == file)
         ]
 
-    def change_file(self, repo_id: str, path: str) -> None:
-        """Make the next reads of a file see a new version (new ETag)."""
+    def change_file(self, repo_id: str, path: str, content: Blob | None = None) -> None:
+        """Make the next reads of a file see a new version (new ETag) and, given `content`,
+        new bytes too (served from the same URLs, its size included) while the listing
+        still shows the old size: a file re-uploaded between the listing and the reads."""
         repo = self.corpus.get(repo_id)
         f = repo.file(path) if repo else None
         if f is None:
             raise KeyError(f"{repo_id}/{path}")
         self._versions[f.blob.sha256] = self._versions.get(f.blob.sha256, 0) + 1
+        if content is not None:
+            self._replaced[f.blob.sha256] = content
 
     # -- plumbing ---------------------------------------------------------------------
     def _begin(
@@ -428,36 +438,47 @@ class FakeHub:
     async def _serve(
         self, request: web.Request, rec: RequestRecord, blob: Blob, hit: list[Fault], headers: dict[str, str]
     ) -> web.StreamResponse:
-        size, etag = blob.size, self._etag(blob)
+        etag = self._etag(blob)
+        blob = self._replaced.get(blob.sha256, blob)
+        size = blob.size
         headers.update({"ETag": etag, "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"})
         kinds = {f.kind for f in hit}
-        start, end, status = 0, size, 200
+        spans, status = [(0, size)], 200
         rng = request.headers.get("Range")
         if_range = request.headers.get("If-Range")
         if rng is not None and "ignore_range" not in kinds and (if_range is None or if_range == etag):
-            m = _RANGE.match(rng.strip())
-            if m is None or m.group(1) == m.group(2) == "":
+            ranges = parse_ranges(rng, size)
+            if ranges is None:
                 return self._error(rec, 400, f"bad range {rng!r}")
-            if m.group(1) == "":
-                start, end = max(0, size - int(m.group(2))), size
-            else:
-                start = int(m.group(1))
-                end = min(size, int(m.group(2)) + 1) if m.group(2) else size
-            if start >= size or start >= end:
+            if not ranges:
                 return self._error(
                     rec, 416, "Requested Range Not Satisfiable", **{"Content-Range": f"bytes */{size}"}
                 )
-            cap = next((f.after_bytes for f in hit if f.kind == "short_range"), None)
-            if cap is not None:  # a CDN that serves at most `cap` bytes per range, honestly
-                end = min(end, start + cap)
-            status = 206
+            no_multi = next((f for f in hit if f.kind == "no_multirange"), None)
+            if len(ranges) > 1 and no_multi is not None and no_multi.multirange == "first":
+                ranges = ranges[:1]
+            if len(ranges) == 1 or (no_multi is None and len(ranges) <= MAX_RANGES):
+                cap = next((f.after_bytes for f in hit if f.kind == "short_range"), None)
+                if cap is not None:  # a CDN that serves at most `cap` bytes per range, honestly
+                    ranges = [(start, min(end, start + cap)) for start, end in ranges]
+                spans, status = ranges, 206
+        rec.served = spans
+        if status == 206 and len(spans) == 1:
+            start, end = spans[0]
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
+            pieces: list[bytes | tuple[int, int]] = [spans[0]]
+        elif status == 206:
+            boundary = f"fakehub{next(self._ids):012d}"
+            headers["Content-Type"] = f"multipart/byteranges; boundary={boundary}"
+            pieces = multipart_pieces(spans, size, boundary)
+        else:
+            pieces = [(0, size)]
+        length = sum(len(p) if isinstance(p, bytes) else p[1] - p[0] for p in pieces)
         if "gzip" in kinds:  # a CDN edge compressing although asked for identity
-            packed = gzip.compress(blob.read(start, min(end, start + CHUNK)))
+            packed = gzip.compress(b"".join(_body(blob, pieces, CHUNK)))
             headers.update({"Content-Encoding": "gzip", "Content-Length": str(len(packed))})
             rec.status = status
             return web.Response(status=status, body=packed, headers=headers)
-        length = end - start
         cut = next((f.after_bytes for f in hit if f.kind in ("reset", "truncate")), None)
         send = length if cut is None else min(cut, length)
         # "truncate" frames the short body honestly (Content-Length says the short length,
@@ -468,13 +489,10 @@ class FakeHub:
         await resp.prepare(request)
         if request.method == "HEAD":
             return resp
-        pos = start
         try:
-            while pos < start + send:
-                chunk = blob.read(pos, min(pos + CHUNK, start + send))
+            for chunk in _body(blob, pieces, send):
                 await resp.write(chunk)
                 rec.bytes_sent += len(chunk)
-                pos += len(chunk)
             if "reset" in kinds and send < length:
                 assert request.transport is not None
                 request.transport.close()
@@ -483,6 +501,69 @@ class FakeHub:
         except (ConnectionError, RuntimeError):
             pass  # the client hung up: exactly what a reader that stops early does
         return resp
+
+
+def parse_ranges(header: str, size: int) -> list[tuple[int, int]] | None:
+    """The satisfiable (start, end exclusive) ranges of a `bytes=` Range header, in the order
+    asked (RFC 7233 section 2.1); None when the header is malformed.
+
+    Unsatisfiable ranges are dropped, so an empty list means 416. Ranges are neither sorted
+    nor coalesced: a client that asks for overlapping ranges gets them as asked.
+    """
+    unit, _, specs = header.strip().partition("=")
+    if unit.strip() != "bytes" or not specs.strip():
+        return None
+    ranges = []
+    for spec in specs.split(","):
+        m = _RANGE_SPEC.match(spec)
+        if m is None or m.group(1) == m.group(2) == "":
+            return None
+        if m.group(1) == "":  # a suffix: the last N bytes
+            start, end = max(0, size - int(m.group(2))), size
+        else:
+            start = int(m.group(1))
+            end = min(size, int(m.group(2)) + 1) if m.group(2) else size
+            if m.group(2) and int(m.group(2)) < start:
+                return None  # "last-byte-pos less than first-byte-pos": syntactically invalid
+        if start < size and start < end:
+            ranges.append((start, end))
+    return ranges
+
+
+def multipart_pieces(spans: list[tuple[int, int]], size: int, boundary: str) -> list[bytes | tuple[int, int]]:
+    """A `multipart/byteranges` body (RFC 7233 appendix A) as literal bytes and file ranges.
+
+    Laid out as nginx does: every part's delimiter starts with CRLF, the first one too (a
+    preamble of one empty line, which a reader must skip), and the closing delimiter ends
+    with CRLF.
+    """
+    pieces: list[bytes | tuple[int, int]] = []
+    for start, end in spans:
+        head = (
+            f"\r\n--{boundary}\r\nContent-Type: application/octet-stream\r\n"
+            f"Content-Range: bytes {start}-{end - 1}/{size}\r\n\r\n"
+        )
+        pieces += [head.encode(), (start, end)]
+    pieces.append(f"\r\n--{boundary}--\r\n".encode())
+    return pieces
+
+
+def _body(blob: Blob, pieces: list[bytes | tuple[int, int]], limit: int) -> Iterable[bytes]:
+    """The first `limit` bytes of a body in chunks of at most CHUNK, reading the blob lazily."""
+    left = limit
+    for piece in pieces:
+        if left <= 0:
+            return
+        if isinstance(piece, bytes):
+            yield piece[:left]
+            left -= len(piece[:left])
+            continue
+        pos, end = piece[0], min(piece[1], piece[0] + left)
+        while pos < end:
+            chunk = blob.read(pos, min(pos + CHUNK, end))
+            yield chunk
+            left -= len(chunk)
+            pos += len(chunk)
 
 
 def _padding(n: int) -> Iterable[bytes]:

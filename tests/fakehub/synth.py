@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import io
 import itertools
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -42,6 +43,60 @@ FILE_TYPES: dict[str, tuple[Q, int]] = {
     "IQ2_XS": (Q.IQ2_XS, 20),
     "IQ4_XS": (Q.IQ4_XS, 30),
 }
+
+# The rest of llama-quantize's file types, for repos that carry two dozen quants; kept out of
+# FILE_TYPES so that corpora drawing from it keep their draws.
+MORE_FILE_TYPES: dict[str, tuple[Q, int]] = {
+    "Q5_1": (Q.Q5_1, 9),
+    "Q3_K_S": (Q.Q3_K, 11),
+    "Q3_K_L": (Q.Q3_K, 13),
+    "Q4_K_S": (Q.Q4_K, 14),
+    "Q5_K_S": (Q.Q5_K, 16),
+    "IQ2_XXS": (Q.IQ2_XXS, 19),
+    "Q2_K_S": (Q.Q2_K, 21),
+    "IQ3_XS": (Q.IQ3_XXS, 22),
+    "IQ3_XXS": (Q.IQ3_XXS, 23),
+    "IQ1_S": (Q.IQ1_S, 24),
+    "IQ4_NL": (Q.IQ4_NL, 25),
+    "IQ3_S": (Q.IQ3_S, 26),
+    "IQ3_M": (Q.IQ3_S, 27),
+    "IQ2_S": (Q.IQ2_S, 28),
+    "IQ2_M": (Q.IQ2_S, 29),
+    "IQ1_M": (Q.IQ1_M, 31),
+}
+ALL_FILE_TYPES = {**FILE_TYPES, **MORE_FILE_TYPES}
+
+# What llama-quantize gives the tensors that matter most, per file type: (attn_v and ffn_down
+# of the layers that get more bits, output.weight). A simplification of its rules that keeps
+# their shape: a few layers at a higher type, the output matrix at Q6_K.
+_MORE_BITS: dict[str, tuple[Q | None, Q]] = {
+    "Q2_K": (Q.Q4_K, Q.Q6_K),
+    "Q2_K_S": (None, Q.Q6_K),
+    "Q3_K_S": (None, Q.Q6_K),
+    "Q3_K_M": (Q.Q5_K, Q.Q6_K),
+    "Q3_K_L": (Q.Q5_K, Q.Q6_K),
+    "Q4_K_S": (Q.Q5_K, Q.Q6_K),
+    "Q4_K_M": (Q.Q6_K, Q.Q6_K),
+    "Q5_K_S": (None, Q.Q6_K),
+    "Q5_K_M": (Q.Q6_K, Q.Q6_K),
+    "IQ1_S": (Q.IQ2_XXS, Q.Q5_K),
+    "IQ1_M": (Q.IQ2_XXS, Q.Q5_K),
+    "IQ2_XXS": (Q.IQ3_XXS, Q.Q5_K),
+    "IQ2_XS": (Q.IQ3_XXS, Q.Q5_K),
+    "IQ2_S": (Q.IQ3_S, Q.Q5_K),
+    "IQ2_M": (Q.IQ3_S, Q.Q5_K),
+    "IQ3_XXS": (Q.IQ3_S, Q.Q6_K),
+    "IQ3_XS": (Q.IQ3_S, Q.Q6_K),
+    "IQ3_S": (None, Q.Q6_K),
+    "IQ3_M": (Q.Q4_K, Q.Q6_K),
+    "IQ4_XS": (None, Q.Q6_K),
+    "IQ4_NL": (None, Q.Q6_K),
+}
+
+
+def _more_bits(i: int, n: int) -> bool:
+    """llama-quantize's use_more_bits: the first and last eighth of the layers and every third."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
 
 
 class _CachingWriter(gguf.GGUFWriter):
@@ -85,6 +140,17 @@ def vocab(
     return tokens, scores, types, merges
 
 
+@functools.lru_cache(maxsize=4)
+def edited_tokens(size: int, style: str, n_merges: int | None, seed: int) -> list[str]:
+    """`vocab()`'s tokens with 1% of them changed at random places, each to another string of
+    the same length: the array keeps its length and its byte size, only those bytes differ."""
+    tokens = list(vocab(size, style, n_merges)[0])
+    rng = random.Random(seed)
+    for i in rng.sample(range(3, size), max(1, size // 100)):
+        tokens[i] = "u" + tokens[i][1:]  # unique still: every plain token starts with "t"
+    return tokens
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """What a synthetic GGUF file declares. Small defaults keep tests cheap."""
@@ -108,15 +174,32 @@ class ModelSpec:
     pre: str | None = None  # tokenizer.ggml.pre, e.g. "llama-bpe", "qwen2"
     merges: int | None = None  # BPE merges; None: one per token
     chat_template: str | None = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
-    kind: str = "model"  # "model", "lora" (adapter) or "mmproj" (vision projector)
+    kind: str = "model"  # "model", "lora" (adapter), "mmproj" (vision projector) or "imatrix"
     base_models: tuple[tuple[str, str, str], ...] = ()  # (name, organization, repo_url)
     extra: tuple[tuple[str, Any], ...] = field(default=())
+    # As llama-quantize writes a quant: general.quantization_version after the tokenizer,
+    # a few layers' attn_v and ffn_down at a higher type (see _MORE_BITS), and with
+    # `imatrix` the quantize.imatrix.* keys last.
+    quantized: bool = False
+    imatrix: bool = False
+    # Nonzero: 1% of the tokens (never the special ones) replaced by other strings of the same
+    # byte length, at places this seed picks, as a re-uploaded tokenizer fix would.
+    vocab_edit: int = 0
 
     def tensor_plan(self) -> list[tuple[str, tuple[int, ...], Q]]:
         """(name, numpy-order shape, type) of every tensor, in file order."""
-        main, _ = FILE_TYPES[self.quant]
+        main, _ = ALL_FILE_TYPES[self.quant]
         e, ff = self.n_embd, self.n_ff
         plan: list[tuple[str, tuple[int, ...], Q]] = []
+        if self.kind == "imatrix":
+            for i in range(self.n_layers):
+                for t in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"):
+                    width = ff if t == "ffn_down" else e
+                    plan.append((f"blk.{i}.{t}.weight.in_sum2", (1, width), Q.F32))
+                    plan.append((f"blk.{i}.{t}.weight.counts", (1, 1), Q.F32))
+            return plan
+        if self.quantized:
+            return self._quantized_plan(main)
         if self.kind == "lora":
             for i in range(self.n_layers):
                 for t in ("attn_q", "attn_v"):
@@ -150,9 +233,36 @@ class ModelSpec:
         plan.append(("output.weight", (self.vocab_size, e), Q.Q6_K if main in _K_QUANTS else main))
         return plan
 
+    def _quantized_plan(self, main: Q) -> list[tuple[str, tuple[int, ...], Q]]:
+        more, output = _MORE_BITS.get(self.quant, (None, main))
+        e, ff = self.n_embd, self.n_ff
+        plan: list[tuple[str, tuple[int, ...], Q]] = [("token_embd.weight", (self.vocab_size, e), main)]
+        for i in range(self.n_layers):
+            b = f"blk.{i}"
+            up = more if more is not None and _more_bits(i, self.n_layers) else main
+            plan.append((f"{b}.attn_norm.weight", (e,), Q.F32))
+            plan.append((f"{b}.attn_q.weight", (e, e), main))
+            plan.append((f"{b}.attn_k.weight", (e // self.n_head * self.n_head_kv, e), main))
+            plan.append((f"{b}.attn_v.weight", (e // self.n_head * self.n_head_kv, e), up))
+            plan.append((f"{b}.attn_output.weight", (e, e), main))
+            plan.append((f"{b}.ffn_gate.weight", (ff, e), main))
+            plan.append((f"{b}.ffn_up.weight", (ff, e), main))
+            plan.append((f"{b}.ffn_down.weight", (e, ff), up))
+            plan.append((f"{b}.ffn_norm.weight", (e,), Q.F32))
+        plan.append(("output_norm.weight", (e,), Q.F32))
+        plan.append(("output.weight", (self.vocab_size, e), output))
+        return plan
+
     def metadata(self, writer: gguf.GGUFWriter) -> None:
         a = self.arch
-        writer.add_type({"model": "model", "lora": "adapter", "mmproj": "mmproj"}[self.kind])
+        kinds = {"model": "model", "lora": "adapter", "mmproj": "mmproj", "imatrix": "imatrix"}
+        if self.kind == "imatrix":
+            writer.add_type("imatrix")
+            writer.add_array("imatrix.datasets", ["calibration_datav3.txt"])
+            writer.add_uint32("imatrix.chunk_count", 125)
+            writer.add_uint32("imatrix.chunk_size", 512)
+            return
+        writer.add_type(kinds[self.kind])
         writer.add_name(self.name)
         for value, add in (
             (self.basename, writer.add_basename),
@@ -183,9 +293,12 @@ class ModelSpec:
             if self.n_experts:
                 writer.add_uint32(f"{a}.expert_count", self.n_experts)
                 writer.add_uint32(f"{a}.expert_used_count", min(2, self.n_experts))
-            writer.add_uint32("general.file_type", FILE_TYPES[self.quant][1])
-            writer.add_uint32("general.quantization_version", 2)
+            writer.add_uint32("general.file_type", ALL_FILE_TYPES[self.quant][1])
+            if not self.quantized:
+                writer.add_uint32("general.quantization_version", 2)
             tokens, scores, types, merges = vocab(self.vocab_size, self.tokenizer, self.merges)
+            if self.vocab_edit:
+                tokens = edited_tokens(self.vocab_size, self.tokenizer, self.merges, self.vocab_edit)
             writer.add_string("tokenizer.ggml.model", self.tokenizer)
             if self.pre is not None:
                 writer.add_string("tokenizer.ggml.pre", self.pre)
@@ -199,6 +312,13 @@ class ModelSpec:
             writer.add_uint32("tokenizer.ggml.eos_token_id", 2)
             if self.chat_template is not None:
                 writer.add_string("tokenizer.chat_template", self.chat_template)
+            if self.quantized:
+                writer.add_uint32("general.quantization_version", 2)
+            if self.imatrix:
+                writer.add_string("quantize.imatrix.file", f"/models/{self.basename or 'model'}.imatrix")
+                writer.add_string("quantize.imatrix.dataset", "/training_data/calibration_datav3.txt")
+                writer.add_int32("quantize.imatrix.entries_count", 7 * self.n_layers)
+                writer.add_int32("quantize.imatrix.chunks_count", 125)
         elif self.kind == "mmproj":
             writer.add_bool("clip.has_vision_encoder", True)
             writer.add_string("clip.projector_type", "mlp")
@@ -243,7 +363,10 @@ def build(spec: ModelSpec, *, shard: tuple[int, int] | None = None) -> SynthFile
     """Header bytes and declared size of one file (or of shard `no` of `count`, 1-based)."""
     plan = spec.tensor_plan()
     writer = _CachingWriter(None, spec.arch)
-    if shard is None or shard[0] == 1:
+    if spec.kind == "imatrix":
+        writer.kv_data[0].clear()  # llama-imatrix names no architecture
+        spec.metadata(writer)
+    elif shard is None or shard[0] == 1:
         spec.metadata(writer)
     else:
         # gguf-split writes only the split keys into shards 2..N; drop general.architecture too.

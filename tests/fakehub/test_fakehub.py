@@ -13,7 +13,7 @@ import pytest
 
 from registry.gguf.reader import parse_header
 from tests.fakehub import Corpus, FakeHub, Fault, ModelSpec, Repo, RepoFile, gguf_repo, synthetic_corpus
-from tests.fakehub.corpus import SynthBlob, _synth
+from tests.fakehub.corpus import SynthBlob, _synth, multiquant_corpus, sibling_corpus
 from tests.fakehub.synth import build
 from tests.fakehub.testing import TOKEN
 
@@ -180,3 +180,176 @@ async def test_cli_serves_a_synthetic_corpus() -> None:
     finally:
         proc.terminate()
         await proc.wait()
+
+
+async def _parts(resp: aiohttp.ClientResponse) -> list[tuple[str, bytes]]:
+    """(Content-Range, body) of every part of a multipart/byteranges answer."""
+    parts = []
+    reader = aiohttp.MultipartReader.from_response(resp)
+    while (part := await reader.next()) is not None:
+        assert isinstance(part, aiohttp.BodyPartReader)
+        parts.append((part.headers["Content-Range"], bytes(await part.read())))
+    return parts
+
+
+async def test_multi_range_answers_multipart_byteranges(hub: FakeHub) -> None:
+    url = hub.resolve_url("a/tiny-GGUF", "tiny-Q4_K_M.gguf")
+    blob = hub.corpus.repos["a/tiny-GGUF"].files[0].blob
+    size = blob.size
+    async with aiohttp.ClientSession() as s:
+        async with s.get(url, headers={"Range": "bytes=0-99, 500-599,-10"}) as r:
+            assert r.status == 206 and "Content-Range" not in r.headers
+            assert r.content_type == "multipart/byteranges"
+            raw = await r.read()
+            assert int(r.headers["Content-Length"]) == len(raw)
+            boundary = r.headers["Content-Type"].split("boundary=")[1]
+            assert raw.startswith(f"\r\n--{boundary}\r\n".encode())
+            assert raw.endswith(f"\r\n--{boundary}--\r\n".encode())
+        async with s.get(url, headers={"Range": "bytes=0-99,500-599,-10"}) as r:
+            assert await _parts(r) == [
+                (f"bytes 0-99/{size}", blob.read(0, 100)),
+                (f"bytes 500-599/{size}", blob.read(500, 600)),
+                (f"bytes {size - 10}-{size - 1}/{size}", blob.read(size - 10, size)),
+            ]
+        # An unsatisfiable range among others is dropped; one range left is a plain 206.
+        async with s.get(url, headers={"Range": f"bytes=8-15,{size}-{size + 9}"}) as r:
+            assert r.status == 206 and r.headers["Content-Range"] == f"bytes 8-15/{size}"
+            assert await r.read() == blob.read(8, 16)
+        async with s.get(url, headers={"Range": f"bytes={size}-,{size + 5}-"}) as r:
+            assert r.status == 416
+        async with s.get(url, headers={"Range": "bytes=0-9,20-10"}) as r:
+            assert r.status == 400
+    served = [r.served for r in hub.requests_to("cdn")]
+    assert served[:3] == [[(0, 100), (500, 600), (size - 10, size)]] * 2 + [[(8, 16)]]
+
+
+@pytest.mark.parametrize("mode", ["whole", "first"])
+async def test_server_without_multi_range(hub: FakeHub, mode: str) -> None:
+    """`whole`: the header ignored, 200 and the whole file; `first`: a 206 of the first range only."""
+    hub.faults.add(Fault("no_multirange", multirange=mode, times=None))  # type: ignore[arg-type]
+    url = hub.resolve_url("a/tiny-GGUF", "tiny-Q8_0.gguf")
+    blob = hub.corpus.repos["a/tiny-GGUF"].files[1].blob
+    async with aiohttp.ClientSession() as s:
+        async with s.get(url, headers={"Range": "bytes=100-199,300-399"}) as r:
+            body = await r.read()
+            if mode == "whole":
+                assert r.status == 200 and "Content-Range" not in r.headers
+                assert body == blob.read(0, blob.size)
+            else:
+                assert r.status == 206 and r.content_type == "application/octet-stream"
+                assert r.headers["Content-Range"] == f"bytes 100-199/{blob.size}"
+                assert body == blob.read(100, 200)
+        async with s.get(url, headers={"Range": "bytes=100-199"}) as r:  # single ranges still work
+            assert r.status == 206 and await r.read() == blob.read(100, 200)
+
+
+async def test_too_many_ranges_get_the_whole_file(hub: FakeHub) -> None:
+    url = hub.resolve_url("a/tiny-GGUF", "tiny-Q8_0.gguf")
+    ranges = ",".join(f"{i * 10}-{i * 10 + 4}" for i in range(201))
+    async with aiohttp.ClientSession() as s, s.get(url, headers={"Range": f"bytes={ranges}"}) as r:
+        assert r.status == 200 and "Content-Range" not in r.headers
+
+
+async def test_file_changed_between_reads(hub: FakeHub) -> None:
+    """A re-upload after the listing: a new ETag, new bytes and size, the listing unchanged."""
+    url = hub.resolve_url("a/tiny-GGUF", "tiny-Q8_0.gguf")
+    old = hub.corpus.repos["a/tiny-GGUF"].files[1].blob
+    new = SynthBlob(ModelSpec(name="Tiny v2", quant="Q8_0"))
+    async with aiohttp.ClientSession() as s:
+        async with s.get(url, headers={"Range": "bytes=0-1023"}) as r:
+            etag = r.headers["ETag"]
+            assert await r.read() == old.read(0, 1024)
+        hub.change_file("a/tiny-GGUF", "tiny-Q8_0.gguf", new)
+        async with s.get(url, headers={"Range": "bytes=0-1023,2048-2049", "If-Range": etag}) as r:
+            assert r.status == 200 and r.headers["ETag"] != etag  # If-Range failed: the whole new file
+            assert await r.read() == new.read(0, new.size)
+        async with s.get(url, headers={"Range": "bytes=0-1023,2048-2049"}) as r:
+            assert await _parts(r) == [
+                (f"bytes 0-1023/{new.size}", new.read(0, 1024)),
+                (f"bytes 2048-2049/{new.size}", new.read(2048, 2050)),
+            ]
+        async with s.get(f"{hub.endpoint}/api/models/a/tiny-GGUF", params={"blobs": "true"}) as r:
+            listed = {f["rfilename"]: f.get("size") for f in (await r.json())["siblings"]}
+            assert listed["tiny-Q8_0.gguf"] == old.size
+
+
+def _tensor_end(header: bytes, size: int) -> int:
+    """Data offset plus every tensor's size padded to the alignment, as gguf-py reads them."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".gguf") as f:
+        f.write(header)
+        f.truncate(size)
+        f.flush()
+        reader = gguf.GGUFReader(f.name)
+        align = 32
+        return reader.data_offset + sum(-(-int(t.n_bytes) // align) * align for t in reader.tensors)
+
+
+def test_sibling_corpus_shapes() -> None:
+    corpus = sibling_corpus()
+    ggufs = {r.repo_id: [f for f in r.files if f.path.endswith(".gguf")] for r in corpus}
+    quants = {repo: [f for f in files if isinstance(f.blob, SynthBlob) and f.blob.spec.quantized]
+              for repo, files in ggufs.items()}  # fmt: skip
+    assert all(8 <= len(q) <= 24 for q in quants.values())
+    families = {f.blob.spec.vocab_size for files in quants.values() for f in files}  # type: ignore[attr-defined]
+    assert {32_000, 49_152, 128_256, 151_936, 262_144} <= families
+    llama3 = {f.path: f.blob for f in ggufs["sib/Meta-Llama-3.1-8B-Instruct-GGUF"]}
+    for path in ("Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf", "Meta-Llama-3.1-8B-Instruct-Q8_0.gguf",
+                 "Meta-Llama-3.1-8B-Instruct-IQ2_M.gguf", "Meta-Llama-3.1-8B-Instruct-Q4_0.gguf"):  # fmt: skip
+        blob = llama3[path]
+        header = parse_header(blob.file.header, file_size=blob.size)
+        label = path.rsplit("-", 1)[1].removesuffix(".gguf")
+        assert header.get("general.file_type") == gguf.LlamaFileType[f"MOSTLY_{label}"].value
+        # Keys in llama-quantize's order: the imatrix keys last, on K and IQ quants only.
+        assert ("quantize.imatrix.file" in header.fields) == (label not in ("Q8_0", "Q4_0"))
+        assert list(header.fields).index("general.quantization_version") > list(header.fields).index(
+            "tokenizer.ggml.merges"
+        )
+        assert len(header.get("tokenizer.ggml.merges")) == 280_147
+        # The listed size is the data offset plus the aligned tensor sizes.
+        assert header.data_offset + sum(-(-t.n_bytes // 32) * 32 for t in header.tensors) == blob.size
+    # gguf-py, the reference reader, agrees (on a 32k vocabulary: it reads strings one by one).
+    blob = corpus.repos["sib/Llama-2-7B-Chat-GGUF"].files[6].blob
+    assert _tensor_end(blob.file.header, blob.size) == blob.size
+    types = {t.name: t.type.name for t in parse_header(llama3["Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf"].file.header).tensors}  # fmt: skip
+    assert types["blk.0.ffn_down.weight"] == "Q6_K" and types["blk.5.ffn_down.weight"] == "Q4_K"
+    assert types["output.weight"] == "Q6_K" and types["blk.5.attn_q.weight"] == "Q4_K"
+    assert (
+        parse_header(llama3["Meta-Llama-3.1-8B-Instruct-Q4_0.gguf"].file.header)
+        .get("tokenizer.ggml.tokens")
+        .__len__()
+        == 128_258
+    )  # the sibling with two more tokens
+
+
+def test_sibling_with_one_percent_of_tokens_changed() -> None:
+    files = {f.path: f.blob for f in sibling_corpus().repos["sib/Llama-2-7B-Chat-GGUF"].files}
+    edited, plain = files["llama-2-7b-chat-Q4_1.gguf"], files["llama-2-7b-chat-Q4_0.gguf"]
+    a, b = (parse_header(x.file.header) for x in (edited, plain))
+    ta, tb = a.get("tokenizer.ggml.tokens"), b.get("tokenizer.ggml.tokens")
+    assert len(ta) == len(tb) == 32_000 and a.data_offset == b.data_offset
+    changed = [i for i, (x, y) in enumerate(zip(ta, tb, strict=True)) if x != y]
+    assert len(changed) == 320 and all(len(ta[i]) == len(tb[i]) for i in changed)
+    assert {i * 4 // 32_000 for i in changed} == {0, 1, 2, 3}  # spread over the whole array
+
+
+def test_split_projector_and_imatrix_beside_quants() -> None:
+    corpus = sibling_corpus()
+    qwen = [f.path for f in corpus.repos["sib/Qwen2.5-7B-Instruct-GGUF"].files]
+    assert "qwen2.5-7b-instruct-F16-00002-of-00003.gguf" in qwen and "qwen2.5-7b-instruct-Q4_K_M.gguf" in qwen
+    gemma = {f.path: f.blob for f in corpus.repos["sib/gemma-3-4b-it-GGUF"].files}
+    imatrix = parse_header(gemma["gemma-3-4b-it-imatrix.gguf"].file.header)
+    assert imatrix.get("general.type") == "imatrix" and "general.architecture" not in imatrix.fields
+    assert parse_header(gemma["mmproj-gemma-3-4b-it-F16.gguf"].file.header).get("general.type") == "mmproj"
+    mixed = {f.blob.spec.name for f in corpus.repos["sib/Llama-3.2-1B-3B-Instruct-GGUF"].files
+             if isinstance(f.blob, SynthBlob)}  # fmt: skip
+    assert mixed == {"Llama 3.2 1B Instruct", "Llama 3.2 3B Instruct"}
+
+
+def test_multiquant_corpus_is_lazy() -> None:
+    before = _synth.cache_info().misses
+    corpus = multiquant_corpus(200)
+    counts = [sum(f.path.endswith(".gguf") for f in r.files) for r in corpus]
+    assert min(counts) >= 8 and max(counts) <= 24 and len(corpus) == 200
+    assert _synth.cache_info().misses == before

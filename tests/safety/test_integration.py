@@ -251,6 +251,24 @@ def test_scanner_reports_a_template_whose_folding_would_blow_up(tmp_path: Path) 
     assert "template-too-complex" in {f.code for f in findings}
 
 
+async def test_a_template_already_scanned_is_answered_without_the_sandbox(tmp_path: Path) -> None:
+    """The second quant's template is the first's: its report comes from the cache, even
+    once the scanner (and its sandbox) is closed; a new template still needs the sandbox."""
+    first, second, other = (
+        parse_header(p.read_bytes(), file_size=p.stat().st_size)
+        for p in (write_gguf(tmp_path / "a.gguf", CVE_2024_34359), write_gguf(tmp_path / "b.gguf", CVE_2024_34359),
+                  write_gguf(tmp_path / "c.gguf", CHATML))
+    )  # fmt: skip
+    scanner = TemplateScanner()
+    try:
+        report = await scanner.scan(first)
+    finally:
+        await scanner.aclose()
+    assert report is not None and report.findings[0].severity == "critical"
+    assert await scanner.scan(second) == report
+    assert await scanner.scan(other) is None  # not cached: the closed scanner cannot scan it
+
+
 async def test_crawl_stores_findings_scanning_each_template_once(db: Database) -> None:
     corpus = Corpus()
     corpus.add(gguf_repo("evil/hostile-GGUF", ModelSpec(name="Evil", chat_template=CVE_2024_34359),
