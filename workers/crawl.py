@@ -47,7 +47,14 @@ from registry.gguf.limits import Limits
 from registry.hub.client import HubClient, RepoFile, RepoInfo, RepoSummary
 from registry.hub.errors import FileChanged, HubError, RepoNotFound
 from registry.hub.http import SHARD_WINDOW, HubHttp, RemoteHeader, first_window_for
-from registry.hub.siblings import HeaderRead, Leader, SiblingReader, SiblingStats, sibling_families
+from registry.hub.siblings import (
+    HeaderRead,
+    Leader,
+    SiblingReader,
+    SiblingStats,
+    leaders_first,
+    sibling_families,
+)
 from workers.templates import TemplateScanner, scanner_scope, template_columns
 
 if TYPE_CHECKING:
@@ -269,7 +276,6 @@ async def build_snapshot(
     """The snapshot of one repo at the commit `info` names. Raises HubError when transient."""
     assert info.sha is not None
     files = {f.path: f for f in info.files}
-    records = []
     groups = group_shards(files)
     stats = SiblingStats()
     sibling = None
@@ -279,10 +285,14 @@ async def build_snapshot(
         sibling = _Siblings(SiblingReader(http, samples=opts.sibling_samples, stats=stats), firsts)
     async with scanner_scope(opts.scanner) as scanner:
         opts = dataclasses.replace(opts, scanner=scanner)
-        for group in groups:
+        by_first = {g.paths[0]: g for g in groups}
+        order = leaders_first(list(by_first), sibling.families) if sibling is not None else list(by_first)
+        read: dict[str, ArtifactRecord] = {}
+        for first in order:
+            group = by_first[first]
             before = stats.reads, sum(stats.fallbacks.values())
             record, remote = await _read_artifact(http, client, info, group, files, opts, sibling)
-            records.append(record)
+            read[first] = record
             if report is not None:
                 report.sibling_reads += stats.reads - before[0]
                 report.sibling_fallbacks += sum(stats.fallbacks.values()) - before[1]
@@ -295,6 +305,7 @@ async def build_snapshot(
                     )
                 report.bytes_fetched += sum(r.bytes_fetched for r in remote)
                 report.requests += sum(r.requests for r in remote)
+    records = [read[g.paths[0]] for g in groups]  # in the groups' order, whatever the reading order
     return RepoSnapshot(
         repo_id=info.repo_id,
         revision=info.sha,

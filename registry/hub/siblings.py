@@ -21,12 +21,17 @@ equals the leader's; its data offset plus the aligned sizes of its tensors equal
 the hub lists; and the file did not change between requests (If-Range). Anything else,
 and any error, falls back to a full read, and the reason is counted and logged.
 
+A server that does not answer multi-range requests is sent the same ranges one request
+each, in parallel, with one sample per array as long as all of them; one that honours no
+range at all makes the repo's later siblings full reads.
+
 What sampling cannot prove is a change confined between samples that keeps every length
 (docs/crawling.md gives the odds).
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import random
@@ -38,12 +43,12 @@ from typing import TYPE_CHECKING, Literal
 
 from registry.gguf.array import GGUFArray
 from registry.gguf.errors import GGUFError, NeedMoreData
-from registry.gguf.filename import model_stem
+from registry.gguf.filename import model_stem, parse_shard
 from registry.gguf.reader import parse_header
 from registry.gguf.types import ValueType
 from registry.hub.errors import HubError
 from registry.hub.http import HubHttp, RemoteHeader
-from registry.hub.ranges import MAX_RANGES, RangeAnswer, fetch_ranges, merge
+from registry.hub.ranges import MAX_RANGES, NoMultiRange, RangeAnswer, fetch_ranges, merge
 
 if TYPE_CHECKING:
     from registry.gguf.facts_model import Facts
@@ -174,7 +179,10 @@ class SiblingReader:
         self.samples = max(1, samples)
         self.stats = stats if stats is not None else SiblingStats()
         self._rng = rng
-        self._no_multirange = False  # learnt once per reader: later siblings read in full
+        # Learnt from the first server answer that ignores a multi-range request: from then on
+        # the ranges go as single-range requests, in parallel, with one longer sample per array.
+        self._single = False
+        self._no_ranges = False  # not even single ranges honoured: later siblings read in full
 
     async def read(
         self,
@@ -188,21 +196,28 @@ class SiblingReader:
     ) -> tuple[RemoteHeader, HeaderRead]:
         """The sibling's header and how it was read; a full read when a proof fails."""
         attempt = _Attempt()
-        reason = "no_multirange" if self._no_multirange else None
+        reason = "no_ranges" if self._no_ranges else None
         if reason is None and (expected_size is None or not leader.useful):
             reason = "no_size" if expected_size is None else "leader_unusable"
         if reason is None:
             assert expected_size is not None
             rng = self._rng or random.Random(f"{path}\0{expected_size}")
             try:
-                remote = await self._read(leader, url, expected_size, limits, attempt, rng)
+                try:
+                    remote = await self._read(leader, url, expected_size, limits, attempt, rng)
+                except NoMultiRange:
+                    if self._single:
+                        raise
+                    self._single = True
+                    log.info("%s: no multi-range requests on this server; single ranges from now on", url)
+                    remote = await self._read(leader, url, expected_size, limits, attempt, rng)
             except SiblingFallback as exc:
                 reason = exc.reason
                 log.info("%s: sibling read of %s not trusted, read in full: %s", url, leader.path, exc)
             except HubError as exc:
                 reason = exc.code
-                if exc.code == "no_multirange":
-                    self._no_multirange = True
+                if isinstance(exc, NoMultiRange):
+                    self._no_ranges = True
                 log.info("%s: sibling read failed, read in full: %s", url, exc)
             except GGUFError as exc:
                 reason = "layout"
@@ -223,7 +238,13 @@ class SiblingReader:
 
     # -- one sibling read -------------------------------------------------------------
     async def _read(
-        self, leader: Leader, url: str, size: int, limits: Limits | None, attempt: _Attempt, rng: random.Random
+        self,
+        leader: Leader,
+        url: str,
+        size: int,
+        limits: Limits | None,
+        attempt: _Attempt,
+        rng: random.Random,
     ) -> RemoteHeader:
         first = leader.spans[0]
         answer = await self._fetch(url, self._plan(leader, 0, size, rng), size, attempt)
@@ -273,14 +294,17 @@ class SiblingReader:
         tail = leader.header.data_offset - last.end
         ranges.append((last.end + delta - EDGE_BYTES, last.end + delta + tail + TAIL_MARGIN + tail // 8))
         per_span = max(0, min(self.samples, (MAX_RANGES - len(ranges)) // len(spans)))
+        # One request a range: one sample as long as all of them, covering as many bytes (as
+        # likely to meet a change at a random place) for one request instead of `samples`.
+        width, per_span = (SAMPLE_BYTES * self.samples, 1) if self._single else (SAMPLE_BYTES, per_span)
         for s in spans:
-            lo, hi = s.body + EDGE_BYTES, s.end - EDGE_BYTES - SAMPLE_BYTES
+            lo, hi = s.body + EDGE_BYTES, s.end - EDGE_BYTES - width
             if hi <= lo or per_span == 0:
                 continue
             stratum = (hi - lo) / per_span
             for i in range(per_span):
                 at = lo + int(stratum * i + rng.random() * stratum)
-                ranges.append((at + delta, at + delta + SAMPLE_BYTES))
+                ranges.append((at + delta, at + delta + width))
         return merge([(max(0, a), min(size, b)) for a, b in ranges])
 
     async def _fetch(
@@ -288,9 +312,12 @@ class SiblingReader:
     ) -> RangeAnswer:
         if len(ranges) > MAX_RANGES:  # a leader with more large arrays than one request can sample
             raise SiblingFallback("layout", f"{len(ranges)} ranges to ask for, more than {MAX_RANGES}")
-        answer = await fetch_ranges(
-            self.http, url, ranges, etag=attempt.etag, final_url=attempt.final_url, expected_size=size
-        )
+        if self._single and len(ranges) > 1:
+            answer = await self._fetch_singly(url, ranges, size, attempt)
+        else:
+            answer = await fetch_ranges(
+                self.http, url, ranges, etag=attempt.etag, final_url=attempt.final_url, expected_size=size
+            )
         attempt.bytes += answer.bytes
         attempt.requests += answer.requests
         attempt.etag = answer.etag
@@ -299,6 +326,39 @@ class SiblingReader:
             if answer.slice(start, end) is None:
                 raise SiblingFallback("layout", f"the range {start}-{end} did not arrive")
         return answer
+
+    async def _fetch_singly(
+        self, url: str, ranges: Sequence[tuple[int, int]], size: int, attempt: _Attempt
+    ) -> RangeAnswer:
+        """Each range in a request of its own, in parallel (within the per-host limit)."""
+        if attempt.etag is None:
+            # The first answer tells the ETag that the others must carry (If-Range).
+            first = await fetch_ranges(
+                self.http, url, ranges[:1], final_url=attempt.final_url, expected_size=size
+            )
+            attempt.etag, attempt.final_url = first.etag, first.final_url
+            answers = [first]
+            ranges = ranges[1:]
+        else:
+            answers = []
+        answers += await asyncio.gather(
+            *(
+                fetch_ranges(
+                    self.http, url, [r], etag=attempt.etag, final_url=attempt.final_url, expected_size=size
+                )
+                for r in ranges
+            )
+        )
+        joined = answers[0]
+        for a in answers[1:]:
+            if a.etag != joined.etag:
+                raise SiblingFallback(
+                    "file_changed", f"ETag {a.etag} where an earlier range had {joined.etag}"
+                )
+            joined.parts.update(a.parts)
+            joined.bytes += a.bytes
+            joined.requests += a.requests
+        return joined
 
     def _assemble(self, leader: Leader, answer: RangeAnswer, delta: int, size: int) -> tuple[bytes, int, int]:
         """The sibling's header bytes as believed: the leader's large arrays, every byte
@@ -367,15 +427,16 @@ def _check_size(header: GGUFHeader, size: int) -> None:
         )
 
 
-def read_order(paths: Sequence[str], families: Mapping[str, tuple[str, ...]]) -> list[str]:
-    """`paths` with each family's members together, its first member first (the leader)."""
-    out: list[str] = []
-    seen: set[str] = set()
-    for p in paths:
-        if p in seen:
-            continue
-        for q in families.get(p, (p,)):
-            if q in paths and q not in seen:
-                seen.add(q)
-                out.append(q)
-    return out
+def leaders_first(paths: Sequence[str], families: Mapping[str, tuple[str, ...]]) -> list[str]:
+    """`paths` in the order to read them: each family's leader before its other members.
+
+    The leader is the family's first single file by name, else its first member: a single
+    file lists every tensor, so its tail is as long as a sibling's, where shard 1 of a split
+    set lists only its own share and would make each sibling ask for the rest of its tail.
+    """
+    chosen: dict[tuple[str, ...], str] = {}
+    for members in set(families.values()):
+        singles = [m for m in members if parse_shard(m.rpartition("/")[2]) is None]
+        chosen[members] = (singles or list(members))[0]
+    leaders = [p for p in paths if p in families and chosen[families[p]] == p]
+    return leaders + [p for p in paths if p not in leaders]

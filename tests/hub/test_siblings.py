@@ -16,7 +16,7 @@ from registry.gguf.facts import derive_facts
 from registry.gguf.facts_model import Facts
 from registry.gguf.reader import parse_header
 from registry.hub.http import HttpOptions, HubHttp
-from registry.hub.siblings import Leader, SiblingReader, SiblingStats, sibling_families
+from registry.hub.siblings import Leader, SiblingReader, SiblingStats, leaders_first, sibling_families
 from tests.fakehub import FakeHub, Fault
 from tests.fakehub.corpus import Blob, Corpus, RepoFile, SynthBlob, gguf_repo
 from tests.fakehub.synth import ModelSpec
@@ -100,6 +100,11 @@ def test_families_group_quants_of_one_model_and_leave_the_rest_out() -> None:
     # Shard 1 of a split quant holds the vocabulary: it is a quant like the others.
     split = sibling_families(["Big-Q4_K_M.gguf", "Big-Q8_0-00001-of-00002.gguf", "Big-Q8_0-00002-of-00002.gguf"])
     assert split["Big-Q4_K_M.gguf"] == ("Big-Q4_K_M.gguf", "Big-Q8_0-00001-of-00002.gguf")
+    # A single file leads: its tensor infos are as long as a sibling's, a shard's are not.
+    order = ["Big-F16-00001-of-00002.gguf", "Big-Q4_K_M.gguf", "mmproj-Big-F16.gguf"]
+    assert leaders_first(order, sibling_families(order)) == [
+        "Big-Q4_K_M.gguf", "Big-F16-00001-of-00002.gguf", "mmproj-Big-F16.gguf"
+    ]
 
 
 async def test_siblings_read_against_the_leader_have_the_facts_of_a_full_read(http: HubHttp) -> None:
@@ -173,20 +178,38 @@ async def test_each_disagreement_falls_back_to_a_full_read_with_the_same_facts(
 
 
 @pytest.mark.parametrize("mode", ["whole", "first"])
-async def test_a_server_without_multi_range_is_read_in_full_and_not_asked_again(http: HubHttp, mode: str) -> None:
+async def test_a_server_without_multi_range_is_read_by_single_ranges(http: HubHttp, mode: str) -> None:
     faults = [Fault("no_multirange", times=None, multirange=mode)]  # type: ignore[arg-type]
     async with FakeHub(_corpus(), faults=faults, tokens={TOKEN}) as hub:
         leader = await _leader(hub, http, "Tiny-Q4_K_M.gguf")
         stats = SiblingStats()
         reader = SiblingReader(http, stats=stats)
+        header_bytes = leader.header.data_offset
+        for path in ("Tiny-Q5_K_M.gguf", "Tiny-Q6_K.gguf"):
+            hub.requests.clear()
+            remote, how = await _sibling(hub, reader, leader, path)
+            assert how.mode == "sibling"
+            # Prefix, the bytes between the arrays, one sample in each, the tail: a request each.
+            assert remote.requests <= 2 * len(leader.spans) + 2 + (path == "Tiny-Q5_K_M.gguf")
+            assert remote.bytes_fetched < header_bytes * 0.2
+            assert derive_facts([remote.header], file_sizes=[remote.file_size]) == await _full_facts(hub, http, path)
+        # The first sibling found out; the second sent single ranges only.
+        multi = [r for r in hub.requests_to("cdn") if r.range and "," in r.range]
+        assert multi == []
+        assert stats.reads == 2 and not stats.fallbacks
+
+
+async def test_a_server_without_ranges_is_read_in_full_and_not_asked_again(http: HubHttp) -> None:
+    async with FakeHub(_corpus(), tokens={TOKEN}) as hub:
+        leader = await _leader(hub, http, "Tiny-Q4_K_M.gguf")
+        hub.faults.faults.append(Fault("ignore_range", times=None))
+        stats = SiblingStats()
+        reader = SiblingReader(http, stats=stats)
         for path in ("Tiny-Q5_K_M.gguf", "Tiny-Q6_K.gguf"):
             remote, how = await _sibling(hub, reader, leader, path)
-            assert (how.mode, how.fallback) == ("full", "no_multirange")
+            assert how.mode == "full"
             assert derive_facts([remote.header], file_sizes=[remote.file_size]) == await _full_facts(hub, http, path)
-        # The first sibling found out; the second went straight to a full read.
-        multi = [r for r in hub.requests_to("cdn") if r.range and "," in r.range]
-        assert len(multi) == 1
-        assert stats.fallbacks == {"no_multirange": 2}
+        assert stats.fallbacks == {"no_multirange": 1, "no_ranges": 1}
 
 
 async def test_a_sibling_that_changes_between_its_reads_is_read_in_full(http: HubHttp) -> None:
