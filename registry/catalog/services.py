@@ -583,6 +583,11 @@ async def _record_move(session: AsyncSession, old_id: str, repo: Repo) -> None:
     the repo forgets its revision, so that it is written again with the old id in its
     artifacts' search text."""
     old_key = repo_key(old_id)
+    standing = await session.execute(
+        select(RepoMove.repo_pk, RepoMove.old_repo_id).where(RepoMove.old_key == old_key)
+    )
+    if tuple(standing.one_or_none() or ()) == (repo.id, old_id):
+        return  # recorded already, as spelled: ending it and recording it again would lose its text
     # A move recorded from the id before, to another repo, ends first: the edges that spell
     # the id come back from that repo, to go where the id goes now.
     await _reclaim(session, old_key)

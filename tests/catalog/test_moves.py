@@ -134,6 +134,8 @@ async def _apply(db: Database, model: Model, steps: list[Op]) -> None:
 # as p/b (the retired row takes that id): the child's edge leaves p/c for p/b
 @example(steps=[("add", "p/a"), ("add", "p/b"), ("move", 0, "p/b"), ("move", 1, "p/c"), ("child", "p/a"),
                 ("move", 0, "p/b")])  # fmt: skip
+# p/b retired onto p/a twice: the second time changes nothing, p/a's text keeps p/b
+@example(steps=[("add", "p/a"), ("add", "p/b"), ("move", 1, "p/a"), ("move", 1, "p/a")])
 async def test_edges_follow_the_moves_in_force(db: Database, steps: list[Op]) -> None:
     await empty_tables(db)
     model = Model()
