@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from registry.api.present import search_hits
 from registry.catalog.db import Database
 from registry.catalog.errors import InvalidQuery
 from registry.catalog.facets import facets
@@ -57,7 +58,7 @@ def models(tmp_path: Path, smollm2_path: Path, gemma3_path: Path) -> Path:
 async def _paths(db: Database, **kw: object) -> list[str]:
     async with db.sessions() as session:
         page = await search(session, SearchQuery(sort="name", limit=50, **kw))  # type: ignore[arg-type]
-    return [i.path for i in page.items]
+    return [i.path for i in search_hits(page)]
 
 
 async def test_findings_are_stored_and_searched(db: Database, models: Path) -> None:

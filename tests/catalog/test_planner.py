@@ -237,7 +237,7 @@ def test_drafts_are_filters_on_the_vocabulary_and_the_size() -> None:
 @pytest.mark.parametrize(
     "q",
     [SearchQuery(status="nope"), SearchQuery(kind="nope"), SearchQuery(capability="flying"),
-     SearchQuery(author="a b"), SearchQuery(repo="no-slash"), SearchQuery(memory_context=0),
+     SearchQuery(memory_context=0),
      SearchQuery(template_severity="awful"), SearchQuery(modality="smell")],
 )
 def test_an_invalid_query_is_refused_before_any_probe(q: SearchQuery) -> None:
