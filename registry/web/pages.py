@@ -13,7 +13,7 @@ from registry.api.keys import SETTINGS_KEY
 from registry.api.params import parse_query, path_int
 from registry.api.routes.repos import repo_id_from_path
 from registry.api.sessions import read_session
-from registry.responses.params import DETAIL_PARAMS, FILTER_PARAMS, search_params
+from registry.responses.params import DEFAULT_SORT, DETAIL_PARAMS, FILTER_PARAMS, SORT_KEYS, search_params
 from registry.responses.vocab import FACETS
 from registry.web import svg
 from registry.web.render import render
@@ -23,6 +23,9 @@ routes = web.RouteTableDef()
 COMPARE_MIN, COMPARE_MAX = 2, 6
 FILTER_NAMES = {p.name for p in FILTER_PARAMS}
 FACET_VALUES_SHOWN = 8
+# The search page's own controls (sort, "runs in N at T tokens"); every other parameter of a
+# shared URL rides along in the controls' form as a hidden field.
+CONTROLS = ("q", "sort", "max_memory", "memory_context", "cursor")
 
 
 @routes.get("/", name="web_search")
@@ -37,8 +40,11 @@ async def search(request: web.Request) -> web.Response:
     links = [(facet, [(value, n, "/?" + urlencode({**kept, facet: value}) if facet in FILTER_NAMES else None)
                       for value, n in list(counts.items())[:FACET_VALUES_SHOWN]])
              for facet, counts in facets.facets.items()]  # fmt: skip
+    hidden = [(k, v) for k, v in request.query.items() if k not in CONTROLS]
     return render(request, "search.html", title="Search", page=page, facets=links, active=active,
-                  next_url=next_url, q=request.query.get("q", ""), repo_href=repo_href,
+                  next_url=next_url, q=request.query.get("q", ""), repo_href=repo_href, hidden=hidden,
+                  sorts=SORT_KEYS, sort=request.query.get("sort", DEFAULT_SORT),
+                  max_memory=request.query.get("max_memory", ""), memory_context=request.query.get("memory_context", ""),
                   json_url="/v1/artifacts" + ("?" + request.query_string if request.query_string else ""))  # fmt: skip
 
 
@@ -52,6 +58,7 @@ async def repo(request: web.Request) -> web.Response:
             raise NotFound(f"no repo {repo_id} in the catalog", details={"repo": repo_id})
         detail = await api_pages.repo_page(session, row, endpoint=request.app[SETTINGS_KEY].hub.endpoint)
     return render(request, "repo.html", title=detail.repo.repo_id, detail=detail, repo_href=repo_href, tree_href=tree_href,
+                  run_commands=run_commands,
                   tree_url=tree_href(detail.repo.repo_id), json_url=detail.repo.url)  # fmt: skip
 
 
@@ -88,3 +95,15 @@ async def compare(request: web.Request) -> web.Response:
     mixes = [svg.quant_mix(a.quant_mix, id_prefix=f"mix-{a.id}") for a in found]
     return render(request, "compare.html", title="Compare", items=list(zip(found, mixes, strict=True)),
                   repo_href=repo_href, json_url=f"/v1/artifacts/{found[0].id}")  # fmt: skip
+
+
+def run_commands(repo_id: str, source: str, path: str, file_type: str | None) -> list[tuple[str, str]]:
+    """The ways to run one file of a hub repo, as people paste them: llama.cpp and Ollama by
+    the quantization's tag (the file type), and a download of the file itself."""
+    if source != "hub":
+        return [("llama.cpp", f"llama-server -m {path}")]
+    commands = [("download", f"huggingface-cli download {repo_id} {path} --local-dir .")]
+    if file_type:
+        commands[:0] = [("llama.cpp", f"llama-server -hf {repo_id}:{file_type}"),
+                        ("Ollama", f"ollama run hf.co/{repo_id}:{file_type}")]  # fmt: skip
+    return commands

@@ -23,13 +23,16 @@ class Renderer:
             lstrip_blocks=True,
         )
         self.env.filters.update(bytes=fmt.size, count=fmt.count)
-        self.css: str | None = None  # the stylesheet's versioned URL: hashing the file per page cost more than the page
+        # The stylesheet's and the script's versioned URLs: hashing the files per page cost more than the page.
+        self.css: str | None = None
+        self.js: str | None = None
 
 
     def page(self, request: web.Request, name: str, *, status: int = 200, **context: Any) -> web.Response:
         if self.css is None:
             self.css = str(request.app.router["web_static"].url_for(filename="web.css"))
-        context["css"] = self.css
+            self.js = str(request.app.router["web_static"].url_for(filename="web.js"))
+        context["css"], context["js"] = self.css, self.js
         html = self.env.get_template(name).render(**context)
         return web.Response(text=html, status=status, content_type="text/html", charset="utf-8")
 

@@ -1,0 +1,109 @@
+"""The web catalog's pages through the API's application on a real catalog: the search page's
+sort and "runs in" controls keep a shared URL's filters and filter as the API does, and a hub
+repo's files carry the commands that run them. Parsed HTML, not strings."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+from typing import Any
+
+import pytest
+
+from tests.api.conftest import ApiClient, api, catalog, insert, make_api  # noqa: F401
+from tests.catalog.factories import artifact, make_snapshot
+from tests.web.conftest import db, db_url, postgresql_url, sqlite_url, temp_databases  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("catalog")
+
+
+class Page(HTMLParser):
+    """Each element's tag and attributes, and the text of every `code` element."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__()
+        self.elements: list[tuple[str, dict[str, str | None]]] = []
+        self.codes: list[str] = []
+        self._in_code = False
+        self.feed(html)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.elements.append((tag, dict(attrs)))
+        self._in_code = tag == "code"
+        if self._in_code:
+            self.codes.append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "code":
+            self._in_code = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_code:
+            self.codes[-1] += data
+
+    def find(self, tag: str, **attrs: Any) -> list[dict[str, str | None]]:
+        return [a for t, a in self.elements if t == tag and all(a.get(k) == v for k, v in attrs.items())]
+
+
+async def _page(api: ApiClient, path: str) -> Page:  # noqa: F811
+    reply = await api.get(path)
+    assert reply.status == 200, (path, reply.body)
+    assert reply.headers["Content-Type"].startswith("text/html")
+    return Page(reply.body)
+
+
+async def test_the_controls_keep_a_shared_urls_filters(api: ApiClient) -> None:  # noqa: F811
+    page = await _page(api, "/?architecture=llama&sort=likes&max_memory=8GiB&memory_context=32K&q=tiny")
+    hidden = {a["name"]: a["value"] for a in page.find("input", type="hidden")}
+    assert hidden == {"architecture": "llama", "q": "tiny"}
+    assert [o["value"] for o in page.find("option") if "selected" in o] == ["likes"]  # the sort in force
+    assert page.find("input", id="max_memory", name="max_memory", value="8GiB")
+    assert page.find("input", id="memory_context", name="memory_context", value="32K")
+    assert page.find("label", **{"for": "sort"}) and page.find("label", **{"for": "max_memory"})
+
+
+async def test_runs_in_filters_as_the_api_does(api: ApiClient) -> None:  # noqa: F811
+    for query in ("max_memory=1MB", "max_memory=64GiB&memory_context=32K", "sort=parameter_count:asc"):
+        page = await _page(api, f"/?{query}")
+        listed = [a["value"] for a in page.find("input", type="checkbox", name="ids")]
+        reply = await api.get(f"/v1/artifacts?{query}&limit=20")
+        assert listed == [str(hit["id"]) for hit in reply.body["items"]], query
+
+
+async def test_a_bad_control_value_is_refused_naming_it(api: ApiClient) -> None:  # noqa: F811
+    reply = await api.get("/?max_memory=lots")
+    assert reply.status == 400
+    assert reply.headers["Content-Type"].startswith("text/html")
+    assert "max_memory" in reply.body and "lots" in reply.body
+    missing = await api.get("/artifacts/999999")
+    assert missing.status == 404 and missing.headers["Content-Type"].startswith("text/html")
+    assert "999999" in missing.body
+
+
+async def test_a_hub_repos_files_carry_their_run_commands(api: ApiClient, insert: Any) -> None:  # noqa: F811
+    await insert(make_snapshot("someone/Tiny-GGUF", artifacts=(artifact("tiny-Q4_K_M.gguf"),)))
+    page = await _page(api, "/repos/someone/Tiny-GGUF")
+    assert "llama-server -hf someone/Tiny-GGUF:Q4_K_M" in page.codes
+    assert "ollama run hf.co/someone/Tiny-GGUF:Q4_K_M" in page.codes
+    assert "huggingface-cli download someone/Tiny-GGUF tiny-Q4_K_M.gguf --local-dir ." in page.codes
+    (script,) = page.find("script")  # the copy buttons: one script of this site, no inline code
+    assert "defer" in script
+    assert str(script["src"]).startswith("/static/web.js")
+
+
+async def test_hostile_ids_stay_text_in_the_commands(api: ApiClient, insert: Any) -> None:  # noqa: F811
+    await insert(make_snapshot("evil/x-GGUF", artifacts=(artifact("a<script>alert(1)</script>-Q4_K_M.gguf"),)))
+    reply = await api.get("/repos/evil/x-GGUF")
+    assert reply.status == 200
+    assert "<script>alert(1)</script>" not in reply.body
+    assert "a&lt;script&gt;alert(1)&lt;/script&gt;-Q4_K_M.gguf" in reply.body
+    assert len(Page(reply.body).find("script")) == 1  # only the site's own
+
+
+async def test_the_script_is_served_under_the_csp(api: ApiClient) -> None:  # noqa: F811
+    page = await _page(api, "/")
+    (script,) = page.find("script")
+    reply = await api.get(str(script["src"]))
+    assert reply.status == 200
+    assert "clipboard" in reply.body
+    home = await api.get("/")
+    assert "script-src 'self'" in home.headers["Content-Security-Policy"]
