@@ -232,6 +232,8 @@ async def walk(visit: Visit, base: str, repo: str | None = None) -> None:
     ids = re.findall(r'href="/artifacts/(\d+)"', await visit.page.content())
     assert len(set(ids)) >= 2, "the search lists fewer than two artifacts"
     await goto(visit, base, f"/compare?ids={','.join(sorted(set(ids))[:2])}", "compare")
+    await follow(visit, base, r"^/crawls$", "crawls")  # the operations pages, from the site's header
+    await follow(visit, base, r"^/jobs$", "jobs")
 
 
 @pytest.mark.parametrize("js", [True, False], ids=["js", "nojs"])

@@ -107,3 +107,41 @@ async def test_the_script_is_served_under_the_csp(api: ApiClient) -> None:  # no
     assert "clipboard" in reply.body
     home = await api.get("/")
     assert "script-src 'self'" in home.headers["Content-Security-Policy"]
+
+
+async def _crawl(db: Any, **values: Any) -> int:  # noqa: F811
+    from registry.catalog.models import Crawl
+
+    async with db.sessions() as session, session.begin():
+        row = Crawl(kind="hub", **values)
+        session.add(row)
+    return int(row.id)
+
+
+async def test_the_crawls_pages_show_what_the_api_lists(api: ApiClient, db: Any) -> None:  # noqa: F811
+    done = await _crawl(db, status="finished", counters={"repos_seen": 3, "files": 7},
+                        errors=[{"repo": "evil/x", "error": "<script>alert(1)</script>"}])  # fmt: skip
+    running = await _crawl(db, status="running", parameters={"author": "someone"})
+    page = await _page(api, "/crawls")
+    listed = [a["href"] for a in page.find("a") if str(a.get("href", "")).startswith("/crawls/")]
+    assert listed == [f"/crawls/{running}", f"/crawls/{done}"]  # newest first, as /v1/crawls
+    one = await api.get(f"/crawls/{done}")
+    assert one.status == 200 and "<script>alert(1)</script>" not in one.body
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in one.body and "repos seen" in one.body
+    assert not Page(one.body).find("div", **{"data-refresh": "5"})  # a finished crawl stays put
+    live = await _page(api, f"/crawls/{running}")
+    assert live.find("div", **{"data-refresh": "5"})  # the script reloads a running crawl's page
+    assert (await api.get("/crawls/424242")).status == 404
+    paged = await _page(api, "/crawls?limit=1")
+    (older,) = [a["href"] for a in paged.find("a", rel="next")]
+    assert str(older).startswith("/crawls?limit=1&cursor=")
+    assert [a["href"] for a in (await _page(api, str(older))).find("a") if a.get("href") == f"/crawls/{done}"]
+
+
+async def test_the_jobs_page_lists_the_jobs(api: ApiClient) -> None:  # noqa: F811
+    page = await _page(api, "/jobs")
+    reply = await api.get("/v1/jobs")
+    assert reply.status == 200
+    rows = len(page.find("tr")) - 1 if page.find("tr") else 0
+    assert rows == len(reply.body["items"])
+    assert (await api.get("/jobs?status=bogus")).status == 400

@@ -33,6 +33,7 @@ from registry.api.replies import json_response
 from registry.api.sessions import read_session
 from registry.catalog import crawls
 from registry.catalog.models import Crawl
+from registry.catalog.readpath import ReadSession
 from registry.catalog.types import utcnow
 from registry.responses import Crawl as CrawlBody
 from registry.responses import CrawlPage, WebhookIgnored
@@ -130,18 +131,23 @@ async def _mark_failed(request: web.Request, crawl_id: int, reason: str) -> None
 @routes.get("/v1/crawls", name="list_crawls")
 async def list_crawls(request: web.Request) -> web.Response:
     args = parse_query(request, crawl_list_params(request.app[SETTINGS_KEY].api.max_limit))
-    limit: int = args["limit"]
-    query = select(Crawl).order_by(Crawl.id.desc()).limit(limit + 1)
-    if args["status"] is not None:
-        query = query.where(Crawl.status == args["status"])
-    if args["cursor"] is not None:
-        query = query.where(Crawl.id < decode_id_cursor(args["cursor"]))
     async with read_session(request) as session:
-        rows = list((await session.scalars(query)).all())
+        page = await crawls_page(session, status=args["status"], limit=args["limit"], cursor=args["cursor"])
+    return page_response(request, page)
+
+
+async def crawls_page(session: ReadSession, *, status: str | None, limit: int, cursor: str | None) -> CrawlPage:
+    """A page of crawls, newest first, after `cursor`; the web catalog's crawls page shows the same."""
+    query = select(Crawl).order_by(Crawl.id.desc()).limit(limit + 1)
+    if status is not None:
+        query = query.where(Crawl.status == status)
+    if cursor is not None:
+        query = query.where(Crawl.id < decode_id_cursor(cursor))
+    rows = list((await session.scalars(query)).all())
     more = len(rows) > limit
     rows = rows[:limit]
     next_cursor = encode_id_cursor(rows[-1].id) if more else None
-    return page_response(request, CrawlPage(items=[CrawlBody.from_row(r) for r in rows], next=next_cursor, limit=limit))
+    return CrawlPage(items=[CrawlBody.from_row(r) for r in rows], next=next_cursor, limit=limit)
 
 
 @routes.post("/v1/crawls/{id}/cancel", name="cancel_crawl")

@@ -20,3 +20,9 @@ document.addEventListener("DOMContentLoaded", () => {
     code.after(" ", button);
   }
 });
+
+// A running crawl's page reloads itself while the crawl runs.
+document.addEventListener("DOMContentLoaded", () => {
+  const live = document.querySelector("[data-refresh]");
+  if (live) setTimeout(() => location.reload(), 1000 * Number(live.dataset.refresh));
+});

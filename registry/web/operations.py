@@ -1,0 +1,56 @@
+"""The operations pages, read-only: crawls (a running one refreshes itself when scripts run)
+and jobs, from the reads and models of the API's /v1/crawls and /v1/jobs."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from aiohttp import web
+
+from registry.api.errors import NotFound
+from registry.api.keys import JOBS_KEY, SETTINGS_KEY
+from registry.api.params import parse_query, path_int
+from registry.api.routes.crawls import crawls_page
+from registry.api.routes.jobs import jobs_page
+from registry.api.sessions import read_session
+from registry.catalog.models import Crawl
+from registry.responses import Crawl as CrawlBody
+from registry.responses.params import crawl_list_params, job_list_params
+from registry.web.render import render
+
+routes = web.RouteTableDef()
+
+
+def _next_url(path: str, request: web.Request, cursor: str | None) -> str | None:
+    kept = {k: v for k, v in request.query.items() if k != "cursor"}
+    return f"{path}?{urlencode({**kept, 'cursor': cursor})}" if cursor else None
+
+
+@routes.get("/crawls", name="web_crawls")
+async def crawls(request: web.Request) -> web.Response:
+    args = parse_query(request, crawl_list_params(request.app[SETTINGS_KEY].api.max_limit))
+    async with read_session(request) as session:
+        page = await crawls_page(session, status=args["status"], limit=args["limit"], cursor=args["cursor"])
+    return render(request, "crawls.html", title="Crawls", page=page, next_url=_next_url("/crawls", request, page.next),
+                  json_url="/v1/crawls" + ("?" + request.query_string if request.query_string else ""))  # fmt: skip
+
+
+@routes.get("/crawls/{id}", name="web_crawl")
+async def crawl(request: web.Request) -> web.Response:
+    parse_query(request, ())
+    crawl_id = path_int(request, "id")
+    async with read_session(request) as session:
+        row = await session.get(Crawl, crawl_id)
+    if row is None:
+        raise NotFound(f"no crawl with id {crawl_id}", details={"crawl_id": crawl_id})
+    body = CrawlBody.from_row(row)
+    return render(request, "crawl.html", title=f"Crawl {crawl_id}", c=body, json_url=body.url,
+                  running=body.status == "running")  # fmt: skip
+
+
+@routes.get("/jobs", name="web_jobs")
+async def jobs(request: web.Request) -> web.Response:
+    args = parse_query(request, job_list_params(request.app[SETTINGS_KEY].api.max_limit))
+    page = await jobs_page(request.app[JOBS_KEY], status=args["status"], limit=args["limit"], cursor=args["cursor"])
+    return render(request, "jobs.html", title="Jobs", page=page, next_url=_next_url("/jobs", request, page.next),
+                  json_url="/v1/jobs" + ("?" + request.query_string if request.query_string else ""))  # fmt: skip
