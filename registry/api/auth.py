@@ -27,6 +27,8 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz"})
 WEBHOOK_PATH = "/v1/hooks/hub"  # authenticated by its route, with the hub's X-Webhook-Secret
 _HEX = frozenset("0123456789abcdef")
+# The cookie the web catalog keeps a signed-in visitor's token in (registry.web.session).
+WEB_TOKEN_COOKIE = "registry_token"
 
 
 def hash_token(token: str) -> str:
@@ -91,11 +93,16 @@ class TokenAuth:
         if request.path in PUBLIC_PATHS or request.path == WEBHOOK_PATH:
             return
         write = request.method not in SAFE_METHODS
+        web_page = (request.match_info.route.name or "").startswith("web_")
+        if web_page and write:
+            return  # the web catalog's forms check the signed-in cookie and their CSRF token
         if not write and not self.private_reads:
             return
         if write and not self.writes_enabled:
             raise Forbidden("writes are disabled: the server has no API tokens configured (api.tokens)")
         token = _bearer(request)
+        if token is None and web_page:
+            token = request.cookies.get(WEB_TOKEN_COOKIE)
         if token is None:
             raise Unauthorized()
         if not self.is_valid(token):

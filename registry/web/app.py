@@ -8,7 +8,7 @@ from pathlib import Path
 from aiohttp import web
 
 from registry.api.errors import ApiError
-from registry.web import operations, pages, tree
+from registry.web import actions, operations, pages, tree
 from registry.web.render import RENDERER_KEY, Renderer, render
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -49,5 +49,6 @@ def mount(app: web.Application) -> None:
     app.router.add_routes(pages.routes)
     app.router.add_routes(tree.routes)
     app.router.add_routes(operations.routes)
+    app.router.add_routes(actions.routes)
     app.router.add_static("/static", STATIC, name="web_static", append_version=True)
     app.on_response_prepare.append(_security_headers)

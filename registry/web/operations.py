@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from registry.api.errors import NotFound
-from registry.api.keys import JOBS_KEY, SETTINGS_KEY
+from registry.api.keys import JOBS_KEY, LAUNCHER_KEY, SETTINGS_KEY
 from registry.api.params import parse_query, path_int
 from registry.api.routes.crawls import crawls_page
 from registry.api.routes.jobs import jobs_page
@@ -31,7 +31,10 @@ async def crawls(request: web.Request) -> web.Response:
     args = parse_query(request, crawl_list_params(request.app[SETTINGS_KEY].api.max_limit))
     async with read_session(request) as session:
         page = await crawls_page(session, status=args["status"], limit=args["limit"], cursor=args["cursor"])
+    launcher = request.app.get(LAUNCHER_KEY)
+    sources = sorted(launcher.sources()) if launcher is not None else []
     return render(request, "crawls.html", title="Crawls", page=page, next_url=_next_url("/crawls", request, page.next),
+                  sources=sources,
                   json_url="/v1/crawls" + ("?" + request.query_string if request.query_string else ""))  # fmt: skip
 
 

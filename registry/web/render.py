@@ -9,6 +9,7 @@ import jinja2
 from aiohttp import web
 
 from registry.web import format as fmt
+from registry.web.session import page_context
 
 TEMPLATES = "templates"
 
@@ -33,6 +34,7 @@ class Renderer:
             self.css = str(request.app.router["web_static"].url_for(filename="web.css"))
             self.js = str(request.app.router["web_static"].url_for(filename="web.js"))
         context["css"], context["js"] = self.css, self.js
+        context.update(page_context(request))
         html = self.env.get_template(name).render(**context)
         return web.Response(text=html, status=status, content_type="text/html", charset="utf-8")
 

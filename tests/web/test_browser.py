@@ -234,6 +234,7 @@ async def walk(visit: Visit, base: str, repo: str | None = None) -> None:
     await goto(visit, base, f"/compare?ids={','.join(sorted(set(ids))[:2])}", "compare")
     await follow(visit, base, r"^/crawls$", "crawls")  # the operations pages, from the site's header
     await follow(visit, base, r"^/jobs$", "jobs")
+    await follow(visit, base, r"^/signin$", "signin")
 
 
 @pytest.mark.parametrize("js", [True, False], ids=["js", "nojs"])

@@ -52,7 +52,7 @@ class WebhookUnauthorized(ApiError):
     code = "unauthorized"
 
 
-def _launcher(request: web.Request) -> CrawlLauncher:
+def crawl_launcher(request: web.Request) -> CrawlLauncher:
     return required(request, LAUNCHER_KEY, "crawls cannot be started: this server runs without a crawl worker",
                     "crawler")  # fmt: skip
 
@@ -60,7 +60,7 @@ def _launcher(request: web.Request) -> CrawlLauncher:
 @routes.post("/v1/crawls", name="start_crawl")
 async def start_crawl(request: web.Request) -> web.Response:
     parse_query(request, ())
-    launcher = _launcher(request)
+    launcher = crawl_launcher(request)
     spec = crawl_spec(await read_json_object(request), launcher.sources())
     return await _launch(request, launcher, spec, spec.to_parameters())
 
@@ -85,7 +85,7 @@ async def hub_webhook(request: web.Request) -> web.Response:
         metrics.webhooks.inc("ignored")
         return json_response(WebhookIgnored(ignored=event.ignored, event=WebhookEvent(action=event.action,
                                                                                       scope=event.scope)))
-    launcher = _launcher(request)
+    launcher = crawl_launcher(request)
     if HUB_SOURCE not in launcher.sources():
         raise ServiceUnavailable(
             "crawls of the hub cannot be started: this server's crawl worker has no hub source",
@@ -102,6 +102,15 @@ async def _launch(
     request: web.Request, launcher: CrawlLauncher, spec: CrawlSpec, parameters: dict[str, Any]
 ) -> web.Response:
     """Record the crawl's row and hand it to the launcher: 202 with the row, or 503."""
+    body = await launch_crawl(request, launcher, spec, parameters)
+    return json_response(body, status=202, headers={"Location": body.url})
+
+
+async def launch_crawl(
+    request: web.Request, launcher: CrawlLauncher, spec: CrawlSpec, parameters: dict[str, Any]
+) -> CrawlBody:
+    """Record the crawl's row and hand it to the launcher (the API's route and the web
+    catalog's form both start crawls here); ServiceUnavailable when it is not taken."""
     async with request.app[SESSIONMAKER_KEY].begin() as session:
         row = Crawl(kind=launcher.kind_of(spec.source), status="running", parameters=parameters)
         session.add(row)
@@ -115,8 +124,7 @@ async def _launch(
             "the crawl worker did not accept the crawl", details={"component": "crawler", "crawl_id": row.id}
         ) from None
     request.app[METRICS_KEY].crawls_started.inc(row.kind)
-    body = CrawlBody.from_row(row)
-    return json_response(body, status=202, headers={"Location": body.url})
+    return CrawlBody.from_row(row)
 
 
 async def _mark_failed(request: web.Request, crawl_id: int, reason: str) -> None:

@@ -33,8 +33,15 @@ def _verifier(request: web.Request) -> Verifier:
 @routes.post("/v1/verifications", name="start_verification")
 async def start_verification(request: web.Request) -> web.Response:
     parse_query(request, ())
+    _verifier(request)
+    body = await queue_verification(request, verification_artifact_id(await read_json_object(request)))
+    return json_response(body, status=202, headers={"Location": body.url})
+
+
+async def queue_verification(request: web.Request, artifact_id: int) -> VerificationBody:
+    """Queue a verification of the artifact (the API's route and the web catalog's form):
+    NotFound for an unknown artifact, ServiceUnavailable when no worker records it."""
     verifier = _verifier(request)
-    artifact_id = verification_artifact_id(await read_json_object(request))
     async with request.app[SESSIONMAKER_KEY]() as session:
         exists = await session.scalar(select(Artifact.id).where(Artifact.id == artifact_id))
     if exists is None:
@@ -47,8 +54,7 @@ async def start_verification(request: web.Request) -> web.Response:
             "the verification worker did not record the verification",
             details={"component": "verifier", "verification_id": verification_id},
         )
-    body = VerificationBody.from_row(row)
-    return json_response(body, status=202, headers={"Location": body.url})
+    return VerificationBody.from_row(row)
 
 
 @routes.get("/v1/verifications/{id}", name="get_verification")
