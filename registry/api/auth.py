@@ -29,6 +29,8 @@ WEBHOOK_PATH = "/v1/hooks/hub"  # authenticated by its route, with the hub's X-W
 _HEX = frozenset("0123456789abcdef")
 # The cookie the web catalog keeps a signed-in visitor's token in (registry.web.session).
 WEB_TOKEN_COOKIE = "registry_token"
+# Web routes open even with private reads: where one signs in, and the stylesheet and script.
+WEB_OPEN_ROUTES = frozenset({"web_signin", "web_static"})
 
 
 def hash_token(token: str) -> str:
@@ -93,8 +95,9 @@ class TokenAuth:
         if request.path in PUBLIC_PATHS or request.path == WEBHOOK_PATH:
             return
         write = request.method not in SAFE_METHODS
-        web_page = (request.match_info.route.name or "").startswith("web_")
-        if web_page and write:
+        route = request.match_info.route.name or ""
+        web_page = route.startswith("web_")
+        if web_page and (write or route in WEB_OPEN_ROUTES):
             return  # the web catalog's forms check the signed-in cookie and their CSRF token
         if not write and not self.private_reads:
             return

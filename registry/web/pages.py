@@ -72,7 +72,8 @@ async def artifact(request: web.Request) -> web.Response:
     if found is None:
         raise NotFound(f"no artifact with id {artifact_id}", details={"artifact_id": artifact_id})
     return render(request, "artifact.html", title=f"{found.repo}/{found.path}", a=found, repo_href=repo_href,
-                  mix=svg.quant_mix(found.quant_mix), json_url=f"/v1/artifacts/{artifact_id}")  # fmt: skip
+                  mix=svg.quant_mix(found.quant_mix), context=request.query.get("context", ""),
+                  json_url=f"/v1/artifacts/{artifact_id}" + ("?" + request.query_string if request.query_string else ""))  # fmt: skip
 
 
 @routes.get("/compare", name="web_compare")

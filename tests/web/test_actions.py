@@ -12,7 +12,16 @@ from sqlalchemy import select
 
 from registry.api.launchers import RecordingLauncher
 from registry.catalog.models import Crawl, Verification
-from tests.api.conftest import WRITE_TOKEN, ApiClient, MakeApi, RowVerifier, catalog, insert, make_api  # noqa: F401
+from tests.api.conftest import (  # noqa: F401
+    WRITE_TOKEN,
+    ApiClient,
+    MakeApi,
+    RowVerifier,
+    catalog,
+    insert,
+    make_api,
+    settings_with,
+)
 from tests.web.conftest import db, db_url, postgresql_url, sqlite_url, temp_databases  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("catalog")
@@ -80,3 +89,13 @@ async def test_a_verification_starts_from_the_artifact_page(make_api: MakeApi, d
         (row,) = (await session.scalars(select(Verification))).all()
     assert row.artifact_id == 1 and row.status == "queued"
     assert (await _post(api, "/artifacts/424242/verify", {"csrf": csrf}))[0] == 404
+
+
+async def test_private_reads_take_the_signed_in_cookie(make_api: MakeApi) -> None:  # noqa: F811
+    api = await make_api(settings=settings_with(private_reads=True))
+    async with api.client.get("/") as resp:
+        assert resp.status == 401
+    assert (await api.get("/signin")).status == 200
+    await _signed_in(api)
+    assert (await api.get("/")).status == 200
+    assert (await api.get("/v1/artifacts")).status == 401  # the API itself still wants its bearer token

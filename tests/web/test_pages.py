@@ -145,3 +145,14 @@ async def test_the_jobs_page_lists_the_jobs(api: ApiClient) -> None:  # noqa: F8
     rows = len(page.find("tr")) - 1 if page.find("tr") else 0
     assert rows == len(reply.body["items"])
     assert (await api.get("/jobs?status=bogus")).status == 400
+
+
+async def test_the_artifact_page_sizes_memory_at_the_context_asked(api: ApiClient) -> None:  # noqa: F811
+    reply = await api.get("/v1/artifacts/1?context=2048")
+    assert reply.status == 200
+    memory = reply.body["memory"]
+    page = await _page(api, "/artifacts/1?context=2048")
+    assert page.find("input", id="context", name="context", value="2048")
+    html = (await api.get("/artifacts/1?context=2048")).body
+    assert f"at {memory['tokens']} tokens" in html
+    assert (await api.get("/artifacts/1?context=lots")).status == 400
