@@ -21,3 +21,8 @@ def count(n: int | None) -> str:
         if n >= limit:
             return f"{n / limit:.1f}{suffix}"
     return str(n)
+
+
+def tokens(n: int) -> str:
+    """A context as runners spell it: 4K, 32K, 128K; other counts as they are."""
+    return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else f"{n:,}"

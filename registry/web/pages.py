@@ -13,7 +13,9 @@ from registry.api.keys import SETTINGS_KEY
 from registry.api.params import parse_query, path_int
 from registry.api.routes.repos import repo_id_from_path
 from registry.api.sessions import read_session
+from registry.catalog.search.memory import MEMORY_CONTEXT, memory_at
 from registry.responses.params import DEFAULT_SORT, DETAIL_PARAMS, FILTER_PARAMS, SORT_KEYS, search_params
+from registry.responses.repos import ArtifactInRepo
 from registry.responses.vocab import FACETS
 from registry.web import svg
 from registry.web.render import render
@@ -26,6 +28,9 @@ FACET_VALUES_SHOWN = 8
 # The search page's own controls (sort, "runs in N at T tokens"); every other parameter of a
 # shared URL rides along in the controls' form as a hidden field.
 CONTROLS = ("q", "sort", "max_memory", "memory_context", "cursor")
+# A repo's quant table sizes each file at these contexts, and at one the visitor picks.
+QUANT_TABLE_CONTEXTS = (4096, 32768)
+QUANT_TABLE_PARAMS = tuple(p for p in FILTER_PARAMS if p.name in ("max_memory", "memory_context"))
 
 
 @routes.get("/", name="web_search")
@@ -50,7 +55,7 @@ async def search(request: web.Request) -> web.Response:
 
 @routes.get("/repos/{org}/{name}", name="web_repo")
 async def repo(request: web.Request) -> web.Response:
-    parse_query(request, ())
+    args = parse_query(request, QUANT_TABLE_PARAMS)
     repo_id = repo_id_from_path(request)
     async with read_session(request) as session:
         row = await reads.get_repo(session, repo_id)
@@ -58,7 +63,10 @@ async def repo(request: web.Request) -> web.Response:
             raise NotFound(f"no repo {repo_id} in the catalog", details={"repo": repo_id})
         detail = await api_pages.repo_page(session, row, endpoint=request.app[SETTINGS_KEY].hub.endpoint)
     return render(request, "repo.html", title=detail.repo.repo_id, detail=detail, repo_href=repo_href, tree_href=tree_href,
-                  run_commands=run_commands,
+                  run_commands=run_commands, contexts=_contexts(args["memory_context"]), max_memory=args["max_memory"],
+                  fit_context=args["memory_context"] or MEMORY_CONTEXT,
+                  memory=quant_table_memory, context_value=request.query.get("memory_context", ""),
+                  max_memory_value=request.query.get("max_memory", ""),
                   tree_url=tree_href(detail.repo.repo_id), json_url=detail.repo.url)  # fmt: skip
 
 
@@ -108,3 +116,16 @@ def run_commands(repo_id: str, source: str, path: str, file_type: str | None) ->
         commands[:0] = [("llama.cpp", f"llama-server -hf {repo_id}:{file_type}"),
                         ("Ollama", f"ollama run hf.co/{repo_id}:{file_type}")]  # fmt: skip
     return commands
+
+
+def _contexts(picked: int | None) -> tuple[int, ...]:
+    return QUANT_TABLE_CONTEXTS + ((picked,) if picked and picked not in QUANT_TABLE_CONTEXTS else ())
+
+
+def quant_table_memory(a: ArtifactInRepo, context: int) -> dict[str, int] | None:
+    """What a file of the quant table needs at `context` tokens, as the search sizes it."""
+    kv = a.facts.kv_cache if a.facts is not None else None
+    if kv is None or a.file_size is None or a.facts is None:
+        return None
+    return memory_at(a.file_size, a.facts.context_length, kv.bytes_per_token, kv.swa_bytes_per_token,
+                     kv.sliding_window, context)  # fmt: skip

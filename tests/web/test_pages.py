@@ -4,11 +4,13 @@ repo's files carry the commands that run them. Parsed HTML, not strings."""
 
 from __future__ import annotations
 
+import re
 from html.parser import HTMLParser
 from typing import Any
 
 import pytest
 
+from registry.web.format import size
 from tests.api.conftest import ApiClient, api, catalog, insert, make_api  # noqa: F401
 from tests.catalog.factories import artifact, make_snapshot
 from tests.web.conftest import db, db_url, postgresql_url, sqlite_url, temp_databases  # noqa: F401
@@ -156,3 +158,15 @@ async def test_the_artifact_page_sizes_memory_at_the_context_asked(api: ApiClien
     html = (await api.get("/artifacts/1?context=2048")).body
     assert f"at {memory['tokens']} tokens" in html
     assert (await api.get("/artifacts/1?context=lots")).status == 400
+
+
+async def test_the_quant_table_sizes_each_file_as_the_search_does(api: ApiClient) -> None:  # noqa: F811
+    (hit,) = (await api.get("/v1/artifacts?limit=1&memory_context=32K&with_projector=0")).body["items"]
+    assert hit["memory"] is not None
+    html = (await api.get(f"/repos/{hit['repo']}?memory_context=65536&max_memory=1TiB")).body
+    assert Page(html).find("input", id="memory_context", value="65536")
+    assert {">Memory at 4K<", ">Memory at 32K<", ">Memory at 64K<", ">Fits 1.0 TiB at 64K<"} <= set(
+        re.findall(r">[^<]+<", html)
+    )
+    assert f">{size(hit['memory']['bytes'])}" in html  # its file at 32K, as the search sized it
+    assert (await api.get(f"/repos/{hit['repo']}?max_memory=lots")).status == 400
