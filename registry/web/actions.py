@@ -95,5 +95,5 @@ async def start_crawl(request: web.Request) -> web.Response:
 async def verify(request: web.Request) -> web.Response:
     await _signed_form(request)
     artifact_id = path_int(request, "id")
-    await queue_verification(request, artifact_id)
-    raise web.HTTPSeeOther(f"/artifacts/{artifact_id}")
+    queued = await queue_verification(request, artifact_id)
+    raise web.HTTPSeeOther(f"/verifications/{queued.id}")

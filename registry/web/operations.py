@@ -1,5 +1,6 @@
-"""The operations pages, read-only: crawls (a running one refreshes itself when scripts run)
-and jobs, from the reads and models of the API's /v1/crawls and /v1/jobs."""
+"""The operations pages, read-only: crawls (a running one refreshes itself when scripts run),
+jobs and verifications, from the reads and models of the API's /v1/crawls, /v1/jobs and
+/v1/verifications."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from registry.api.params import parse_query, path_int
 from registry.api.routes.crawls import crawls_page
 from registry.api.routes.jobs import jobs_page
 from registry.api.sessions import read_session
-from registry.catalog.models import Crawl
+from registry.catalog.models import Crawl, Verification
 from registry.responses import Crawl as CrawlBody
+from registry.responses import Verification as VerificationBody
 from registry.responses.params import crawl_list_params, job_list_params
 from registry.web.render import render
 
@@ -57,3 +59,16 @@ async def jobs(request: web.Request) -> web.Response:
     page = await jobs_page(request.app[JOBS_KEY], status=args["status"], limit=args["limit"], cursor=args["cursor"])
     return render(request, "jobs.html", title="Jobs", page=page, next_url=_next_url("/jobs", request, page.next),
                   json_url="/v1/jobs" + ("?" + request.query_string if request.query_string else ""))  # fmt: skip
+
+
+@routes.get("/verifications/{id}", name="web_verification")
+async def verification(request: web.Request) -> web.Response:
+    parse_query(request, ())
+    verification_id = path_int(request, "id")
+    async with read_session(request) as session:
+        row = await session.get(Verification, verification_id)
+    if row is None:
+        raise NotFound(f"no verification with id {verification_id}", details={"verification_id": verification_id})
+    body = VerificationBody.from_row(row)
+    return render(request, "verification.html", title=f"Verification {verification_id}", v=body,
+                  json_url=body.url, running=body.status in ("queued", "running"))  # fmt: skip

@@ -84,10 +84,18 @@ async def test_a_verification_starts_from_the_artifact_page(make_api: MakeApi, d
     page = await api.get("/artifacts/1")
     assert "Verify this file" in page.body
     status, location, _ = await _post(api, "/artifacts/1/verify", {"csrf": csrf})
-    assert status == 303 and location == "/artifacts/1"
     async with db.sessions() as session:
         (row,) = (await session.scalars(select(Verification))).all()
+    assert status == 303 and location == f"/verifications/{row.id}"
     assert row.artifact_id == 1 and row.status == "queued"
+    async with db.sessions() as session, session.begin():
+        stored = await session.get(Verification, row.id)
+        assert stored is not None
+        stored.generated = "<script>alert(1)</script>"
+    shown = await api.get(location)
+    assert shown.status == 200 and "queued" in shown.body and 'href="/artifacts/1"' in shown.body
+    assert "<script>alert(1)" not in shown.body and "&lt;script&gt;alert(1)" in shown.body
+    assert (await api.get("/verifications/424242")).status == 404
     assert (await _post(api, "/artifacts/424242/verify", {"csrf": csrf}))[0] == 404
 
 
