@@ -96,6 +96,7 @@ async def test_a_verification_starts_from_the_artifact_page(make_api: MakeApi, d
     assert shown.status == 200 and "queued" in shown.body and 'href="/artifacts/1"' in shown.body
     assert "<script>alert(1)" not in shown.body and "&lt;script&gt;alert(1)" in shown.body
     assert (await api.get("/verifications/424242")).status == 404
+    assert f'href="/verifications/{row.id}"' in (await api.get("/artifacts/1")).body
     assert (await _post(api, "/artifacts/424242/verify", {"csrf": csrf}))[0] == 404
 
 
