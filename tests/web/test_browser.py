@@ -28,6 +28,7 @@ from aiohttp import web
 from registry.api.app import create_app
 from registry.catalog import migrate
 from registry.catalog.db import Database
+from registry.catalog.models import Verification
 from registry.catalog.services import upsert_repo_snapshot
 from registry.catalog.snapshot import LineageRecord
 from registry.config import load_settings
@@ -288,3 +289,13 @@ async def test_lineage_and_hostile_metadata(browser: Browser, serve: Any, tmp_pa
     else:
         pytest.fail("the hostile file's name is on none of the artifact pages")
     assert await page.locator("a[href^='javascript:']").count() == 0
+
+    # A finished verification's page, its generated text a payload.
+    async with site.db.sessions() as session, session.begin():
+        row = Verification(artifact_id=int(path.rsplit("/", 1)[1]), status="passed", generated=PAYLOAD,
+                           tensors_checked=3, nonfinite_values=0, perplexity=12.5, timings={"download": 0.5})
+        session.add(row)
+        await session.flush()
+        verification_id = row.id
+    await goto(visit, site.base, f"/verifications/{verification_id}", "verification")
+    assert PAYLOAD_TEXT in await page.inner_text("main")
