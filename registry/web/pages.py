@@ -16,7 +16,7 @@ from registry.api.sessions import read_session
 from registry.catalog.search.memory import MEMORY_CONTEXT, memory_at
 from registry.responses.params import DEFAULT_SORT, DETAIL_PARAMS, FILTER_PARAMS, SORT_KEYS, search_params
 from registry.responses.repos import ArtifactInRepo
-from registry.responses.vocab import FACETS
+from registry.responses.vocab import FACETS, RUNTIMES
 from registry.web import svg
 from registry.web.render import render
 from registry.web.treeview import repo_href, tree_href
@@ -42,9 +42,11 @@ async def search(request: web.Request) -> web.Response:
     kept = {k: v for k, v in request.query.items() if k != "cursor"}
     next_url = "/?" + urlencode({**kept, "cursor": page.next}) if page.next else None
     active = [(k, v, "/?" + urlencode({n: w for n, w in kept.items() if n != k})) for k, v in kept.items()]
-    links = [(facet, [(value, n, "/?" + urlencode({**kept, facet: value}) if facet in FILTER_NAMES else None)
+    links: list[tuple[str, list[tuple[str, int | None, str | None]]]] = [(facet, [(value, n, "/?" + urlencode({**kept, facet: value}) if facet in FILTER_NAMES else None)
                       for value, n in list(counts.items())[:FACET_VALUES_SHOWN]])
              for facet, counts in facets.facets.items()]  # fmt: skip
+    # The runtimes a file loads in have no counts among the facets; each is still a filter link.
+    links.append(("runs_in", [(r, None, "/?" + urlencode({**kept, "runs_in": r})) for r in RUNTIMES]))
     hidden = [(k, v) for k, v in request.query.items() if k not in CONTROLS]
     return render(request, "search.html", title="Search", page=page, facets=links, active=active,
                   next_url=next_url, q=request.query.get("q", ""), repo_href=repo_href, hidden=hidden,

@@ -71,6 +71,15 @@ async def test_runs_in_filters_as_the_api_does(api: ApiClient) -> None:  # noqa:
         assert listed == [str(hit["id"]) for hit in reply.body["items"]], query
 
 
+async def test_the_runs_in_filter_is_a_link_listing_what_the_api_lists(api: ApiClient) -> None:  # noqa: F811
+    home = await api.get("/?architecture=llama")
+    assert 'href="/?architecture=llama&amp;runs_in=llama.cpp"' in home.body
+    page = await _page(api, "/?architecture=llama&runs_in=llama.cpp")
+    listed = [a["value"] for a in page.find("input", type="checkbox", name="ids")]
+    reply = await api.get("/v1/artifacts?architecture=llama&runs_in=llama.cpp&limit=20")
+    assert listed == [str(hit["id"]) for hit in reply.body["items"]]
+
+
 async def test_a_bad_control_value_is_refused_naming_it(api: ApiClient) -> None:  # noqa: F811
     reply = await api.get("/?max_memory=lots")
     assert reply.status == 400
