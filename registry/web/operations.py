@@ -8,17 +8,14 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
-from registry.api.errors import NotFound
 from registry.api.keys import JOBS_KEY, LAUNCHER_KEY, SETTINGS_KEY
 from registry.api.params import parse_query, path_int
-from registry.api.routes.crawls import crawls_page
+from registry.api.routes.crawls import crawls_page, read_crawl
 from registry.api.routes.jobs import jobs_page
+from registry.api.routes.verifications import read_verification
 from registry.api.sessions import read_session
-from registry.catalog.models import Crawl, Verification
-from registry.responses import Crawl as CrawlBody
-from registry.responses import Verification as VerificationBody
 from registry.responses.params import crawl_list_params, job_list_params
-from registry.web.render import render
+from registry.web.render import render, twin
 
 routes = web.RouteTableDef()
 
@@ -37,18 +34,14 @@ async def crawls(request: web.Request) -> web.Response:
     sources = sorted(launcher.sources()) if launcher is not None else []
     return render(request, "crawls.html", title="Crawls", page=page, next_url=_next_url("/crawls", request, page.next),
                   sources=sources,
-                  json_url="/v1/crawls" + ("?" + request.query_string if request.query_string else ""))  # fmt: skip
+                  json_url=twin("/v1/crawls", request))  # fmt: skip
 
 
 @routes.get("/crawls/{id}", name="web_crawl")
 async def crawl(request: web.Request) -> web.Response:
     parse_query(request, ())
     crawl_id = path_int(request, "id")
-    async with read_session(request) as session:
-        row = await session.get(Crawl, crawl_id)
-    if row is None:
-        raise NotFound(f"no crawl with id {crawl_id}", details={"crawl_id": crawl_id})
-    body = CrawlBody.from_row(row)
+    body = await read_crawl(request, crawl_id)
     return render(request, "crawl.html", title=f"Crawl {crawl_id}", c=body, json_url=body.url,
                   running=body.status == "running")  # fmt: skip
 
@@ -58,17 +51,13 @@ async def jobs(request: web.Request) -> web.Response:
     args = parse_query(request, job_list_params(request.app[SETTINGS_KEY].api.max_limit))
     page = await jobs_page(request.app[JOBS_KEY], status=args["status"], limit=args["limit"], cursor=args["cursor"])
     return render(request, "jobs.html", title="Jobs", page=page, next_url=_next_url("/jobs", request, page.next),
-                  json_url="/v1/jobs" + ("?" + request.query_string if request.query_string else ""))  # fmt: skip
+                  json_url=twin("/v1/jobs", request))  # fmt: skip
 
 
 @routes.get("/verifications/{id}", name="web_verification")
 async def verification(request: web.Request) -> web.Response:
     parse_query(request, ())
     verification_id = path_int(request, "id")
-    async with read_session(request) as session:
-        row = await session.get(Verification, verification_id)
-    if row is None:
-        raise NotFound(f"no verification with id {verification_id}", details={"verification_id": verification_id})
-    body = VerificationBody.from_row(row)
+    body = await read_verification(request, verification_id)
     return render(request, "verification.html", title=f"Verification {verification_id}", v=body,
                   json_url=body.url, running=body.status in ("queued", "running"))  # fmt: skip

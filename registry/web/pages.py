@@ -18,7 +18,7 @@ from registry.responses.params import DEFAULT_SORT, DETAIL_PARAMS, FILTER_PARAMS
 from registry.responses.repos import ArtifactInRepo
 from registry.responses.vocab import FACETS, RUNTIMES
 from registry.web import svg
-from registry.web.render import render
+from registry.web.render import render, twin
 from registry.web.treeview import repo_href, tree_href
 
 routes = web.RouteTableDef()
@@ -52,7 +52,7 @@ async def search(request: web.Request) -> web.Response:
                   next_url=next_url, q=request.query.get("q", ""), repo_href=repo_href, hidden=hidden,
                   sorts=SORT_KEYS, sort=request.query.get("sort", DEFAULT_SORT),
                   max_memory=request.query.get("max_memory", ""), memory_context=request.query.get("memory_context", ""),
-                  json_url="/v1/artifacts" + ("?" + request.query_string if request.query_string else ""))  # fmt: skip
+                  json_url=twin("/v1/artifacts", request))  # fmt: skip
 
 
 @routes.get("/repos/{org}/{name}", name="web_repo")
@@ -83,7 +83,7 @@ async def artifact(request: web.Request) -> web.Response:
         raise NotFound(f"no artifact with id {artifact_id}", details={"artifact_id": artifact_id})
     return render(request, "artifact.html", title=f"{found.repo}/{found.path}", a=found, repo_href=repo_href,
                   mix=svg.quant_mix(found.quant_mix), context=request.query.get("context", ""),
-                  json_url=f"/v1/artifacts/{artifact_id}" + ("?" + request.query_string if request.query_string else ""))  # fmt: skip
+                  json_url=twin(f"/v1/artifacts/{artifact_id}", request))  # fmt: skip
 
 
 @routes.get("/compare", name="web_compare")

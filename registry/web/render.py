@@ -44,3 +44,8 @@ RENDERER_KEY = web.AppKey("web_renderer", Renderer)
 
 def render(request: web.Request, name: str, **context: Any) -> web.Response:
     return request.app[RENDERER_KEY].page(request, name, **context)
+
+
+def twin(path: str, request: web.Request) -> str:
+    """A page's JSON twin under /v1: the route at `path` with the page's own query string."""
+    return f"{path}?{request.query_string}" if request.query_string else path

@@ -178,9 +178,13 @@ async def cancel_crawl(request: web.Request) -> web.Response:
 @routes.get("/v1/crawls/{id}", name="get_crawl")
 async def get_crawl(request: web.Request) -> web.Response:
     parse_query(request, ())
-    crawl_id = path_int(request, "id")
+    return json_response(await read_crawl(request, path_int(request, "id")))
+
+
+async def read_crawl(request: web.Request, crawl_id: int) -> CrawlBody:
+    """One crawl (this route and the web catalog's crawl page); NotFound when there is none."""
     async with read_session(request) as session:
         row = await session.get(Crawl, crawl_id)
     if row is None:
         raise NotFound(f"no crawl with id {crawl_id}", details={"crawl_id": crawl_id})
-    return json_response(CrawlBody.from_row(row))
+    return CrawlBody.from_row(row)

@@ -61,9 +61,13 @@ async def queue_verification(request: web.Request, artifact_id: int) -> Verifica
 async def get_verification(request: web.Request) -> web.Response:
     parse_query(request, ())
     _verifier(request)
-    verification_id = path_int(request, "id")
+    return json_response(await read_verification(request, path_int(request, "id")))
+
+
+async def read_verification(request: web.Request, verification_id: int) -> VerificationBody:
+    """One verification (this route and the web catalog's page); NotFound when there is none."""
     async with read_session(request) as session:
         row = await session.get(Verification, verification_id)
     if row is None:
         raise NotFound(f"no verification with id {verification_id}", details={"verification_id": verification_id})
-    return json_response(VerificationBody.from_row(row))
+    return VerificationBody.from_row(row)
