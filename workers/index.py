@@ -48,6 +48,7 @@ from registry.gguf.errors import GGUFError
 from registry.gguf.facts import derive_facts
 from registry.gguf.filename import ShardGroup, group_shards, parse_shard
 from registry.gguf.limits import Limits
+from registry.gguf.tensor_index import tensor_index
 from registry.hub.local import DEFAULT_FIRST_WINDOW, LocalHeader, read_header
 from workers.cache import sha256_file
 from workers.crawl import CancelWatch
@@ -306,7 +307,8 @@ def _read_group(
     # Templates live in the first shard's metadata, like every other key.
     scan = scanner.scan_sync(headers[0].header) if scanner is not None else None
     compat = compat_columns([h.header for h in headers], facts.kind, scanner)
-    return ArtifactRecord(shards[0].path, tuple(shards), facts=facts, **template_columns(scan), **compat)
+    return ArtifactRecord(shards[0].path, tuple(shards), facts=facts, **template_columns(scan), **compat,
+                          tensor_index=tensor_index([h.header for h in headers]))  # fmt: skip
 
 
 async def _unique_pseudo_id(db: Database, repo: LocalRepo) -> str:

@@ -5,7 +5,7 @@ number of ranges it sampled; a verification sets `header_confirmed`. Rows indexe
 this revision keep NULL in all four.
 
 Revision ID: 0004_header_reads
-Revises: 0001_baseline
+Revises: 0002_artifact_findings
 Create Date: 2026-12-04
 """
 

@@ -28,6 +28,7 @@ from registry.responses import (
     Repo,
     RepoDetail,
 )
+from registry.responses.artifacts import Tensor, TensorPage
 from registry.responses.params import FILTER_PARAMS
 
 
@@ -62,12 +63,14 @@ async def facets_page(session: CatalogSession, values: Mapping[str, Any]) -> Fac
 
 
 async def artifact_page(
-    session: CatalogSession, artifact_id: int, *, endpoint: str, context: int | None = None
+    session: CatalogSession, artifact_id: int, *, endpoint: str, context: int | None = None,
+    memory_options: Mapping[str, Any] | None = None,
 ) -> Artifact | None:
     """The single-artifact page (None: no such id): facts, quant mix, shards with their
     download URLs from `endpoint`, metadata, chat templates, latest verification and the
     projectors beside it. With `context`, `memory` and `facts.kv_cache.at_context` are
-    sized for that many tokens (the model's own context_length when that is shorter)."""
+    sized for that many tokens (the model's own context_length when that is shorter), and
+    `memory_estimate` with `memory_options` (`params.memory_options`)."""
     found = await reads.get_artifact(session, artifact_id)
     if found is None:
         return None
@@ -75,7 +78,25 @@ async def artifact_page(
     projectors = await reads.projectors_beside(session, found.row)
     # L022 is info, the least severe: appended, the worst-first order holds.
     findings = [*await reads.findings_of(session, artifact_id), *await compat.base_model_findings(session, found.row)]
-    return present.artifact(found, latest, projectors, findings, endpoint=endpoint, context=context)
+    return present.artifact(found, latest, projectors, findings, endpoint=endpoint, context=context,
+                            memory_options=memory_options)  # fmt: skip
+
+
+async def tensor_page(session: CatalogSession, artifact_id: int, args: Mapping[str, Any]) -> TensorPage | None:
+    """A page of the artifact's tensor table (`params.TENSOR_PARAMS`); None without one."""
+    index = await reads.tensor_index(session, artifact_id)
+    if index is None:
+        return None
+    needle = (args.get("name") or "").lower()
+    rows = [r for r in index.rows if needle in r.name.lower()] if needle else index.rows
+    start, limit = args["offset"], args["limit"]
+    shown = rows[start : start + limit]
+    return TensorPage(
+        items=[Tensor(name=r.name, type=r.type, shape=list(r.shape), bytes=r.bytes, shard=r.shard, offset=r.offset)
+               for r in shown],
+        total=index.total, stored=len(index.rows), matched=len(rows), offset=start, limit=limit,
+        next_offset=start + limit if start + limit < len(rows) else None,
+    )  # fmt: skip
 
 
 async def repo_page(session: CatalogSession, repo: Row[Any], *, endpoint: str) -> RepoDetail:
@@ -85,12 +106,14 @@ async def repo_page(session: CatalogSession, repo: Row[Any], *, endpoint: str) -
     repo_id = repo.repo_id  # the catalog's spelling, whatever case found it
     artifacts, artifact_count = await reads.repo_artifacts(session, repo.id)
     latest = await reads.latest_verifications(session, artifacts)
+    counts = await reads.finding_counts(session, artifacts)
     parents, children = await lineage.neighbours(session, repo_id)
     moved_from = await lineage.moved_from(session, repo.id) if repo.has_moves else []
     return RepoDetail(
         repo=Repo.from_row(repo),
         artifacts=[
-            present.artifact_in_repo(a, repo_id, latest.get(a.row.id), endpoint=endpoint, source=repo.source)
+            present.artifact_in_repo(a, repo_id, latest.get(a.row.id), counts.get(a.row.id, {}), endpoint=endpoint,
+                                     source=repo.source)
             for a in artifacts
         ],
         artifact_count=artifact_count,

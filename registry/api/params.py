@@ -16,8 +16,10 @@ from registry.responses.params import BadValue, Param, integer
 from registry.responses.vocab import BIGINT_MAX
 
 
-def parse_query(request: web.Request, params: Sequence[Param]) -> dict[str, Any]:
-    """Validated values by parameter name; absent parameters get their default."""
+def parse_query(request: web.Request, params: Sequence[Param], *, blank_is_absent: bool = False) -> dict[str, Any]:
+    """Validated values by parameter name; absent parameters get their default. With
+    `blank_is_absent` (the web catalog's forms, which send every field, filled or not), an
+    empty value counts as absent."""
     by_name = {p.name: p for p in params}
     query = request.query
     for name in query:
@@ -26,6 +28,8 @@ def parse_query(request: web.Request, params: Sequence[Param]) -> dict[str, Any]
     out: dict[str, Any] = {}
     for param in params:
         raws = query.getall(param.name, [])
+        if blank_is_absent:
+            raws = [raw for raw in raws if raw.strip()]
         if not raws:
             out[param.name] = param.default
             continue

@@ -1,5 +1,5 @@
 """Catalog rows to the response models (`registry.responses`), with what the rows do not
-hold: memory sized at a context (`catalog.search.memory_at`) and download URLs on the hub
+hold: memory sized at a context (`catalog.search.memory.hit_memory`) and download URLs on the hub
 the catalog crawls.
 
 Rows are read by column name: search rows (`SearchPage.rows`), artifact rows and their
@@ -8,12 +8,14 @@ details (`reads`), ORM objects alike.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 from registry.api.reads import ArtifactDetail, QuantMixRow, ShardRow
-from registry.catalog.search import MEMORY_CONTEXT, SearchPage, memory_at
+from registry.catalog.search import MEMORY_CONTEXT, SearchPage
+from registry.catalog.search.memory import hit_memory
 from registry.responses import (
     Artifact,
     ArtifactInRepo,
@@ -28,16 +30,16 @@ from registry.responses import (
     TemplateFinding,
     Verification,
 )
-from registry.responses.artifacts import CompatFinding, FileArtifact, HeaderRead
+from registry.responses.artifacts import CompatFinding, FileArtifact, FindingCounts, HeaderRead
 from registry.responses.base import summarised
+from registry.responses.memory import memory_estimates, stored_profile
 
 
 def memory(row: Any, tokens: int) -> Memory | None:
     """What an artifact row needs to run at `tokens` tokens, or at its own context_length
-    when that is shorter (`memory_at`); None without a KV cache estimate."""
-    found = memory_at(row.file_size, row.context_length, row.kv_bytes_per_token, row.kv_swa_bytes_per_token,
-                      row.kv_sliding_window, tokens)  # fmt: skip
-    return None if found is None else Memory(tokens=found["tokens"], bytes=found["bytes"])
+    when that is shorter (`hit_memory`); None without an estimate."""
+    found = hit_memory(row, tokens)
+    return None if found is None else Memory(**found)
 
 
 def search_hits(page: SearchPage) -> list[ArtifactSummary]:
@@ -105,25 +107,36 @@ def _parts(
         "shards": [shard(s, files) for s in detail.shards],
         "latest_verification": Verification.from_row(latest) if latest is not None else None,
         "header_read": HeaderRead.from_row(row),
+        "runs_in_llama_cpp": row.runs_in_llama_cpp,
         # A column of the artifact row, so the repo page gets it at no extra query.
         "chat_template_findings": TemplateFinding.list_from(row.chat_template_findings),
     }
 
 
-def artifact_in_repo(detail: ArtifactDetail, repo_id: str, latest: Any, *, endpoint: str, source: str) -> ArtifactInRepo:
+def artifact_in_repo(
+    detail: ArtifactDetail, repo_id: str, latest: Any, finding_counts: Mapping[str, int], *, endpoint: str,
+    source: str,
+) -> ArtifactInRepo:  # fmt: skip
     """An artifact as its repo's page lists it: facts, quant mix, shards (with their download
-    URLs from `endpoint` for a hub repo: `source`) and latest verification."""
-    return ArtifactInRepo(**_parts(detail, repo_id, latest, endpoint=endpoint, source=source, tokens=MEMORY_CONTEXT))
+    URLs from `endpoint` for a hub repo: `source`), latest verification and its llama.cpp
+    findings counted by severity (`reads.finding_counts`)."""
+    parts = _parts(detail, repo_id, latest, endpoint=endpoint, source=source, tokens=MEMORY_CONTEXT)
+    return ArtifactInRepo(**parts, llama_cpp_finding_counts=_counts(finding_counts))
+
+
+def _counts(by_severity: Mapping[str, int]) -> FindingCounts:
+    return FindingCounts(**{s: int(by_severity.get(s, 0)) for s in FindingCounts.__struct_fields__})
 
 
 def artifact(
     detail: ArtifactDetail, latest: Any, projectors: Sequence[Any], findings: Sequence[Any], *, endpoint: str,
-    context: int | None,
+    context: int | None, memory_options: Mapping[str, Any] | None = None,
 ) -> Artifact:  # fmt: skip
     """One artifact in full (a `reads.get_artifact` detail): with its metadata, chat templates
-    and the projectors beside it. `memory` and `facts.kv_cache.at_context` are sized at one
-    number of tokens: `context` (default MEMORY_CONTEXT), or the model's own context_length
-    when that is shorter; `at_context` only when a context is asked for."""
+    and the projectors beside it. `memory`, `memory_estimate` and `facts.kv_cache.at_context`
+    are sized at one number of tokens: `context` (default MEMORY_CONTEXT), or the model's own
+    context_length when that is shorter; `at_context` only when a context is asked for.
+    `memory_options`: the estimate's `batch`, `cache_type` and `flash_attention`."""
     row = detail.row
     parts = _parts(detail, row.repo_name, latest, endpoint=endpoint, source=row.repo_source,
                    tokens=MEMORY_CONTEXT if context is None else context)  # fmt: skip
@@ -133,6 +146,10 @@ def artifact(
         kv = facts.kv_cache
         kv.at_context = KVCacheAt(tokens=sized.tokens, bytes=kv.bytes_at(sized.tokens))
     extra = (detail.facts["extra"] or {}) if detail.facts is not None else {}
+    profile = stored_profile(extra)
+    estimates = None
+    if profile is not None and sized is not None:
+        estimates = memory_estimates(profile, sized.tokens, **(memory_options or {}))
     templates = extra.get("chat_templates")
     return Artifact(
         **parts,
@@ -142,5 +159,6 @@ def artifact(
         projectors=[Projector.from_row(p) for p in projectors],
         llama_cpp_findings=[CompatFinding(code=f.code, severity=f.severity, field=f.field, message=f.message)
                             for f in findings],
-        runs_in_llama_cpp=row.runs_in_llama_cpp,
+        llama_cpp_finding_counts=_counts(Counter(f.severity for f in findings)),
+        memory_estimate=estimates,
     )  # fmt: skip

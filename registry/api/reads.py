@@ -23,6 +23,7 @@ from registry.catalog.amounts import LARGEST
 from registry.catalog.models import (
     Artifact,
     ArtifactFinding,
+    ArtifactTensors,
     Facts,
     LineageEdge,
     QuantMix,
@@ -33,6 +34,7 @@ from registry.catalog.models import (
     repo_key,
 )
 from registry.catalog.readpath import CatalogSession
+from registry.gguf.tensor_index import TensorIndex
 
 _ARTIFACTS = Artifact.__table__
 _REPOS = Repo.__table__
@@ -223,6 +225,40 @@ async def findings_of(session: CatalogSession, artifact_id: int) -> list[Row[Any
     """The artifact's llama.cpp compatibility findings, worst first."""
     conn = await session.connection()
     return list(await conn.execute(_FINDINGS_OF, {"artifact_id": artifact_id}))
+
+
+_FINDING_COUNTS = (
+    select(_FINDINGS.c.artifact_id, _FINDINGS.c.severity, func.count().label("n"))
+    .where(_FINDINGS.c.artifact_id.in_(bindparam("ids", expanding=True)))
+    .group_by(_FINDINGS.c.artifact_id, _FINDINGS.c.severity)
+)
+
+
+async def finding_counts(session: CatalogSession, details: Sequence[ArtifactDetail]) -> dict[int, dict[str, int]]:
+    """Each artifact's llama.cpp compatibility findings counted by severity (absent: none)."""
+    ids = [d.row.id for d in details]
+    if not ids:
+        return {}
+    conn = await session.connection()
+    counts: dict[int, dict[str, int]] = {}
+    for row in await conn.execute(_FINDING_COUNTS, {"ids": ids}):
+        counts.setdefault(row.artifact_id, {})[row.severity] = row.n
+    return counts
+
+
+async def tensor_index(session: CatalogSession, artifact_id: int) -> TensorIndex | None:
+    """The artifact's stored tensor table; None when it has none (error rows, rows written
+    before it was kept) or it cannot be read back."""
+    if not 0 < artifact_id <= LARGEST:
+        return None
+    conn = await session.connection()
+    data = (await conn.execute(_TENSORS_OF, {"artifact_id": artifact_id})).scalar_one_or_none()
+    return None if data is None else TensorIndex.decode(data)
+
+
+_TENSORS_OF = select(ArtifactTensors.__table__.c.data).where(
+    ArtifactTensors.__table__.c.artifact_id == bindparam("artifact_id")
+)
 
 
 async def get_artifact(session: CatalogSession, artifact_id: int) -> ArtifactDetail | None:

@@ -25,6 +25,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     SmallInteger,
     String,
     Text,
@@ -37,6 +38,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import JSON
 
 from registry.catalog.folding import ascii_lower
+from registry.catalog.memory_sql import memory_at_sql
 from registry.catalog.types import EPOCH, BigId, Json, UTCDateTime, metadata, utcnow
 
 REPO_SOURCES = ("hub", "local")
@@ -86,22 +88,6 @@ def _key_of(column: str) -> Any:
 # The context a search sizes the KV cache for when it names none (search.MEMORY_CONTEXT):
 # what local runners commonly start with.
 DEFAULT_MEMORY_CONTEXT = 4096
-
-
-def memory_at_sql(context: int) -> str:
-    """SQL for the bytes an artifact needs at `context` tokens: its file size plus its KV
-    cache there, or at its own context_length when that is shorter (sliding-window layers
-    keeping at most their window); NULL without an estimate. In double precision and added
-    up in this order, as `search.memory_needed` does for any context: the same value."""
-    used = f"CASE WHEN context_length > 0 AND context_length < {context} THEN context_length ELSE {context} END"
-    window = (
-        f"CASE WHEN kv_sliding_window IS NOT NULL AND kv_sliding_window < ({used})"
-        f" THEN kv_sliding_window ELSE ({used}) END"
-    )
-    return (
-        f"CAST(file_size AS FLOAT) + CAST(kv_bytes_per_token AS FLOAT) * CAST({used} AS FLOAT)"
-        f" + CAST(COALESCE(kv_swa_bytes_per_token, 0) AS FLOAT) * CAST({window} AS FLOAT)"
-    )
 
 
 def _one_of(column: str, values: tuple[str, ...], name: str) -> CheckConstraint:
@@ -181,7 +167,21 @@ class Artifact(Base):
     kv_bytes_per_token: Mapped[int | None] = mapped_column(BigInteger)
     kv_swa_bytes_per_token: Mapped[int | None] = mapped_column(BigInteger)
     kv_sliding_window: Mapped[int | None] = mapped_column(BigInteger)
-    # What the artifact needs at DEFAULT_MEMORY_CONTEXT tokens (`memory_at_sql`), computed by
+    # The memory estimate (`registry.gguf.memory.MemoryLine`: llama.cpp on a CPU, f16 KV
+    # cache, micro-batch 512), bytes as a function of the context, for the memory filter and
+    # sort (`memory_sql`). NULL: rows an older release wrote, which fall back to the file plus
+    # the KV cache above, and artifacts without an estimate.
+    memory_fixed: Mapped[int | None] = mapped_column(BigInteger)
+    memory_kv: Mapped[int | None] = mapped_column(BigInteger)
+    memory_swa_kv: Mapped[int | None] = mapped_column(BigInteger)
+    memory_swa_cells: Mapped[int | None] = mapped_column(BigInteger)
+    memory_logits: Mapped[int | None] = mapped_column(BigInteger)
+    memory_mask: Mapped[int | None] = mapped_column(BigInteger)
+    memory_swa_mask: Mapped[int | None] = mapped_column(BigInteger)
+    memory_blocks: Mapped[int | None] = mapped_column(BigInteger)
+    memory_attention: Mapped[int | None] = mapped_column(BigInteger)
+    memory_kq: Mapped[int | None] = mapped_column(BigInteger)
+    # What the artifact needs at DEFAULT_MEMORY_CONTEXT tokens (`memory_sql.memory_at_sql`), computed by
     # the database from the columns above (SQLite: a virtual column, only its index stores it;
     # PostgreSQL: stored), so that the sort by memory and the memory filter at the default
     # context walk an index instead of computing it for every match. NULL without an estimate.
@@ -367,6 +367,18 @@ class Facts(Base):
         Index(None, "chat_template_sha256"),
         Index(None, "kind"),
     )
+
+
+class ArtifactTensors(Base):
+    """An artifact's tensor table (registry.gguf.tensor_index), compressed: the artifact page
+    pages through it. Absent for error rows and rows written before it was kept."""
+
+    __tablename__ = "artifact_tensors"
+
+    artifact_id: Mapped[int] = mapped_column(ForeignKey("artifacts.id", ondelete="CASCADE"), primary_key=True)
+    tensor_count: Mapped[int] = mapped_column(Integer)  # tensors the artifact declares
+    stored: Mapped[int] = mapped_column(Integer)  # of those, the first kept (MAX_TENSORS)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class QuantMix(Base):

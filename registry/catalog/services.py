@@ -37,9 +37,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry.catalog.folding import fold, folded
 from registry.catalog.lineage import derive_edges
+from registry.catalog.memory_sql import LINE_COLUMNS
 from registry.catalog.models import (
     Artifact,
     ArtifactFinding,
+    ArtifactTensors,
     Facts,
     LineageEdge,
     QuantMix,
@@ -54,6 +56,8 @@ from registry.gguf.compat import runs_in_llama_cpp
 from registry.gguf.facts_model import Facts as FactsData
 from registry.gguf.facts_model import modality_mask
 from registry.gguf.kvcache import KVCache
+from registry.gguf.memory import memory_line
+from registry.gguf.memory_profile import MemoryProfile
 from registry.safety.capabilities import mask as capability_mask
 from registry.safety.findings import findings_to_json, max_severity_rank
 
@@ -253,6 +257,7 @@ def _artifact_values(
         "context_length": f.context_length if f else None,
         "expert_count": f.expert_count if f else None,
         **_kv_columns(f.kv_cache if f else None),
+        **_memory_columns(f.memory_profile if f else None),
         "vocab_sha256": f.vocab_sha256 if f else None,
         "vocab_size": f.vocab_size if f and f.vocab_sha256 else None,
         "kind": f.kind if f else None,
@@ -286,6 +291,15 @@ def _kv_columns(kv: KVCache | None) -> dict[str, int | None]:
     }
 
 
+def _memory_columns(profile: MemoryProfile | None) -> dict[str, int | None]:
+    """The memory estimate as the memory filter and sort read it (`memory_sql`): the
+    coefficients of its line at the catalog's settings; all NULL without one."""
+    if profile is None:
+        return dict.fromkeys(LINE_COLUMNS)
+    line = memory_line(profile)
+    return {name: getattr(line, name.removeprefix("memory_")) for name in LINE_COLUMNS}
+
+
 def _template_safety(record: ArtifactRecord) -> dict[str, Any]:
     """The findings column and its worst-severity rank, both NULL when not scanned; and the
     capabilities' bit mask, NULL when not probed."""
@@ -305,7 +319,8 @@ def facts_row(artifact_id: int, facts: FactsData) -> dict[str, Any]:
 def _facts_row(artifact_id: int, facts: FactsData) -> dict[str, Any]:
     data = {f.name: getattr(facts, f.name) for f in fields(facts)}
     typed = {k: v for k, v in data.items() if k in _TYPED}
-    extra = {k: (asdict(v) if k in ("split", "kv_cache") and v is not None else v) for k, v in data.items()
+    extra = {k: (asdict(v) if k in ("split", "kv_cache", "memory_profile") and v is not None else v)
+             for k, v in data.items()
              if k not in _TYPED and k != "quant_mix"}  # fmt: skip
     extra["base_models"] = [asdict(b) for b in facts.base_models]
     return _fit(Facts.__table__, {"artifact_id": artifact_id, **typed, "extra": storable(extra)})
@@ -337,7 +352,7 @@ async def _write_artifacts(
     ids = [artifact.id if artifact is not None else next(new_ids) for _, artifact in todo]
     rewritten = [current.id for _, current in todo if current is not None]
     if rewritten:
-        for model in (Facts, QuantMix, Shard, ArtifactFinding):
+        for model in (Facts, QuantMix, Shard, ArtifactFinding, ArtifactTensors):
             await session.execute(delete(model).where(model.artifact_id.in_(rewritten)))
     # A revision that moved a shard between artifacts must not trip the (repo, revision, path) key.
     paths = [_path_key(s.path) for record, _ in todo for s in record.shards]
@@ -358,6 +373,13 @@ async def _write_artifacts(
     ]
     if findings:
         await session.execute(insert(ArtifactFinding), findings)
+    tensors = [
+        {"artifact_id": artifact_id, "tensor_count": record.tensor_index.total,
+         "stored": len(record.tensor_index.rows), "data": record.tensor_index.encode()}
+        for (record, _), artifact_id in zip(todo, ids, strict=True) if record.tensor_index is not None
+    ]  # fmt: skip
+    if tensors:
+        await session.execute(insert(ArtifactTensors), tensors)
     facts = [(artifact_id, record.facts) for (record, _), artifact_id in zip(todo, ids, strict=True) if record.facts]
     if facts:
         await session.execute(insert(Facts), [_facts_row(artifact_id, f) for artifact_id, f in facts])

@@ -11,6 +11,7 @@ from datetime import datetime
 
 from registry.gguf.compat import CompatFinding
 from registry.gguf.facts_model import Facts
+from registry.gguf.tensor_index import TensorIndex
 from registry.safety.findings import Finding
 
 # What this release derives from headers, as a number: raise it when a release derives
@@ -21,7 +22,7 @@ from registry.safety.findings import Finding
 # and release, where `crawl --full` re-reads everything every time. Raising it is all a
 # release does to have what it derives reach old rows; no migration is needed for that.
 # CHANGELOG.md says what each number added.
-DERIVATION = 4
+DERIVATION = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,8 @@ class ArtifactRecord:
     header_read: str | None = None  # "full" | "sibling"
     header_leader: str | None = None  # the leader's path, for "sibling"
     header_samples: int | None = None  # ranges sampled, for "sibling"
+    # The tensor table (registry.gguf.tensor_index); None: not read (error rows).
+    tensor_index: TensorIndex | None = None
 
     def __post_init__(self) -> None:
         if (self.facts is None) == (self.error is None):

@@ -22,7 +22,7 @@ from registry.cli.common import (
 )
 from registry.config import Settings
 from registry.gguf.compat.codes import compat_lines
-from registry.responses.params import DETAIL_PARAMS
+from registry.responses.params import DETAIL_PARAMS, MEMORY_OPTION_PARAMS, memory_options
 
 if TYPE_CHECKING:
     from registry.responses import Artifact
@@ -43,6 +43,8 @@ def add_show(sub: Subcommands) -> tuple[str, Handler]:
                    "(any shard) or org/name:Q4_K_M")  # fmt: skip
     context = next(param for param in DETAIL_PARAMS if param.name == "context")
     add_param(p, context, {"context"})
+    for param in MEMORY_OPTION_PARAMS:
+        add_param(p, param, {param.name})
     p.add_argument("--json", action="store_true", help="print the page as the API answers it")
     return "show", _cmd_show
 
@@ -97,7 +99,8 @@ def _cmd_show(args: argparse.Namespace, settings: Settings) -> int:
                         print(encode_text(body) if args.json else _repo_text(msgspec.to_builtins(body)))
                         return EXIT_OK
                     artifact_id = await _artifact_named(session, repo, name)
-                page = await pages.artifact_page(session, artifact_id, endpoint=endpoint, context=args.context)
+                page = await pages.artifact_page(session, artifact_id, endpoint=endpoint, context=args.context,
+                                                 memory_options=memory_options(vars(args)))  # fmt: skip
                 named = None if page is None or args.json else await _tag_naming(session, page, repo)
         if page is None:
             raise _NotInCatalog(f"no artifact with id {artifact_id}")
@@ -160,8 +163,7 @@ def _artifact_text(page: dict[str, Any], context: int | None, named: str | None 
     if named is not None:
         catalog.append(("pick with", f"{named} (registry download; llama.cpp -hf)"))
     if (memory := page["memory"]) is not None:
-        catalog.append(("memory", f"{file_size(memory['bytes'])} at {memory['tokens']:,} tokens (the file and its "
-                        "f16 KV cache)"))  # fmt: skip
+        catalog += _memory_lines(memory, page.get("memory_estimate"))
     when = f"; modified {page['last_modified'][:10]}" if page["last_modified"] else ""
     catalog.append(("popularity", f"{page['downloads']:,} downloads, {page['likes']:,} likes{when}"))
     v = page["latest_verification"]
@@ -190,6 +192,28 @@ def _artifact_text(page: dict[str, Any], context: int | None, named: str | None 
         out += ["", "files", *table(("path", "bytes", "sha256"), rows, {1})]
         out += [terminal_text(f"  {s['url']}") for s in page["shards"] if s["url"]]
     return "\n".join(out)
+
+
+def _memory_lines(memory: dict[str, Any], estimate: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """What it needs to run: the estimate's parts on a CPU and its split with a GPU, or for a
+    row an older release wrote, the file and its KV cache."""
+    at = f"at {memory['tokens']:,} tokens"
+    if estimate is None:
+        return [("memory", f"{file_size(memory['bytes'])} {at} (the file and its f16 KV cache; the next crawl or "
+                           "index sizes it as llama.cpp does)")]  # fmt: skip
+    cpu, gpu = estimate["cpu"], estimate["gpu"]
+    s = cpu["settings"]
+    how = f"{s['cache_type']} cache, {'flash attention' if s['flash_attention'] else 'no flash attention'}, " \
+          f"batch {s['ubatch']}"  # fmt: skip
+    from registry.responses.memory import PART_LABELS
+
+    parts = ", ".join(f"{PART_LABELS.get(name, name)} {file_size(n)}" for name, n in cpu["parts"].items() if n)
+    return [
+        ("memory", f"{file_size(cpu['total'])} {at} with llama.cpp on a CPU ({how})"),
+        ("", parts),
+        ("", f"every layer on a GPU: {file_size(gpu['device'])} on the device, {file_size(gpu['host'])} in host "
+             "memory"),
+    ]  # fmt: skip
 
 
 def _header_read_line(how: dict[str, Any]) -> str:

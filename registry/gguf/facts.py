@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from registry.gguf.errors import GGUFError, InconsistentShards, TruncatedFile
 from registry.gguf.facts_model import MODALITIES, BaseModel, Facts, QuantMixEntry, SplitInfo
 from registry.gguf.kvcache import kv_cache
+from registry.gguf.memory_profile import memory_profile
 from registry.gguf.model import GGUFHeader, TensorInfo
 from registry.gguf.types import TENSOR_TYPES, ValueType, file_type_label
 from registry.gguf.vocab import vocab_sha256
@@ -532,4 +533,5 @@ def derive_facts(
         shard_count=len(ordered),
         metadata=_metadata(h0),
         kv_cache=kv_cache(h0) if kind == "model" else None,
+        memory_profile=memory_profile(h0, tensors) if kind == "model" else None,
     )

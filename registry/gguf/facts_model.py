@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from registry.gguf.kvcache import KVCache
+from registry.gguf.memory_profile import MemoryProfile
 
 # What a GGUF file is: a model, a multimodal projector (llama.cpp's --mmproj), a LoRA
 # adapter, an importance matrix, or a vocabulary alone (`facts._kind` tells them apart).
@@ -116,6 +117,9 @@ class Facts:
     shard_count: int = 1
     # f16 KV cache per token of context (registry/gguf/kvcache.py); None: not estimated.
     kv_cache: KVCache | None = None
+    # What llama.cpp's memory depends on (registry/gguf/memory_profile.py), for the memory
+    # estimate at any settings; None: not estimated (not a model, encoders, odd headers).
+    memory_profile: MemoryProfile | None = None
     metadata: dict[str, Any] = field(default_factory=dict)  # every scalar key of shard 0
 
     def to_dict(self) -> dict[str, Any]:

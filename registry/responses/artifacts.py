@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from registry.gguf.kvcache import KVCache
+from registry.gguf.memory import memory_line
 from registry.responses.base import (
     ArtifactStatus,
     Capability,
@@ -26,6 +27,7 @@ from registry.responses.base import (
     doc,
     summarised,
 )
+from registry.responses.memory import MemoryEstimates, MemoryLineFacts, stored_profile
 from registry.responses.operations import Verification, finite
 from registry.responses.vocab import (
     CAPABILITIES,
@@ -61,11 +63,17 @@ _FOLDED = "In the spelling search matches and facets count; the artifact's `fact
 
 
 class Memory(Response, kw_only=True):
-    """What an artifact needs to run at a context: the file (all shards) plus its f16 KV cache."""
+    """What an artifact needs to run at a context: the memory llama.cpp allocates on a CPU with an f16 KV cache
+    and a micro-batch of 512 tokens (weights, KV cache, recurrent state, compute and output buffers)."""
 
     tokens: Annotated[int, doc("The context it is sized at: the context asked for, or the model's own "
                                "context_length when that is shorter.")]  # fmt: skip
     bytes: int
+    basis: Annotated[
+        Literal["llama.cpp", "file_and_kv_cache"],
+        doc("`llama.cpp`: llama.cpp's buffers as above. `file_and_kv_cache`: a row an older release wrote, sized "
+            "as it did (the file plus its f16 KV cache) until its next crawl or index."),
+    ]
 
 
 class ArtifactError(Response, kw_only=True):
@@ -125,10 +133,9 @@ class ArtifactSummary(Response, kw_only=True):
     modalities: Modalities
     memory: Annotated[
         Memory | None,
-        doc(f"What it needs to run: the file (all shards) plus its f16 KV cache (`facts.kv_cache`) at `tokens` "
-            f"tokens: a search's `memory_context` (default {MEMORY_CONTEXT}) or an artifact page's `context`, or "
-            "the model's own context_length when that is shorter. Compute buffers are not counted. Null without "
-            "a KV cache estimate."),
+        doc(f"What it needs to run on a CPU as llama.cpp allocates it (`Memory`) at `tokens` tokens: a search's "
+            f"`memory_context` (default {MEMORY_CONTEXT}) or an artifact page's `context`, or the model's own "
+            "context_length when that is shorter. Null without an estimate (encoders, adapters, error rows)."),
     ]
     url: str
 
@@ -326,6 +333,11 @@ class Facts(Response, kw_only=True):
         doc("Null: not estimated (encoders, purely recurrent models, adapters), or indexed before the estimate "
             "existed (`--full` writes it)."),
     ]
+    memory_line: Annotated[
+        MemoryLineFacts | None,
+        doc("Null: not estimated, or written by a release before the llama.cpp estimate (its next crawl or index "
+            "writes it)."),
+    ] = None
 
     @classmethod
     def from_row(cls, values: Mapping[str, Any]) -> Facts:
@@ -355,7 +367,13 @@ class Facts(Response, kw_only=True):
             kv_count=values["kv_count"], header_bytes=values["header_bytes"], file_size=values["file_size"],
             split=_typed(get("split"), SplitInfo | None, None), shard_count=values["shard_count"],
             kv_cache=_typed(get("kv_cache"), KVCacheFacts | None, None),
+            memory_line=_memory_line(extra),
         )  # fmt: skip
+
+
+def _memory_line(extra: Mapping[str, Any]) -> MemoryLineFacts | None:
+    profile = stored_profile(extra)
+    return None if profile is None else MemoryLineFacts.of(memory_line(profile))
 
 
 def _typed(value: Any, kind: Any, empty: Any) -> Any:
@@ -420,6 +438,35 @@ class HeaderRead(Response, kw_only=True):
                    confirmed=row.header_confirmed)  # fmt: skip
 
 
+class Tensor(Response, kw_only=True):
+    name: str
+    type: Annotated[str, doc("ggml type, e.g. Q4_K.")]
+    shape: Annotated[list[int], doc("ggml order: the first dimension varies fastest.")]
+    bytes: int
+    shard: Annotated[int, doc("The split file it is in, from 0.")]
+    offset: Annotated[int, doc("Where its data starts in that file's tensor data section.")]
+
+
+class TensorPage(Response, kw_only=True):
+    """A page of an artifact's tensors, in file order."""
+
+    items: list[Tensor]
+    total: Annotated[int, doc("Tensors the artifact declares.")]
+    stored: Annotated[int, doc("Of those, the first the catalog keeps (all but for hostile headers).")]
+    matched: Annotated[int, doc("Of the stored, those the name filter keeps.")]
+    offset: int
+    limit: int
+    next_offset: Annotated[int | None, doc("`offset` of the next page; null on the last.")]
+
+
+class FindingCounts(Response, kw_only=True):
+    """llama.cpp compatibility findings by severity."""
+
+    error: int
+    warning: int
+    info: int
+
+
 class ArtifactInRepo(ArtifactSummary, kw_only=True):
     """An artifact as its repo's page lists it: the search hit with its facts and files."""
 
@@ -434,6 +481,14 @@ class ArtifactInRepo(ArtifactSummary, kw_only=True):
         doc("Safety findings for the chat templates, worst first. [] when scanned and clean, or when the file "
             "has no chat template (`facts.chat_template_sha256` null); null when not scanned (error rows, "
             "scanner unavailable, indexed before scanning existed)."),
+    ]
+    runs_in_llama_cpp: Annotated[
+        bool | None,
+        doc("llama.cpp loads it: no error-severity finding. null: not checked yet (indexed by an older release, "
+            "or an error row whose error llama.cpp may not share)."),
+    ]
+    llama_cpp_finding_counts: Annotated[
+        FindingCounts, doc("Its llama.cpp compatibility findings counted by severity (all 0 when not checked).")
     ]
 
 
@@ -456,11 +511,11 @@ class Artifact(ArtifactInRepo, kw_only=True):
         doc("llama.cpp compatibility findings from the header and the chat template, worst first; [] when none "
             "or not checked (`runs_in_llama_cpp` null)."),
     ]
-    runs_in_llama_cpp: Annotated[
-        bool | None,
-        doc("llama.cpp loads it: no error-severity finding. null: not checked yet (indexed by an older release, "
-            "or an error row whose error llama.cpp may not share)."),
-    ]
+    memory_estimate: Annotated[
+        MemoryEstimates | None,
+        doc("What llama.cpp allocates, part by part, at the tokens `memory` is sized at and the page's `batch`, "
+            "`cache_type` and `flash_attention`; null where `facts.memory_line` is."),
+    ] = None
 
 
 def facet_values(values: Sequence[str]) -> dict[str, Any]:
@@ -514,7 +569,7 @@ class FileMatches(Response, kw_only=True):
 
 
 __all__ = [
-    "Artifact", "ArtifactError", "ArtifactInRepo", "ArtifactPage", "ArtifactSummary", "BaseModelRef", "Facets", "Facts", "FileArtifact",
-    "FileMatch", "FileMatches", "KVCacheAt", "KVCacheFacts", "Memory", "Projector", "QuantMixEntry", "Shard",
-    "SplitInfo", "TemplateFinding", "mask_names", "severity_name",
+    "Artifact", "ArtifactError", "ArtifactInRepo", "ArtifactPage", "ArtifactSummary", "BaseModelRef", "Facets", "Facts",
+    "FileArtifact", "FileMatch", "FileMatches", "FindingCounts", "KVCacheAt", "KVCacheFacts", "Memory", "Projector", "QuantMixEntry", "Shard",
+    "SplitInfo", "TemplateFinding", "Tensor", "TensorPage", "mask_names", "severity_name",
 ]  # fmt: skip

@@ -55,6 +55,12 @@ class Verification(Response, kw_only=True):
         )  # fmt: skip
 
 
+class VerificationPage(Response, kw_only=True):
+    items: list[Verification]
+    next: Annotated[str | None, doc("Cursor of the next page; null on the last page.")]
+    limit: int
+
+
 class Crawl(Response, kw_only=True):
     """One crawl run of a source: what it was asked, what it counted, what went wrong."""
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from registry.catalog import amounts
+from registry.gguf.memory import CACHE_TYPES
 from registry.responses.vocab import (
     BIGINT_MAX,
     CAPABILITIES,
@@ -368,11 +369,35 @@ FACETS_PARAM = names_param(
 
 # -- one artifact, a repo's tree, the lists of crawls and jobs ------------------------------
 
+# How `memory_estimate` runs the model, as llama.cpp's options of those names do.
+MEMORY_OPTION_PARAMS: tuple[Param, ...] = (
+    int_param("batch", "Tokens llama.cpp takes in one pass (n_batch and n_ubatch) for `memory_estimate`.",
+              minimum=1, maximum=1 << 16, default=512),
+    choice_param("cache_type", "The KV cache's type for `memory_estimate` (q8_0 and q4_0 turn flash attention on).",
+                 tuple(CACHE_TYPES), default="f16"),
+    bool_param("flash_attention", "Size `memory_estimate` with flash attention.", default=False),
+)  # fmt: skip
+
+
+def memory_options(args: Mapping[str, Any]) -> dict[str, Any]:
+    """The estimate's options among parsed query arguments (`MEMORY_OPTION_PARAMS`)."""
+    return {p.name: args[p.name] for p in MEMORY_OPTION_PARAMS if args.get(p.name) is not None}
+
+
 DETAIL_PARAMS: tuple[Param, ...] = (
-    bool_param("tensors", "Include the tensor table (not stored by the catalog yet: answers 501)."),
-    tokens_param("context", "Size `memory` and the KV cache (`facts.kv_cache.at_context`) for this context "
-                 f"instead of {MEMORY_CONTEXT}, or the model's own context_length when that is shorter; both "
-                 "say the tokens they are sized at."),
+    tokens_param("context", "Size `memory`, `memory_estimate` and the KV cache (`facts.kv_cache.at_context`) for "
+                 f"this context instead of {MEMORY_CONTEXT}, or the model's own context_length when that is "
+                 "shorter; each says the tokens it is sized at."),
+    *MEMORY_OPTION_PARAMS,
+)  # fmt: skip
+
+# A page of an artifact's tensor table (`/v1/artifacts/{id}/tensors`, the artifact page).
+TENSOR_PAGE_SIZE, MAX_TENSOR_PAGE = 100, 1000
+TENSOR_PARAMS: tuple[Param, ...] = (
+    int_param("offset", "Tensors to skip (of those the name filter keeps), in file order.", default=0),
+    int_param("limit", f"Tensors on the page, 1 to {MAX_TENSOR_PAGE}.", minimum=1, maximum=MAX_TENSOR_PAGE,
+              default=TENSOR_PAGE_SIZE),
+    text_param("name", "Only tensors whose name holds this text, in any ASCII case (e.g. blk.0., attn_q)."),
 )  # fmt: skip
 
 LINEAGE_PARAMS: tuple[Param, ...] = (
@@ -395,6 +420,15 @@ def crawl_list_params(max_limit: int) -> tuple[Param, ...]:
 
 
 @functools.cache
+def verification_list_params(max_limit: int) -> tuple[Param, ...]:
+    return (
+        choice_param("status", "Only verifications in this status.", VERIFICATION_STATUSES),
+        int_param("artifact", "Only the verifications of this artifact id.", minimum=1),
+        *paging_params(max_limit),
+    )
+
+
+@functools.cache
 def job_list_params(max_limit: int) -> tuple[Param, ...]:
     return (choice_param("status", "Only jobs in this state.", JOB_STATES), *paging_params(max_limit))
 
@@ -405,8 +439,10 @@ __all__ = [
     "FACETS_PARAM",
     "FILTER_PARAMS",
     "LINEAGE_PARAMS",
+    "MEMORY_OPTION_PARAMS",
     "NOT_BLANK",
     "SORT_PARAM",
+    "TENSOR_PARAMS",
     "TREE_MORE_PARAMS",
     "BadValue",
     "Param",
@@ -415,8 +451,10 @@ __all__ = [
     "filter_param",
     "integer",
     "job_list_params",
+    "memory_options",
     "paging_params",
     "search_params",
     "text",
     "tokens",
+    "verification_list_params",
 ]  # fmt: skip

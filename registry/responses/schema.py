@@ -18,8 +18,8 @@ REF_TEMPLATE = "#/components/schemas/{name}"
 # Every model a route answers with or reads, by the name the document gives it.
 MODELS: tuple[type[msgspec.Struct], ...] = (
     operations.Error, artifacts.ArtifactSummary, artifacts.ArtifactPage, artifacts.Artifact,
-    artifacts.ArtifactInRepo, artifacts.Facets, artifacts.FileMatches, repos.RepoDetail, repos.Lineage,
-    operations.Verification, operations.Crawl, operations.CrawlPage, operations.Job, operations.JobPage,
+    artifacts.ArtifactInRepo, artifacts.TensorPage, artifacts.Facets, artifacts.FileMatches, repos.RepoDetail, repos.Lineage,
+    operations.Verification, operations.VerificationPage, operations.Crawl, operations.CrawlPage, operations.Job, operations.JobPage,
     operations.Health, operations.Ready, operations.WebhookIgnored, requests.CrawlRequest,
     requests.LocalCrawlRequest, requests.VerificationRequest, requests.HubWebhook,
 )  # fmt: skip

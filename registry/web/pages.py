@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlencode
 
 from aiohttp import web
+from markupsafe import Markup
 
 from registry.api import pages as api_pages
 from registry.api import reads
@@ -14,7 +16,18 @@ from registry.api.params import parse_query, path_int
 from registry.api.routes.repos import repo_id_from_path
 from registry.api.sessions import read_session
 from registry.catalog.search.memory import MEMORY_CONTEXT, memory_at
-from registry.responses.params import DEFAULT_SORT, DETAIL_PARAMS, FILTER_PARAMS, SORT_KEYS, search_params
+from registry.gguf.kvcache import KVCache
+from registry.gguf.memory import CACHE_TYPES
+from registry.responses.memory import PART_LABELS, MemoryEstimates
+from registry.responses.params import (
+    DEFAULT_SORT,
+    DETAIL_PARAMS,
+    FILTER_PARAMS,
+    SORT_KEYS,
+    TENSOR_PARAMS,
+    memory_options,
+    search_params,
+)
 from registry.responses.repos import ArtifactInRepo
 from registry.responses.vocab import FACETS, RUNTIMES
 from registry.web import svg
@@ -35,7 +48,7 @@ QUANT_TABLE_PARAMS = tuple(p for p in FILTER_PARAMS if p.name in ("max_memory", 
 
 @routes.get("/", name="web_search")
 async def search(request: web.Request) -> web.Response:
-    args = parse_query(request, search_params(request.app[SETTINGS_KEY].api.max_limit))
+    args = parse_query(request, search_params(request.app[SETTINGS_KEY].api.max_limit), blank_is_absent=True)
     async with read_session(request) as session:
         page = await api_pages.search_page(session, args)
         facets = await api_pages.facets_page(session, {**args, "facets": FACETS})
@@ -57,7 +70,7 @@ async def search(request: web.Request) -> web.Response:
 
 @routes.get("/repos/{org}/{name}", name="web_repo")
 async def repo(request: web.Request) -> web.Response:
-    args = parse_query(request, QUANT_TABLE_PARAMS)
+    args = parse_query(request, QUANT_TABLE_PARAMS, blank_is_absent=True)
     repo_id = repo_id_from_path(request)
     async with read_session(request) as session:
         row = await reads.get_repo(session, repo_id)
@@ -74,16 +87,29 @@ async def repo(request: web.Request) -> web.Response:
 
 @routes.get("/artifacts/{id}", name="web_artifact")
 async def artifact(request: web.Request) -> web.Response:
-    args = parse_query(request, DETAIL_PARAMS)
+    args = parse_query(request, (*DETAIL_PARAMS, *TENSOR_PARAMS), blank_is_absent=True)
     artifact_id = path_int(request, "id")
     async with read_session(request) as session:
         found = await api_pages.artifact_page(session, artifact_id, endpoint=request.app[SETTINGS_KEY].hub.endpoint,
-                                              context=args["context"])  # fmt: skip
+                                              context=args["context"], memory_options=memory_options(args))  # fmt: skip
+        tensors = await api_pages.tensor_page(session, artifact_id, args) if found is not None else None
     if found is None:
         raise NotFound(f"no artifact with id {artifact_id}", details={"artifact_id": artifact_id})
+    tensor_names = {p.name for p in TENSOR_PARAMS}
+    kept = {k: v for k, v in request.query.items() if k not in tensor_names and v.strip()}
     return render(request, "artifact.html", title=f"{found.repo}/{found.path}", a=found, repo_href=repo_href,
                   mix=svg.quant_mix(found.quant_mix), context=request.query.get("context", ""),
-                  json_url=twin(f"/v1/artifacts/{artifact_id}", request))  # fmt: skip
+                  memory_chart=memory_chart(found.memory_estimate), part_labels=PART_LABELS,
+                  options=memory_options(args), cache_types=CACHE_TYPES, tensors=tensors, tensor_name=args["name"] or "", kept=kept,
+                  tensor_url=lambda offset: _with(request, offset=offset),
+                  tensors_json=twin(f"/v1/artifacts/{artifact_id}/tensors", request, tensor_names),
+                  json_url=twin(f"/v1/artifacts/{artifact_id}", request, {p.name for p in DETAIL_PARAMS}))  # fmt: skip
+
+
+def _with(request: web.Request, **values: object) -> str:
+    """This page's URL with these query values changed, the others kept."""
+    query = {**request.query, **{k: str(v) for k, v in values.items()}}
+    return f"{request.path}?{urlencode(query)}#tensors-h"
 
 
 @routes.get("/compare", name="web_compare")
@@ -124,10 +150,22 @@ def _contexts(picked: int | None) -> tuple[int, ...]:
     return QUANT_TABLE_CONTEXTS + ((picked,) if picked and picked not in QUANT_TABLE_CONTEXTS else ())
 
 
-def quant_table_memory(a: ArtifactInRepo, context: int) -> dict[str, int] | None:
+def quant_table_memory(a: ArtifactInRepo, context: int) -> dict[str, Any] | None:
     """What a file of the quant table needs at `context` tokens, as the search sizes it."""
-    kv = a.facts.kv_cache if a.facts is not None else None
-    if kv is None or a.file_size is None or a.facts is None:
+    f = a.facts
+    if f is None:
         return None
-    return memory_at(a.file_size, a.facts.context_length, kv.bytes_per_token, kv.swa_bytes_per_token,
-                     kv.sliding_window, context)  # fmt: skip
+    kv = f.kv_cache
+    cache = None if kv is None else KVCache(kv.layers, kv.bytes_per_token, swa_bytes_per_token=kv.swa_bytes_per_token,
+                                            sliding_window=kv.sliding_window)  # fmt: skip
+    line = None if f.memory_line is None else f.memory_line.line()
+    return memory_at(a.file_size, f.context_length, line, cache, context)
+
+
+def memory_chart(e: MemoryEstimates | None) -> Markup:
+    """The estimate's parts on a CPU and with every layer on a GPU, as bars on one scale."""
+    if e is None:
+        return Markup("")
+    bars = [(label, [(PART_LABELS[name], getattr(at.parts, name)) for name in PART_LABELS])
+            for label, at in (("on a CPU", e.cpu), ("every layer on a GPU", e.gpu))]  # fmt: skip
+    return svg.memory_parts(bars)

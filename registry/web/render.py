@@ -3,7 +3,9 @@ text on the page, never markup."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
+from urllib.parse import urlencode
 
 import jinja2
 from aiohttp import web
@@ -46,6 +48,10 @@ def render(request: web.Request, name: str, **context: Any) -> web.Response:
     return request.app[RENDERER_KEY].page(request, name, **context)
 
 
-def twin(path: str, request: web.Request) -> str:
-    """A page's JSON twin under /v1: the route at `path` with the page's own query string."""
-    return f"{path}?{request.query_string}" if request.query_string else path
+def twin(path: str, request: web.Request, names: Collection[str] | None = None) -> str:
+    """A page's JSON twin under /v1: the route at `path` with the page's own query string,
+    or with only its parameters in `names` (a page that reads more than its twin does)."""
+    if names is None:
+        return f"{path}?{request.query_string}" if request.query_string else path
+    kept = [(k, v) for k, v in request.query.items() if k in names]
+    return f"{path}?{urlencode(kept)}" if kept else path

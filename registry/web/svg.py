@@ -107,7 +107,7 @@ def quant_mix(entries: Iterable[MixEntry], *, id_prefix: str = "mix", width: int
         w = width * size / total
         out.append(
             f'<rect x="{_n(x)}" y="{top}" width="{_n(max(w, 0.5))}" height="{bar_h}" fill="{colour}" '
-            f'stroke="#ffffff" stroke-width="1"><title>{escape(name)}: {_percent(size / total)} of bytes, '
+            f'stroke="#ffffff" stroke-width="1"><title>{escape(name)}: {escape(_percent(size / total))} of bytes, '
             f"{_bytes(size)}, {tensors} tensors</title></rect>"
         )
         x += w
@@ -121,8 +121,53 @@ def quant_mix(entries: Iterable[MixEntry], *, id_prefix: str = "mix", width: int
         out.append(
             f'<rect x="0" y="{y - 11}" width="12" height="12" fill="{colour}"/>'
             f'<text x="18" y="{y}" font-size="13" fill="{TEXT_COLOUR}">{escape(_clip(e.tensor_type, 24))} · '
-            f"{_percent(e.bytes / total)} · {_bytes(e.bytes)} · {e.tensors}</text>"
+            f"{escape(_percent(e.bytes / total))} · {_bytes(e.bytes)} · {e.tensors}</text>"
         )
+    out.append("</svg>")
+    return Markup("".join(out))
+
+
+def memory_parts(bars: Sequence[tuple[str, Sequence[tuple[str, int]]]], *, id_prefix: str = "memory",
+                 width: int = 640) -> Markup:  # fmt: skip
+    """What llama.cpp allocates as stacked bars on one scale, one per way of running it
+    (`bars`: a label and its (part, bytes)), the parts in one colour each across bars and
+    a legend under them. Empty when nothing has bytes."""
+    largest = max((sum(n for _, n in parts) for _, parts in bars), default=0)
+    if not largest:
+        return Markup("")
+    names = list(dict.fromkeys(name for _, parts in bars for name, n in parts if n > 0))
+    colours = dict(zip(names, PALETTE, strict=False))
+    pid = escape(id_prefix)
+    label_w, bar_h, gap, top = 150, 24, 10, 6
+    legend_y = top + len(bars) * (bar_h + gap) + 14
+    height = legend_y + 8
+    summary = "; ".join(f"{label}: " + ", ".join(f"{name} {_bytes(n)}" for name, n in parts if n > 0)
+                        for label, parts in bars)  # fmt: skip
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="memory-parts" role="img" width="100%" '
+        f'viewBox="0 0 {width} {height}" aria-labelledby="{pid}-title {pid}-desc">',
+        f'<title id="{pid}-title">Memory by part</title>',
+        f'<desc id="{pid}-desc">{escape(summary)}</desc>',
+    ]
+    scale = (width - label_w) / largest
+    for i, (label, parts) in enumerate(bars):
+        y = top + i * (bar_h + gap)
+        out.append(f'<text x="0" y="{y + bar_h - 7}" font-size="13" fill="{TEXT_COLOUR}">{escape(_clip(label, 20))}</text>')
+        x = float(label_w)
+        for name, n in parts:
+            if n <= 0:
+                continue
+            w = n * scale
+            out.append(
+                f'<rect x="{_n(x)}" y="{y}" width="{_n(max(w, 0.5))}" height="{bar_h}" fill="{colours.get(name, OTHER_COLOUR)}" '
+                f'stroke="#ffffff" stroke-width="1"><title>{escape(label)}: {escape(name)} {_bytes(n)}</title></rect>'
+            )
+            x += w
+    x = 0.0
+    for name in names:
+        out.append(f'<rect x="{_n(x)}" y="{legend_y - 11}" width="12" height="12" fill="{colours.get(name, OTHER_COLOUR)}"/>'
+                   f'<text x="{_n(x + 16)}" y="{legend_y}" font-size="13" fill="{TEXT_COLOUR}">{escape(name)}</text>')  # fmt: skip
+        x += 16 + 8 * len(name) + 14
     out.append("</svg>")
     return Markup("".join(out))
 

@@ -31,7 +31,7 @@ async def _focus(session: CatalogSession, repo_id: str) -> tuple[str, bool]:
 
 @routes.get("/tree/{org}/{name}", name="web_tree")
 async def tree(request: web.Request) -> web.Response:
-    parse_query(request, ())
+    parse_query(request, (), blank_is_absent=True)
     async with read_session(request) as session:
         repo_id, in_catalog = await _focus(session, repo_id_from_path(request))
         view = await tree_view(session, repo_id, in_catalog)
@@ -42,7 +42,7 @@ async def tree(request: web.Request) -> web.Response:
 
 @routes.get("/tree/{org}/{name}/more", name="web_tree_more")
 async def more(request: web.Request) -> web.Response:
-    args = parse_query(request, TREE_MORE_PARAMS)
+    args = parse_query(request, TREE_MORE_PARAMS, blank_is_absent=True)
     async with read_session(request) as session:
         repo_id, _ = await _focus(session, repo_id_from_path(request))
         page = await rest_page(session, repo_id, args["side"], args["level"], args["after"] or "")

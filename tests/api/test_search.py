@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from registry.catalog.search.memory import BASIS_BEFORE as OLD
 from registry.gguf.kvcache import KVCache
 from tests.api.conftest import ApiClient, MakeApi, settings_with
 from tests.api.data import INDEXED_ARTIFACTS
@@ -313,10 +314,12 @@ async def test_max_memory_counts_the_kv_cache_at_the_context(
     assert facets["facets"]["architecture"] == {"llama": 2} and facets["filters"]["max_memory"] == 10**6
     # every hit shows its memory at the context, with or without the filter; null without an estimate
     sized = (await api.get("/v1/artifacts?memory_context=100&q=mem/gguf&sort=name:asc")).body["items"]
-    assert [i["memory"] for i in sized] == [{"tokens": 100, "bytes": 11_000}, {"tokens": 100, "bytes": 102_000}]
+    assert [i["memory"] for i in sized] == [{"tokens": 100, "bytes": 11_000, "basis": OLD},
+                                            {"tokens": 100, "bytes": 102_000, "basis": OLD}]  # fmt: skip
     plain = (await api.get("/v1/artifacts?q=mem/gguf&sort=name:asc")).body["items"]
-    assert [i["memory"] for i in plain] == [{"tokens": 4096, "bytes": 410_600}, {"tokens": 4096, "bytes": 297_960}]
+    assert [i["memory"] for i in plain] == [{"tokens": 4096, "bytes": 410_600, "basis": OLD},
+                                            {"tokens": 4096, "bytes": 297_960, "basis": OLD}]  # fmt: skip
     [detail] = [(await api.get(i["url"])).body for i in plain[:1]]
-    assert detail["memory"] == {"tokens": 4096, "bytes": 410_600}
+    assert detail["memory"] == {"tokens": 4096, "bytes": 410_600, "basis": OLD}
     others = (await api.get("/v1/artifacts?architecture=qwen2")).body["items"]
     assert others and all(i["memory"] is None for i in others)

@@ -42,6 +42,7 @@ from registry.catalog.search import (
     PlannerSettings,
     SearchQuery,
 )
+from registry.catalog.search.memory import BASIS_BEFORE
 from registry.catalog.services import upsert_repo_snapshot
 from registry.catalog.snapshot import ArtifactRecord, RepoSnapshot
 from registry.gguf.compat import BY_CODE
@@ -271,7 +272,7 @@ class Row:
     modalities: frozenset[str] | None = None  # of an indexed projector; None: not one
     compat: tuple[str, ...] | None = None  # llama.cpp finding codes; None: not checked
 
-    def memory_item(self, context: int | None) -> dict[str, int] | None:
+    def memory_item(self, context: int | None) -> dict[str, Any] | None:
         """The hit's `memory`: the file plus its KV cache at `context` tokens (MEMORY_CONTEXT
         when None), or at the model's own context length when shorter; None without an estimate."""
         if self.kv is None:
@@ -283,7 +284,8 @@ class Row:
             tokens = own
         in_window = tokens if window is None else min(tokens, window)
         size = int(self.item["file_size"]) + bytes_per_token * tokens + swa_bytes_per_token * in_window
-        return {"tokens": tokens, "bytes": size}
+        # Rows without a memory profile (make_facts has none) are sized as an older release's.
+        return {"tokens": tokens, "bytes": size, "basis": BASIS_BEFORE}
 
     def memory_double(self, context: int | None) -> float:
         """The memory in double precision, added up as the catalog's SQL does (the order of a

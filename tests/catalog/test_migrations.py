@@ -129,9 +129,11 @@ MEMORY_ROWS = {
 
 
 async def test_memory_at_default_is_computed_by_the_database(empty_db_url: str) -> None:
-    """`memory_at_default`, computed by the database from the row, equals what the sort by
-    memory computes at the default context (`memory_needed`, in SQL) and each hit's exact
-    `memory` below 2**53 bytes, hostile values included; a changed row follows at once."""
+    """`memory_at_default`, computed by the database from a row an older release wrote (no
+    memory line: the file plus its KV cache), equals what the sort by memory computes at the
+    default context (`memory_needed`, in SQL) and each hit's exact `memory` below 2**53
+    bytes, hostile values included; a changed row follows at once. (Rows with a memory line:
+    tests/catalog/test_memory_estimate.py.)"""
     db = Database.from_url(empty_db_url)
     try:
         await migrate.upgrade(db.engine)
@@ -152,7 +154,9 @@ async def test_memory_at_default_is_computed_by_the_database(empty_db_url: str) 
         for path, (at_default, needed) in computed.items():
             size, context, per_token, swa, window = MEMORY_ROWS[path]
             assert at_default == needed, path  # the same double, NULL alike
-            exact = memory_at(size, context, per_token, swa, window, MEMORY_CONTEXT)
+            kv = None if per_token is None else KVCache(0, per_token, swa_bytes_per_token=swa or 0,
+                                                        sliding_window=window)  # fmt: skip
+            exact = memory_at(size, context, None, kv, MEMORY_CONTEXT)  # written before the memory line
             assert (at_default is None) == (exact is None), path
             if exact is not None and abs(exact["bytes"]) < 2**53:
                 assert at_default == exact["bytes"], path

@@ -229,12 +229,14 @@ async def walk(visit: Visit, base: str, repo: str | None = None) -> None:
     await follow(visit, base, r"^/tree/", "tree")
     await goto(visit, base, "/", "search-again")
     await follow(visit, base, r"^/artifacts/\d+", "artifact")
+    await goto(visit, base, visit.page.url.removeprefix(base) + "?context=32K&cache_type=q8_0", "artifact-memory")
     await goto(visit, base, "/", "search-for-compare")
     ids = re.findall(r'href="/artifacts/(\d+)"', await visit.page.content())
     assert len(set(ids)) >= 2, "the search lists fewer than two artifacts"
     await goto(visit, base, f"/compare?ids={','.join(sorted(set(ids))[:2])}", "compare")
     await follow(visit, base, r"^/crawls$", "crawls")  # the operations pages, from the site's header
     await follow(visit, base, r"^/jobs$", "jobs")
+    await follow(visit, base, r"^/verifications$", "verifications")
     await follow(visit, base, r"^/signin$", "signin")
 
 
@@ -299,3 +301,8 @@ async def test_lineage_and_hostile_metadata(browser: Browser, serve: Any, tmp_pa
         verification_id = row.id
     await goto(visit, site.base, f"/verifications/{verification_id}", "verification")
     assert PAYLOAD_TEXT in await page.inner_text("main")
+    await goto(visit, site.base, "/verifications?status=passed", "verifications-passed")
+    assert await page.locator(f"a[href='/verifications/{verification_id}']").count() == 1
+    # The hostile file's tensor table, its names payloads too, a page at a time.
+    await goto(visit, site.base, f"{path}?name=blk", "hostile-tensors")
+    assert await page.locator("#tensors-h").count() == 1

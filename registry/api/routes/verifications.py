@@ -1,4 +1,4 @@
-"""Queue and read verifications.
+"""Queue, list and read verifications.
 
 `POST /v1/verifications` asks the `Verifier` passed to `create_app` (under `registry serve`,
 the job queue of either mode) to record a `queued` row and run it; the row then follows
@@ -12,14 +12,19 @@ from aiohttp import web
 from sqlalchemy import select
 
 from registry.api.bodies import read_json_object, verification_artifact_id
+from registry.api.cursors import decode_id_cursor, encode_id_cursor
 from registry.api.errors import NotFound, ServiceUnavailable, required
-from registry.api.keys import SESSIONMAKER_KEY, VERIFIER_KEY
+from registry.api.keys import SESSIONMAKER_KEY, SETTINGS_KEY, VERIFIER_KEY
 from registry.api.launchers import Verifier
+from registry.api.paging import page_response
 from registry.api.params import parse_query, path_int
 from registry.api.replies import json_response
 from registry.api.sessions import read_session
 from registry.catalog.models import Artifact, Verification
+from registry.catalog.readpath import ReadSession
 from registry.responses import Verification as VerificationBody
+from registry.responses.operations import VerificationPage
+from registry.responses.params import verification_list_params
 
 routes = web.RouteTableDef()
 
@@ -55,6 +60,33 @@ async def queue_verification(request: web.Request, artifact_id: int) -> Verifica
             details={"component": "verifier", "verification_id": verification_id},
         )
     return VerificationBody.from_row(row)
+
+
+@routes.get("/v1/verifications", name="list_verifications")
+async def list_verifications(request: web.Request) -> web.Response:
+    args = parse_query(request, verification_list_params(request.app[SETTINGS_KEY].api.max_limit))
+    async with read_session(request) as session:
+        page = await verifications_page(session, status=args["status"], artifact_id=args["artifact"],
+                                        limit=args["limit"], cursor=args["cursor"])  # fmt: skip
+    return page_response(request, page)
+
+
+async def verifications_page(
+    session: ReadSession, *, status: str | None, artifact_id: int | None, limit: int, cursor: str | None
+) -> VerificationPage:  # fmt: skip
+    """A page of verifications, newest first, after `cursor`; the web catalog's page shows the same."""
+    query = select(Verification).order_by(Verification.id.desc()).limit(limit + 1)
+    if status is not None:
+        query = query.where(Verification.status == status)
+    if artifact_id is not None:
+        query = query.where(Verification.artifact_id == artifact_id)
+    if cursor is not None:
+        query = query.where(Verification.id < decode_id_cursor(cursor))
+    rows = list((await session.scalars(query)).all())
+    more = len(rows) > limit
+    rows = rows[:limit]
+    next_cursor = encode_id_cursor(rows[-1].id) if more else None
+    return VerificationPage(items=[VerificationBody.from_row(r) for r in rows], next=next_cursor, limit=limit)
 
 
 @routes.get("/v1/verifications/{id}", name="get_verification")

@@ -16,7 +16,7 @@ from registry.catalog.search.memory import MEMORY_COLUMNS, MEMORY_CONTEXT
 
 _A, _R = Artifact.__table__.c, Repo.__table__.c
 # The columns of a hit, each read by its label: the artifact's, its repo's id, the stored
-# worst severity rank, the KV cache estimate (`memory`), the capabilities' and modalities'
+# worst severity rank, the memory estimate (`memory`), the capabilities' and modalities'
 # masks. Table columns, not the ORM attributes: matching ORM-annotated result columns cost
 # more than the query.
 HIT_COLUMNS = (

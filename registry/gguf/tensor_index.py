@@ -1,0 +1,72 @@
+"""An artifact's tensor table, compact enough for a catalog to keep per artifact: every
+tensor's name, type, shape, bytes, shard and offset, as zlib-compressed JSON.
+
+Files have thousands of tensors and a header can declare millions; the index keeps the first
+MAX_TENSORS and says how many there were (`TensorIndex.total`). A few hundred tensors cost a
+few kilobytes and well under a millisecond to encode.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from registry.gguf.model import GGUFHeader
+
+MAX_TENSORS = 65_536  # more than any published model has; a hostile header is cut here
+MAX_NAME = 256  # characters of a name kept (llama.cpp's own limit is 64 bytes)
+MAX_DECODED = 64 << 20  # bytes an index may inflate to when read back: a corrupt row is refused
+VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class TensorRow:
+    name: str
+    type: str
+    shape: tuple[int, ...]
+    bytes: int
+    shard: int  # 0-based shard the tensor is in
+    offset: int  # in its shard's tensor data section
+
+
+@dataclass(frozen=True, slots=True)
+class TensorIndex:
+    total: int  # tensors the artifact declares
+    rows: tuple[TensorRow, ...]  # the first MAX_TENSORS of them, in file order
+
+    def encode(self) -> bytes:
+        body = [VERSION, self.total, [[r.name, r.type, list(r.shape), r.bytes, r.shard, r.offset] for r in self.rows]]
+        return zlib.compress(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(), 1)
+
+    @classmethod
+    def decode(cls, data: bytes) -> TensorIndex | None:
+        """An index `encode` wrote; None for bytes of another shape (a corrupt or foreign row)."""
+        try:
+            inflater = zlib.decompressobj()
+            raw = inflater.decompress(data, MAX_DECODED)
+            if inflater.unconsumed_tail:
+                return None
+            version, total, rows = json.loads(raw)
+            if version != VERSION:
+                return None
+            return cls(int(total), tuple(
+                TensorRow(str(n), str(t), tuple(int(d) for d in shape), int(b), int(s), int(o))
+                for n, t, shape, b, s, o in rows
+            ))  # fmt: skip
+        except (zlib.error, ValueError, TypeError):
+            return None
+
+
+def tensor_index(headers: Sequence[GGUFHeader]) -> TensorIndex:
+    """The tensor table of an artifact whose shards' headers are `headers`, in split order."""
+    total = sum(len(h.tensors) for h in headers)
+    rows: list[TensorRow] = []
+    for shard, header in enumerate(headers):
+        for t in header.tensors[: MAX_TENSORS - len(rows)]:
+            rows.append(TensorRow(t.name[:MAX_NAME], t.type.name, t.shape, t.n_bytes, shard, t.offset))
+    return TensorIndex(total, tuple(rows))
+
+
+__all__ = ["MAX_TENSORS", "TensorIndex", "TensorRow", "tensor_index"]
