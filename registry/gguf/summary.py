@@ -21,6 +21,7 @@ from functools import cache
 from typing import Any
 
 from registry.gguf.facts_model import Facts, QuantMixEntry
+from registry.gguf.memory_profile import MemoryProfile
 from registry.gguf.model import GGUFHeader
 
 
@@ -140,7 +141,8 @@ def facts_from_json(
     """`Facts` back from a catalog page: its `facts` object, `quant_mix` list and chat
     templates. A value the catalog stored in another shape (an older version's, or one
     cut short) leaves its field at the default instead of failing."""
-    data = {k: v for k, v in values.items() if k not in ("quant_mix", "chat_template", "chat_templates")}
+    data = {k: v for k, v in values.items()
+            if k not in ("quant_mix", "chat_template", "chat_templates", "memory_profile")}  # fmt: skip
     data["chat_template"] = chat_template
     data["chat_templates"] = chat_templates if isinstance(chat_templates, Mapping) else {}
     facts = _from_json(Facts, data)
@@ -153,7 +155,17 @@ def facts_from_json(
         counts = [entry.get(k) for k in ("tensors", "elements", "bytes")]
         if isinstance(entry.get("tensor_type"), str) and all(type(c) is int for c in counts):
             mix[entry["tensor_type"]] = QuantMixEntry(*(int(c or 0) for c in counts))
-    return dataclasses.replace(facts, quant_mix=mix)
+    return dataclasses.replace(facts, quant_mix=mix, memory_profile=_memory_profile(values.get("memory_profile")))
+
+
+def _memory_profile(value: Any) -> MemoryProfile | None:
+    """A memory profile as `to_dict` wrote it; None for any other shape."""
+    if not isinstance(value, Mapping):
+        return None
+    try:
+        return MemoryProfile.from_dict(value)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 # -- text ------------------------------------------------------------------------------------
