@@ -356,6 +356,15 @@ async def _crawl_child(
             "sibling_reads": report.sibling_reads, "fallbacks": report.sibling_fallbacks}  # fmt: skip
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU time of another process so far (Linux /proc), 0.0 where unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def part2(
     endpoint: str,
     repos: int,
@@ -364,6 +373,7 @@ def part2(
     per_host: int | None,
     *,
     reuse: bool = True,
+    hub_pid: int | None = None,
 ) -> bool:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", endpoint, "--repos", str(repos)]
     if concurrency:
@@ -372,7 +382,9 @@ def part2(
         cmd += ["--per-host-concurrency", str(per_host)]
     if not reuse:
         cmd += ["--reuse-off"]
+    hub_cpu = _cpu_seconds(hub_pid) if hub_pid else 0.0
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    hub_cpu = (_cpu_seconds(hub_pid) - hub_cpu) if hub_pid else 0.0
     if out.returncode != 0:
         print(out.stderr[-3000:])
         raise SystemExit("crawl child failed")
@@ -385,8 +397,9 @@ def part2(
           f"{rate:.1f} files/s; {r['bytes'] / 1e9:.2f} GB in {r['requests']} data requests "
           f"({r['bytes'] / max(r['files'], 1) / 1e6:.2f} MB/file, {r['requests'] / max(r['files'], 1):.2f} "
           f"requests/file); {r['sibling_reads']} sibling reads, {r['fallbacks']} fallbacks")  # fmt: skip
-    print(f"  crawling process: {r['cpu'] / max(r['files'], 1) * 1e3:.1f} ms CPU per file, "
-          f"peak RSS {r['rss_mb']:.0f} MB")  # fmt: skip
+    print(f"  crawling process: {r['cpu'] / max(r['files'], 1) * 1e3:.1f} ms CPU per file "
+          f"({r['cpu'] / r['seconds']:.0%} of a core), peak RSS {r['rss_mb']:.0f} MB; the fake hub's process: "
+          f"{hub_cpu / max(r['files'], 1) * 1e3:.1f} ms CPU per file ({hub_cpu / r['seconds']:.0%} of a core)")  # fmt: skip
     if not reuse:
         return True  # informational: the targets are the default settings'
     ok_rate, ok_rss = rate >= FILES_PER_S_TARGET, r["rss_mb"] < RSS_TARGET_MB
@@ -459,9 +472,9 @@ def main() -> int:
             project(totals, int(repos), int(files), rate, args.project_workers)
         elif not args.skip_crawl:
             per_host = args.per_host_concurrency
-            ok = part2(endpoint, args.repos, args.latency, args.concurrency, per_host) and ok
+            ok = part2(endpoint, args.repos, args.latency, args.concurrency, per_host, hub_pid=proc.pid) and ok
             if args.reuse_off_too:
-                part2(endpoint, args.repos, args.latency, args.concurrency, per_host, reuse=False)
+                part2(endpoint, args.repos, args.latency, args.concurrency, per_host, reuse=False, hub_pid=proc.pid)
     finally:
         proc.terminate()
         proc.wait(timeout=10)

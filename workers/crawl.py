@@ -44,6 +44,7 @@ from registry.gguf.errors import GGUFError
 from registry.gguf.facts import derive_facts
 from registry.gguf.filename import ShardGroup, group_shards
 from registry.gguf.limits import Limits
+from registry.gguf.tensor_index import tensor_index
 from registry.hub.client import HubClient, RepoFile, RepoInfo, RepoSummary
 from registry.hub.errors import FileChanged, HubError, RepoNotFound
 from registry.hub.http import SHARD_WINDOW, HubHttp, RemoteHeader, first_window_for
@@ -62,6 +63,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 MAX_ERRORS_KEPT = 100
+# Siblings of one repo read at once once their leader is read: each waits on a few round
+# trips of its own (the per-host limit still caps requests in flight over all repos).
+SIBLINGS_AT_ONCE = 4
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,15 @@ class CrawlReport:
     def error(self, repo: str, exc: BaseException, path: str | None = None) -> None:
         code = getattr(exc, "code", type(exc).__name__)
         self.add_error(repo, path or "", f"{code}: {exc}")
+
+    def count_artifact(self, repo: str, record: ArtifactRecord, remote: Sequence[RemoteHeader]) -> None:
+        self.artifacts += 1
+        self.artifact_errors += record.error is not None
+        self.files += len(remote)
+        if record.error is not None:
+            self.add_error(repo, record.path, f"{record.error.code}: {record.error.message}")
+        self.bytes_fetched += sum(r.bytes_fetched for r in remote)
+        self.requests += sum(r.requests for r in remote)
 
     def add_error(self, repo: str, path: str, text: str) -> None:
         # Capped: a crawl of a broken mirror must not grow one row without bound.
@@ -214,6 +227,7 @@ async def _read_artifact(
             header_read=how.mode,
             header_leader=how.leader,
             header_samples=how.samples if how.mode == "sibling" else None,
+            tensor_index=tensor_index(headers),
             **template_columns(scan),
             **compat,
         ),
@@ -294,23 +308,39 @@ async def build_snapshot(
         by_first = {g.paths[0]: g for g in groups}
         order = leaders_first(list(by_first), sibling.families) if sibling is not None else list(by_first)
         read: dict[str, ArtifactRecord] = {}
-        for first in order:
-            group = by_first[first]
-            before = stats.reads, sum(stats.fallbacks.values())
-            record, remote = await _read_artifact(http, client, info, group, files, opts, sibling)
+
+        async def one(first: str) -> None:
+            record, remote = await _read_artifact(http, client, info, by_first[first], files, opts, sibling)
             read[first] = record
             if report is not None:
-                report.sibling_reads += stats.reads - before[0]
-                report.sibling_fallbacks += sum(stats.fallbacks.values()) - before[1]
-                report.artifacts += 1
-                report.artifact_errors += record.error is not None
-                report.files += len(remote)
-                if record.error is not None:
-                    report.add_error(
-                        info.repo_id, record.path, f"{record.error.code}: {record.error.message}"
-                    )
-                report.bytes_fetched += sum(r.bytes_fetched for r in remote)
-                report.requests += sum(r.requests for r in remote)
+                report.count_artifact(info.repo_id, record, remote)
+
+        # Leaders and files of no family one at a time, as each holds a whole header (a
+        # member whose leader could not be read becomes the leader). Then the siblings of a
+        # leader read, a few at once: each holds little beyond the leader's arrays, and
+        # spends most of its time waiting on its own few round trips.
+        siblings = []
+        for first in order:
+            if sibling is not None and sibling.leader_of(first) is not None:
+                siblings.append(first)
+            else:
+                await one(first)
+        slots = asyncio.Semaphore(SIBLINGS_AT_ONCE)
+
+        async def bounded(first: str) -> None:
+            async with slots:
+                await one(first)
+
+        tasks = [asyncio.ensure_future(bounded(first)) for first in siblings]
+        try:
+            await asyncio.gather(*tasks)
+        finally:  # a transient hub error ends the repo's read: the other reads stop with it
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    if report is not None:
+        report.sibling_reads += stats.reads
+        report.sibling_fallbacks += sum(stats.fallbacks.values())
     records = [read[g.paths[0]] for g in groups]  # in the groups' order, whatever the reading order
     return RepoSnapshot(
         repo_id=info.repo_id,
