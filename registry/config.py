@@ -126,8 +126,9 @@ class HubSettings:
     )
     crawl_concurrency: int = _setting(
         24,
-        "Repos a crawl reads at once. Each holds at most one artifact's headers in memory (a 262k-token "
-        "vocabulary is ~9 MB); requests per host stay capped by per_host_concurrency. At least 1.",
+        "Repos a crawl reads at once. Each holds at most one whole header in memory (a 262k-token "
+        "vocabulary is ~9 MB) and the few siblings read against it; requests per host stay capped by "
+        "per_host_concurrency. At least 1.",
     )
 
     sibling_reuse: bool = _setting(
