@@ -1,6 +1,8 @@
-"""Numbers as people read them."""
+"""Numbers and times as people read them."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 
 def size(n: int | None) -> str:
@@ -26,3 +28,10 @@ def count(n: int | None) -> str:
 def tokens(n: int) -> str:
     """A context as runners spell it: 4K, 32K, 128K; other counts as they are."""
     return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else f"{n:,}"
+
+
+def when(t: datetime | None) -> str:
+    """A time to the second, in UTC: 2026-12-05 08:42:05 UTC."""
+    if t is None:
+        return "–"
+    return (t.astimezone(UTC) if t.tzinfo else t).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -25,7 +25,7 @@ class Renderer:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.env.filters.update(bytes=fmt.size, count=fmt.count, tokens=fmt.tokens)
+        self.env.filters.update(bytes=fmt.size, count=fmt.count, tokens=fmt.tokens, when=fmt.when)
         # The stylesheet's and the script's versioned URLs: hashing the files per page cost more than the page.
         self.css: str | None = None
         self.js: str | None = None
