@@ -366,7 +366,7 @@ def _fill_every_table(conn: Connection) -> dict[str, int]:
                 if found:
                     allowed[(table.name, found.group(1))] = found.group(2)
     plain: dict[type, Callable[[int], object]] = {
-        bool: lambda n: n == 1, int: int, float: float, str: lambda n: f"x{n}",
+        bool: lambda n: n == 1, int: int, float: float, str: lambda n: f"x{n}", bytes: lambda n: bytes([n]),
         datetime: lambda n: datetime(2026, 1, n, tzinfo=UTC),
     }  # fmt: skip
     counts = {}
