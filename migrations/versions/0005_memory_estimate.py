@@ -49,25 +49,9 @@ MEMORY_AT_DEFAULT_BEFORE = (
 MEMORY_SORT_BEFORE = ("status", "kv_bytes_per_token", "file_size", "context_length", "kv_swa_bytes_per_token",
                       "kv_sliding_window")  # fmt: skip
 MEMORY_SORT = (
-    "status",
-    *(
-        "file_size",
-        "context_length",
-        "kv_bytes_per_token",
-        "kv_swa_bytes_per_token",
-        "kv_sliding_window",
-        "memory_fixed",
-        "memory_kv",
-        "memory_swa_kv",
-        "memory_swa_cells",
-        "memory_logits",
-        "memory_mask",
-        "memory_swa_mask",
-        "memory_blocks",
-        "memory_attention",
-        "memory_kq",
-    ),
-)
+    "status", "file_size", "context_length", "kv_bytes_per_token", "kv_swa_bytes_per_token", "kv_sliding_window",
+    *LINE_COLUMNS,
+)  # fmt: skip
 
 
 def _memory_at_default(sql: str, sort_columns: Sequence[str]) -> None:

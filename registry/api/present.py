@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from registry.api.reads import ArtifactDetail, QuantMixRow, ShardRow
 from registry.catalog.search import MEMORY_CONTEXT, SearchPage
-from registry.catalog.search.memory import hit_memory
+from registry.catalog.search.memory import hit_memory, row_line
 from registry.responses import (
     Artifact,
     ArtifactInRepo,
@@ -102,7 +102,8 @@ def _parts(
     files = Files.of(endpoint, source, repo_id, row.revision)
     return {
         **{name: getattr(summary, name) for name in summary.__struct_fields__},
-        "facts": Facts.from_row(detail.facts) if detail.facts is not None else None,
+        # The memory line as the search reads it: the row's own columns, not derived again.
+        "facts": Facts.from_row(detail.facts, row_line(row)) if detail.facts is not None else None,
         "quant_mix": quant_mix(detail.quant_mix),
         "shards": [shard(s, files) for s in detail.shards],
         "latest_verification": Verification.from_row(latest) if latest is not None else None,

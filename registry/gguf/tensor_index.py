@@ -35,14 +35,18 @@ class TensorRow:
 class TensorIndex:
     total: int  # tensors the artifact declares
     rows: tuple[TensorRow, ...]  # the first MAX_TENSORS of them, in file order
+    # The rows as the catalog stores them, encoded once where the index is made (a reader,
+    # not the catalog's writer, which holds the database's write lock).
+    data: bytes = b""
 
-    def encode(self) -> bytes:
-        body = [VERSION, self.total, [[r.name, r.type, list(r.shape), r.bytes, r.shard, r.offset] for r in self.rows]]
-        return zlib.compress(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(), 1)
+    @classmethod
+    def of(cls, total: int, rows: tuple[TensorRow, ...]) -> TensorIndex:
+        body = [VERSION, total, [[r.name, r.type, list(r.shape), r.bytes, r.shard, r.offset] for r in rows]]
+        return cls(total, rows, zlib.compress(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(), 1))
 
     @classmethod
     def decode(cls, data: bytes) -> TensorIndex | None:
-        """An index `encode` wrote; None for bytes of another shape (a corrupt or foreign row)."""
+        """An index `of` encoded; None for bytes of another shape (a corrupt or foreign row)."""
         try:
             inflater = zlib.decompressobj()
             raw = inflater.decompress(data, MAX_DECODED)
@@ -54,7 +58,7 @@ class TensorIndex:
             return cls(int(total), tuple(
                 TensorRow(str(n), str(t), tuple(int(d) for d in shape), int(b), int(s), int(o))
                 for n, t, shape, b, s, o in rows
-            ))  # fmt: skip
+            ), data)  # fmt: skip
         except (zlib.error, ValueError, TypeError):
             return None
 
@@ -66,7 +70,7 @@ def tensor_index(headers: Sequence[GGUFHeader]) -> TensorIndex:
     for shard, header in enumerate(headers):
         for t in header.tensors[: MAX_TENSORS - len(rows)]:
             rows.append(TensorRow(t.name[:MAX_NAME], t.type.name, t.shape, t.n_bytes, shard, t.offset))
-    return TensorIndex(total, tuple(rows))
+    return TensorIndex.of(total, tuple(rows))
 
 
 __all__ = ["MAX_TENSORS", "TensorIndex", "TensorRow", "tensor_index"]

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from registry.gguf.kvcache import KVCache
-from registry.gguf.memory import memory_line
+from registry.gguf.memory import MemoryLine
 from registry.responses.base import (
     ArtifactStatus,
     Capability,
@@ -27,7 +27,7 @@ from registry.responses.base import (
     doc,
     summarised,
 )
-from registry.responses.memory import MemoryEstimates, MemoryLineFacts, stored_profile
+from registry.responses.memory import MemoryEstimates, MemoryLineFacts
 from registry.responses.operations import Verification, finite
 from registry.responses.vocab import (
     CAPABILITIES,
@@ -340,9 +340,10 @@ class Facts(Response, kw_only=True):
     ] = None
 
     @classmethod
-    def from_row(cls, values: Mapping[str, Any]) -> Facts:
-        """From a facts row by column name (`extra` holds the facts without a column of their own).
-        A fact an older release did not write reads as its empty value."""
+    def from_row(cls, values: Mapping[str, Any], memory_line: MemoryLine | None = None) -> Facts:
+        """From a facts row by column name (`extra` holds the facts without a column of their own),
+        with the memory line its artifact row holds. A fact an older release did not write reads as
+        its empty value."""
         extra: Mapping[str, Any] = values["extra"] or {}
         get = extra.get
         return cls(
@@ -367,13 +368,8 @@ class Facts(Response, kw_only=True):
             kv_count=values["kv_count"], header_bytes=values["header_bytes"], file_size=values["file_size"],
             split=_typed(get("split"), SplitInfo | None, None), shard_count=values["shard_count"],
             kv_cache=_typed(get("kv_cache"), KVCacheFacts | None, None),
-            memory_line=_memory_line(extra),
+            memory_line=None if memory_line is None else MemoryLineFacts.of(memory_line),
         )  # fmt: skip
-
-
-def _memory_line(extra: Mapping[str, Any]) -> MemoryLineFacts | None:
-    profile = stored_profile(extra)
-    return None if profile is None else MemoryLineFacts.of(memory_line(profile))
 
 
 def _typed(value: Any, kind: Any, empty: Any) -> Any:

@@ -16,7 +16,6 @@ from registry.api.params import parse_query, path_int
 from registry.api.routes.repos import repo_id_from_path
 from registry.api.sessions import read_session
 from registry.catalog.search.memory import MEMORY_CONTEXT, memory_at
-from registry.gguf.kvcache import KVCache
 from registry.gguf.memory import CACHE_TYPES
 from registry.responses.memory import PART_LABELS, MemoryEstimates
 from registry.responses.params import (
@@ -155,11 +154,8 @@ def quant_table_memory(a: ArtifactInRepo, context: int) -> dict[str, Any] | None
     f = a.facts
     if f is None:
         return None
-    kv = f.kv_cache
-    cache = None if kv is None else KVCache(kv.layers, kv.bytes_per_token, swa_bytes_per_token=kv.swa_bytes_per_token,
-                                            sliding_window=kv.sliding_window)  # fmt: skip
     line = None if f.memory_line is None else f.memory_line.line()
-    return memory_at(a.file_size, f.context_length, line, cache, context)
+    return memory_at(a.file_size, f.context_length, line, f.kv_cache, context)
 
 
 def memory_chart(e: MemoryEstimates | None) -> Markup:

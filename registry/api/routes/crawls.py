@@ -12,11 +12,10 @@ import logging
 from typing import Any
 
 from aiohttp import web
-from sqlalchemy import select
 
 from registry.api.auth import WEBHOOK_PATH
 from registry.api.bodies import crawl_spec, hub_event, read_json_object
-from registry.api.cursors import decode_id_cursor, encode_id_cursor
+from registry.api.cursors import newest_first
 from registry.api.errors import ApiError, Conflict, Forbidden, NotFound, ServiceUnavailable, required
 from registry.api.keys import (
     AUTH_KEY,
@@ -146,15 +145,8 @@ async def list_crawls(request: web.Request) -> web.Response:
 
 async def crawls_page(session: ReadSession, *, status: str | None, limit: int, cursor: str | None) -> CrawlPage:
     """A page of crawls, newest first, after `cursor`; the web catalog's crawls page shows the same."""
-    query = select(Crawl).order_by(Crawl.id.desc()).limit(limit + 1)
-    if status is not None:
-        query = query.where(Crawl.status == status)
-    if cursor is not None:
-        query = query.where(Crawl.id < decode_id_cursor(cursor))
-    rows = list((await session.scalars(query)).all())
-    more = len(rows) > limit
-    rows = rows[:limit]
-    next_cursor = encode_id_cursor(rows[-1].id) if more else None
+    where = [] if status is None else [Crawl.status == status]
+    rows, next_cursor = await newest_first(session, Crawl, where, limit=limit, cursor=cursor)
     return CrawlPage(items=[CrawlBody.from_row(r) for r in rows], next=next_cursor, limit=limit)
 
 

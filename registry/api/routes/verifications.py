@@ -12,7 +12,7 @@ from aiohttp import web
 from sqlalchemy import select
 
 from registry.api.bodies import read_json_object, verification_artifact_id
-from registry.api.cursors import decode_id_cursor, encode_id_cursor
+from registry.api.cursors import newest_first
 from registry.api.errors import NotFound, ServiceUnavailable, required
 from registry.api.keys import SESSIONMAKER_KEY, SETTINGS_KEY, VERIFIER_KEY
 from registry.api.launchers import Verifier
@@ -75,17 +75,10 @@ async def verifications_page(
     session: ReadSession, *, status: str | None, artifact_id: int | None, limit: int, cursor: str | None
 ) -> VerificationPage:  # fmt: skip
     """A page of verifications, newest first, after `cursor`; the web catalog's page shows the same."""
-    query = select(Verification).order_by(Verification.id.desc()).limit(limit + 1)
-    if status is not None:
-        query = query.where(Verification.status == status)
+    where = [] if status is None else [Verification.status == status]
     if artifact_id is not None:
-        query = query.where(Verification.artifact_id == artifact_id)
-    if cursor is not None:
-        query = query.where(Verification.id < decode_id_cursor(cursor))
-    rows = list((await session.scalars(query)).all())
-    more = len(rows) > limit
-    rows = rows[:limit]
-    next_cursor = encode_id_cursor(rows[-1].id) if more else None
+        where.append(Verification.artifact_id == artifact_id)
+    rows, next_cursor = await newest_first(session, Verification, where, limit=limit, cursor=cursor)
     return VerificationPage(items=[VerificationBody.from_row(r) for r in rows], next=next_cursor, limit=limit)
 
 

@@ -14,7 +14,7 @@ database, indexed) serves the filter and the sort; at any other every match is s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import ColumnElement
 
@@ -43,8 +43,14 @@ def at_default_context(memory_context: int | None) -> bool:
     return memory_context is None or memory_context == MEMORY_CONTEXT
 
 
+class SizedByTokens(Protocol):
+    """A KV cache estimate: `KVCache`, or the response model `KVCacheFacts`."""
+
+    def bytes_at(self, tokens: int) -> int: ...
+
+
 def memory_at(
-    file_size: int, context_length: int | None, line: MemoryLine | None, kv: KVCache | None, context: int
+    file_size: int, context_length: int | None, line: MemoryLine | None, kv: SizedByTokens | None, context: int
 ) -> dict[str, Any] | None:  # fmt: skip
     """`{"tokens", "bytes", "basis"}`: the bytes an artifact needs to run at `context`
     tokens, or at its own context_length when that is shorter (`tokens` says which), as
