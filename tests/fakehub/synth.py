@@ -1,29 +1,33 @@
-"""Synthetic GGUF headers written with gguf-py's GGUFWriter, header only.
+"""Synthetic GGUF headers, packed as gguf-py's GGUFWriter packs them, header only.
 
 A synthetic file is "virtual": its real header bytes (metadata and tensor infos, padded to
 the alignment) followed by zeros up to the size its tensor infos declare. Nothing but the
 header is ever held in memory, so a 10 GB model costs a few MiB.
 
-Tokenizer arrays dominate header size and packing time (a 262k vocabulary is ~0.2 s per
-array), so the token lists are built once per vocabulary size and their packed bytes are
-cached by identity; a thousand repos sharing three vocabularies pack each array once.
+Tokenizer arrays dominate header size and packing time, so the token lists are built once
+per vocabulary size and packed once per process; a file holds its large arrays as shared
+pieces (`SynthFile.segments`), so the fake hub builds each of a thousand quants in well under
+a millisecond and keeps them without a copy of their vocabulary each. `build` packs the bytes
+itself; `reference_header` writes the same file with gguf-py's writer, and the fake hub's
+tests hold the two equal.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
-import io
 import itertools
 import random
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any
 
 import gguf
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFValueType as VT
-from gguf.gguf_writer import WriterState
 
 ALIGNMENT = 32
 
@@ -97,23 +101,6 @@ _MORE_BITS: dict[str, tuple[Q | None, Q]] = {
 def _more_bits(i: int, n: int) -> bool:
     """llama-quantize's use_more_bits: the first and last eighth of the layers and every third."""
     return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
-
-
-class _CachingWriter(gguf.GGUFWriter):
-    """GGUFWriter that packs each large array object once per process."""
-
-    _packed: ClassVar[dict[int, tuple[object, bytes]]] = {}
-
-    def _pack_val(self, val: Any, vtype: VT, add_vtype: bool, sub_type: VT | None = None) -> bytes:
-        if vtype == VT.ARRAY and isinstance(val, list | tuple) and len(val) >= 1024:
-            hit = self._packed.get(id(val))
-            if hit is not None and hit[0] is val and add_vtype:
-                return hit[1]
-            packed = super()._pack_val(val, vtype, add_vtype, sub_type)
-            if add_vtype:
-                self._packed[id(val)] = (val, packed)  # holding `val` keeps its id unique
-            return packed
-        return super()._pack_val(val, vtype, add_vtype, sub_type)
 
 
 @functools.lru_cache(maxsize=16)
@@ -253,87 +240,95 @@ class ModelSpec:
         plan.append(("output.weight", (self.vocab_size, e), output))
         return plan
 
-    def metadata(self, writer: gguf.GGUFWriter) -> None:
+    def metadata(self) -> dict[str, tuple[VT, Any]]:
+        """The key-value pairs of the file, in order: key -> (value type, value)."""
         a = self.arch
+        kv: dict[str, tuple[VT, Any]] = {}
+
+        def put(key: str, vtype: VT, value: Any) -> None:
+            kv[key] = (vtype, value)
+
         kinds = {"model": "model", "lora": "adapter", "mmproj": "mmproj", "imatrix": "imatrix"}
         if self.kind == "imatrix":
-            writer.add_type("imatrix")
-            writer.add_array("imatrix.datasets", ["calibration_datav3.txt"])
-            writer.add_uint32("imatrix.chunk_count", 125)
-            writer.add_uint32("imatrix.chunk_size", 512)
-            return
-        writer.add_type(kinds[self.kind])
-        writer.add_name(self.name)
-        for value, add in (
-            (self.basename, writer.add_basename),
-            (self.finetune, writer.add_finetune),
-            (self.size_label, writer.add_size_label),
-            (self.license, writer.add_license),
+            put("general.type", VT.STRING, "imatrix")
+            put("imatrix.datasets", VT.ARRAY, ["calibration_datav3.txt"])
+            put("imatrix.chunk_count", VT.UINT32, 125)
+            put("imatrix.chunk_size", VT.UINT32, 512)
+            return kv
+        put("general.architecture", VT.STRING, a)
+        put("general.type", VT.STRING, kinds[self.kind])
+        put("general.name", VT.STRING, self.name)
+        for key, value in (
+            ("general.basename", self.basename),
+            ("general.finetune", self.finetune),
+            ("general.size_label", self.size_label),
+            ("general.license", self.license),
         ):
             if value is not None:
-                add(value)
+                put(key, VT.STRING, value)
         if self.base_models:
-            writer.add_base_model_count(len(self.base_models))
+            put("general.base_model.count", VT.UINT32, len(self.base_models))
             for i, (name, org, url) in enumerate(self.base_models):
-                writer.add_base_model_name(i, name)
-                writer.add_base_model_organization(i, org)
-                writer.add_base_model_repo_url(i, url)
+                put(f"general.base_model.{i}.name", VT.STRING, name)
+                put(f"general.base_model.{i}.organization", VT.STRING, org)
+                put(f"general.base_model.{i}.repo_url", VT.STRING, url)
         if self.kind == "lora":
-            writer.add_string("adapter.type", "lora")
-            writer.add_float32("adapter.lora.alpha", 16.0)
+            put("adapter.type", VT.STRING, "lora")
+            put("adapter.lora.alpha", VT.FLOAT32, 16.0)
         elif self.kind == "model":
-            writer.add_uint32(f"{a}.context_length", self.context_length)
-            writer.add_uint32(f"{a}.embedding_length", self.n_embd)
-            writer.add_uint32(f"{a}.block_count", self.n_layers)
-            writer.add_uint32(f"{a}.feed_forward_length", self.n_ff)
-            writer.add_uint32(f"{a}.attention.head_count", self.n_head)
-            writer.add_uint32(f"{a}.attention.head_count_kv", self.n_head_kv)
-            writer.add_float32(f"{a}.rope.freq_base", 10000.0)
-            writer.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-5)
+            put(f"{a}.context_length", VT.UINT32, self.context_length)
+            put(f"{a}.embedding_length", VT.UINT32, self.n_embd)
+            put(f"{a}.block_count", VT.UINT32, self.n_layers)
+            put(f"{a}.feed_forward_length", VT.UINT32, self.n_ff)
+            put(f"{a}.attention.head_count", VT.UINT32, self.n_head)
+            put(f"{a}.attention.head_count_kv", VT.UINT32, self.n_head_kv)
+            put(f"{a}.rope.freq_base", VT.FLOAT32, 10000.0)
+            put(f"{a}.attention.layer_norm_rms_epsilon", VT.FLOAT32, 1e-5)
             if self.n_experts:
-                writer.add_uint32(f"{a}.expert_count", self.n_experts)
-                writer.add_uint32(f"{a}.expert_used_count", min(2, self.n_experts))
-            writer.add_uint32("general.file_type", ALL_FILE_TYPES[self.quant][1])
+                put(f"{a}.expert_count", VT.UINT32, self.n_experts)
+                put(f"{a}.expert_used_count", VT.UINT32, min(2, self.n_experts))
+            put("general.file_type", VT.UINT32, ALL_FILE_TYPES[self.quant][1])
             if not self.quantized:
-                writer.add_uint32("general.quantization_version", 2)
+                put("general.quantization_version", VT.UINT32, 2)
             tokens, scores, types, merges = vocab(self.vocab_size, self.tokenizer, self.merges)
             if self.vocab_edit:
                 tokens = edited_tokens(self.vocab_size, self.tokenizer, self.merges, self.vocab_edit)
-            writer.add_string("tokenizer.ggml.model", self.tokenizer)
+            put("tokenizer.ggml.model", VT.STRING, self.tokenizer)
             if self.pre is not None:
-                writer.add_string("tokenizer.ggml.pre", self.pre)
-            writer.add_array("tokenizer.ggml.tokens", tokens)
+                put("tokenizer.ggml.pre", VT.STRING, self.pre)
+            put("tokenizer.ggml.tokens", VT.ARRAY, tokens)
             if self.tokenizer == "llama":
-                writer.add_array("tokenizer.ggml.scores", scores)
-            writer.add_array("tokenizer.ggml.token_type", types)
+                put("tokenizer.ggml.scores", VT.ARRAY, scores)
+            put("tokenizer.ggml.token_type", VT.ARRAY, types)
             if merges:
-                writer.add_array("tokenizer.ggml.merges", merges)
-            writer.add_uint32("tokenizer.ggml.bos_token_id", 1)
-            writer.add_uint32("tokenizer.ggml.eos_token_id", 2)
+                put("tokenizer.ggml.merges", VT.ARRAY, merges)
+            put("tokenizer.ggml.bos_token_id", VT.UINT32, 1)
+            put("tokenizer.ggml.eos_token_id", VT.UINT32, 2)
             if self.chat_template is not None:
-                writer.add_string("tokenizer.chat_template", self.chat_template)
+                put("tokenizer.chat_template", VT.STRING, self.chat_template)
             if self.quantized:
-                writer.add_uint32("general.quantization_version", 2)
+                put("general.quantization_version", VT.UINT32, 2)
             if self.imatrix:
-                writer.add_string("quantize.imatrix.file", f"/models/{self.basename or 'model'}.imatrix")
-                writer.add_string("quantize.imatrix.dataset", "/training_data/calibration_datav3.txt")
-                writer.add_int32("quantize.imatrix.entries_count", 7 * self.n_layers)
-                writer.add_int32("quantize.imatrix.chunks_count", 125)
+                put("quantize.imatrix.file", VT.STRING, f"/models/{self.basename or 'model'}.imatrix")
+                put("quantize.imatrix.dataset", VT.STRING, "/training_data/calibration_datav3.txt")
+                put("quantize.imatrix.entries_count", VT.INT32, 7 * self.n_layers)
+                put("quantize.imatrix.chunks_count", VT.INT32, 125)
         elif self.kind == "mmproj":
-            writer.add_bool("clip.has_vision_encoder", True)
-            writer.add_string("clip.projector_type", "mlp")
-            writer.add_uint32("clip.vision.embedding_length", self.n_embd)
+            put("clip.has_vision_encoder", VT.BOOL, True)
+            put("clip.projector_type", VT.STRING, "mlp")
+            put("clip.vision.embedding_length", VT.UINT32, self.n_embd)
         for key, value in self.extra:
             if isinstance(value, bool):
-                writer.add_bool(key, value)
+                put(key, VT.BOOL, value)
             elif isinstance(value, int):
-                writer.add_uint32(key, value)
+                put(key, VT.UINT32, value)
             elif isinstance(value, float):
-                writer.add_float32(key, value)
+                put(key, VT.FLOAT32, value)
             elif isinstance(value, str):
-                writer.add_string(key, value)
+                put(key, VT.STRING, value)
             else:
-                writer.add_array(key, value)
+                put(key, VT.ARRAY, value)
+        return kv
 
 
 _K_QUANTS = {Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ2_XS, Q.IQ4_XS}
@@ -353,42 +348,138 @@ def _pad(n: int, align: int = ALIGNMENT) -> int:
     return (n + align - 1) // align * align
 
 
+_U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
+# gguf-py's writer packs scalars with these formats (little-endian).
+_SCALARS: dict[VT, struct.Struct] = {
+    vt: struct.Struct("<" + fmt)
+    for vt, fmt in (
+        (VT.UINT8, "B"), (VT.INT8, "b"), (VT.UINT16, "H"), (VT.INT16, "h"), (VT.UINT32, "I"),
+        (VT.INT32, "i"), (VT.FLOAT32, "f"), (VT.UINT64, "Q"), (VT.INT64, "q"), (VT.FLOAT64, "d"),
+        (VT.BOOL, "?"),
+    )
+}  # fmt: skip
+_NUMPY = {VT.FLOAT32: "<f4", VT.INT32: "<i4"}
+LARGE = 1024  # elements: arrays this long are packed once per process and shared by every file
+_packed: dict[int, tuple[object, bytes]] = {}  # id(array) -> (the array, kept so its id stays its own; bytes)
+
+
+def _string(value: str) -> bytes:
+    raw = value.encode("utf-8")
+    return _U64.pack(len(raw)) + raw
+
+
+def _value(vtype: VT, value: Any) -> bytes:
+    """A value's bytes after its type, as gguf-py's GGUFWriter packs it."""
+    if vtype is VT.STRING:
+        return _string(value)
+    if vtype is not VT.ARRAY:
+        return _SCALARS[vtype].pack(value)
+    hit = _packed.get(id(value)) if len(value) >= LARGE else None
+    if hit is not None and hit[0] is value:
+        return hit[1]
+    etype = VT.get_type(value[0])  # the writer's rule: the first element's Python type
+    if etype is VT.STRING:
+        body = b"".join([_string(v) for v in value])
+    elif etype in _NUMPY:
+        body = np.asarray(value, dtype=_NUMPY[etype]).tobytes()
+    else:
+        body = b"".join([_value(etype, v) for v in value])
+    packed = _U32.pack(etype) + _U64.pack(len(value)) + body
+    if len(value) >= LARGE:
+        _packed[id(value)] = (value, packed)
+    return packed
+
+
 @dataclass(frozen=True)
 class SynthFile:
-    header: bytes  # padded to the alignment: exactly the bytes before tensor data
+    """A synthetic file's header as pieces: a large array's bytes are one object shared by
+    every file that holds the array, so a thousand quants of one vocabulary cost one copy."""
+
+    segments: tuple[bytes, ...]  # the header padded to the alignment, in order
+    starts: tuple[int, ...]  # offset of each segment
     size: int  # header plus declared tensor data
+
+    @property
+    def header(self) -> bytes:
+        """Exactly the bytes before the tensor data."""
+        return b"".join(self.segments)
+
+    def read(self, start: int, end: int) -> bytes:
+        """Bytes [start, end) of the file: the header's, then zeros."""
+        end = min(end, self.size)
+        out: list[bytes] = []
+        pos = start
+        i = max(0, bisect.bisect_right(self.starts, start) - 1)
+        while pos < end and i < len(self.segments):
+            seg, at = self.segments[i], self.starts[i]
+            lo, hi = pos - at, min(len(seg), end - at)
+            if lo < hi:
+                out.append(seg[lo:hi])
+                pos = at + hi
+            i += 1
+        if pos < end:
+            out.append(bytes(end - pos))
+        return b"".join(out)
+
+
+def _plan_and_kvs(
+    spec: ModelSpec, shard: tuple[int, int] | None
+) -> tuple[list[tuple[str, tuple[int, ...], Q]], dict[str, tuple[VT, Any]]]:
+    """The file's tensors and key-value pairs; a shard holds its share of the tensors."""
+    plan = spec.tensor_plan()
+    # gguf-split writes only the split keys into shards 2..N, general.architecture included.
+    kv = spec.metadata() if shard is None or shard[0] == 1 or spec.kind == "imatrix" else {}
+    if shard is not None:
+        no, count = shard
+        kv[gguf.Keys.Split.LLM_KV_SPLIT_NO] = (VT.UINT16, no - 1)
+        kv[gguf.Keys.Split.LLM_KV_SPLIT_COUNT] = (VT.UINT16, count)
+        kv[gguf.Keys.Split.LLM_KV_SPLIT_TENSORS_COUNT] = (VT.INT32, len(plan))
+        per = -(-len(plan) // count)
+        plan = plan[(no - 1) * per : no * per]
+    return plan, kv
 
 
 def build(spec: ModelSpec, *, shard: tuple[int, int] | None = None) -> SynthFile:
-    """Header bytes and declared size of one file (or of shard `no` of `count`, 1-based)."""
-    plan = spec.tensor_plan()
-    writer = _CachingWriter(None, spec.arch)
-    if spec.kind == "imatrix":
-        writer.kv_data[0].clear()  # llama-imatrix names no architecture
-        spec.metadata(writer)
-    elif shard is None or shard[0] == 1:
-        spec.metadata(writer)
-    else:
-        # gguf-split writes only the split keys into shards 2..N; drop general.architecture too.
-        writer.kv_data[0].clear()
-    if shard is not None:
-        no, count = shard
-        writer.add_uint16(gguf.Keys.Split.LLM_KV_SPLIT_NO, no - 1)
-        writer.add_uint16(gguf.Keys.Split.LLM_KV_SPLIT_COUNT, count)
-        writer.add_int32(gguf.Keys.Split.LLM_KV_SPLIT_TENSORS_COUNT, len(plan))
-        per = -(-len(plan) // count)
-        plan = plan[(no - 1) * per : no * per]
+    """Header and declared size of one file (or of shard `no` of `count`, 1-based), packed
+    as gguf-py's writer packs them (`reference_header` writes the same with it)."""
+    plan, kv = _plan_and_kvs(spec, shard)
+    segments: list[bytes] = []
+    small = bytearray(_U32.pack(gguf.GGUF_MAGIC) + _U32.pack(gguf.GGUF_VERSION))
+    small += _U64.pack(len(plan)) + _U64.pack(len(kv))
+    for key, (vtype, value) in kv.items():
+        small += _string(key) + _U32.pack(vtype)
+        packed = _value(vtype, value)
+        if vtype is VT.ARRAY and len(value) >= LARGE:
+            segments += [bytes(small), packed]
+            small = bytearray()
+        else:
+            small += packed
     data = 0
     for name, shape, qtype in plan:
-        nbytes = _nbytes(shape, qtype)
-        writer.add_tensor_info(name, shape, np.dtype(np.float32), nbytes, raw_dtype=qtype)
-        data += _pad(nbytes)
-    out = io.BytesIO()
-    writer.fout = [out]  # type: ignore[list-item]
-    writer.state = WriterState.EMPTY
+        small += _string(name) + _U32.pack(len(shape))
+        small += b"".join([_U64.pack(d) for d in reversed(shape)])
+        small += _U32.pack(qtype) + _U64.pack(data)
+        data += _pad(_nbytes(shape, qtype))
+    length = sum(map(len, segments)) + len(small)
+    small += bytes(_pad(length) - length)
+    segments.append(bytes(small))
+    starts = tuple(itertools.accumulate((len(s) for s in segments[:-1]), initial=0))
+    return SynthFile(tuple(segments), starts, _pad(length) + data)
+
+
+def reference_header(spec: ModelSpec, path: Path, *, shard: tuple[int, int] | None = None) -> bytes:
+    """The same header written by gguf-py's GGUFWriter to `path` (a check on `build`; slow
+    for large vocabularies, which the writer packs element by element)."""
+    plan, kv = _plan_and_kvs(spec, shard)
+    writer = gguf.GGUFWriter(path, spec.arch)
+    writer.kv_data[0].clear()  # the architecture comes from `kv`, where the file has it
+    for key, (vtype, value) in kv.items():
+        writer.add_key_value(key, value, vtype)
+    for name, shape, qtype in plan:
+        writer.add_tensor_info(name, shape, np.dtype(np.float32), _nbytes(shape, qtype), raw_dtype=qtype)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
-    raw = out.getvalue()
-    header = raw + b"\0" * (_pad(len(raw)) - len(raw))
-    return SynthFile(header=header, size=len(header) + data)
+    writer.close()
+    raw = path.read_bytes()
+    return raw + bytes(_pad(len(raw)) - len(raw))

@@ -14,7 +14,7 @@ import pytest
 from registry.gguf.reader import parse_header
 from tests.fakehub import Corpus, FakeHub, Fault, ModelSpec, Repo, RepoFile, gguf_repo, synthetic_corpus
 from tests.fakehub.corpus import SynthBlob, _synth, multiquant_corpus, sibling_corpus
-from tests.fakehub.synth import build
+from tests.fakehub.synth import build, reference_header
 from tests.fakehub.testing import TOKEN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,6 +58,33 @@ def test_synthetic_file_is_valid_gguf(tmp_path: Path, spec: ModelSpec, shard: tu
     if shard is not None:
         assert ours.get("split.no") == shard[0] - 1
         assert "general.architecture" not in ours.fields
+
+
+@pytest.mark.parametrize(
+    ("spec", "shard"),
+    [
+        (ModelSpec(), None),
+        (ModelSpec(tokenizer="gpt2", pre="qwen2", vocab_size=2048, merges=3000), None),
+        (ModelSpec(quant="Q4_K_M", quantized=True, imatrix=True, n_layers=8, vocab_edit=7), None),
+        (ModelSpec(arch="qwen3moe", n_experts=4, quant="Q8_0", base_models=(("B", "org", "https://x/b"),)), None),
+        (ModelSpec(n_layers=6), (1, 3)),
+        (ModelSpec(n_layers=6), (3, 3)),
+        (ModelSpec(kind="lora", license="mit", finetune="chat"), None),
+        (ModelSpec(arch="clip", kind="mmproj"), None),
+        (ModelSpec(kind="imatrix"), None),
+        (ModelSpec(extra=(("a.flag", True), ("a.n", 7), ("a.x", 0.5), ("a.s", "é"), ("a.list", [1, 2]))), None),
+    ],
+)
+def test_synthetic_header_is_byte_for_byte_what_gguf_py_writes(
+    tmp_path: Path, spec: ModelSpec, shard: tuple[int, int] | None
+) -> None:
+    synth = build(spec, shard=shard)
+    assert synth.header == reference_header(spec, tmp_path / "ref.gguf", shard=shard)
+    # Read in pieces across the segment boundaries and past the header: the same bytes, then zeros.
+    header = synth.header
+    for start, end in ((0, 17), (5, len(header) - 3), (len(header) - 10, len(header) + 20), (1, synth.size)):
+        want = header[start:end] + bytes(max(0, min(end, synth.size) - max(start, len(header))))
+        assert synth.read(start, end) == want
 
 
 async def test_ranges_etag_and_416(hub: FakeHub) -> None:
