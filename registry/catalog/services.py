@@ -375,7 +375,7 @@ async def _write_artifacts(
         await session.execute(insert(ArtifactFinding), findings)
     tensors = [
         {"artifact_id": artifact_id, "tensor_count": record.tensor_index.total,
-         "stored": len(record.tensor_index.rows), "data": record.tensor_index.data}
+         "stored": record.tensor_index.stored, "data": record.tensor_index.data}
         for (record, _), artifact_id in zip(todo, ids, strict=True) if record.tensor_index is not None
     ]  # fmt: skip
     if tensors:

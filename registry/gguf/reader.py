@@ -58,6 +58,7 @@ from registry.gguf.types import (
     GGUF_MAGIC,
     INTEGER_VALUE_TYPES,
     SCALAR_FORMATS,
+    TENSOR_TYPES,
     GGMLType,
     ValueType,
     tensor_type_info,
@@ -140,7 +141,8 @@ def parse_header(
     `known` maps the offset of an array value (its element type) to an array already parsed
     from bytes the caller has proven equal to those at that offset (a sibling's vocabulary
     read from the leader): where the element type and count agree it is taken as the value
-    without walking its elements again. Its bytes must still be in `data`.
+    without walking its elements again. `data` must reach past its end, but its bytes there
+    are not read (a sibling's reader leaves zeros in their place).
 
     A non-`bytes` input is copied once, so that arrays in the result cannot change if the
     caller later mutates its buffer (a few MiB copy in about a millisecond).
@@ -201,6 +203,9 @@ class _Parser:
         self.u64 = struct.Struct(prefix + "Q")
         self.length = struct.Struct(prefix + ("I" if length_width == 4 else "Q"))
         self.scalars = {vt: struct.Struct(prefix + fmt) for vt, (fmt, _) in SCALAR_FORMATS.items()}
+        self.type_and_offset = struct.Struct(prefix + "IQ")
+        dim = "I" if self.dim_width == 4 else "Q"
+        self.shapes = [struct.Struct(prefix + dim * n) for n in range(min(self.limits.max_dims, 8) + 1)]
 
     # -- entry -----------------------------------------------------------------------------
 
@@ -640,6 +645,9 @@ class _Parser:
         return infos, pos
 
     def _tensor_info(self, pos: int, index: int, names: set[bytes]) -> tuple[_RawTensor, int]:
+        fast = self._plain_tensor_info(pos, names)
+        if fast is not None:
+            return fast
         buf, lw = self.buf, self.lw
         base = f"tensors[{index}]"
         info_offset = pos
@@ -695,6 +703,44 @@ class _Parser:
             )
         pos += 8
         return (name, shape, ttype, offset, n_elements, n_bytes, info_offset), pos
+
+    def _plain_tensor_info(self, pos: int, names: set[bytes]) -> tuple[_RawTensor, int] | None:
+        """The common record in one pass: all of it in the buffer, a new UTF-8 name, a known
+        type whose block divides the first dimension, an aligned offset. None for anything
+        else, which `_tensor_info` then reads field by field to name what is wrong or short.
+        (Most of a header's parse time is its tensor infos; this pass is about twice as fast.)"""
+        buf, n, lw = self.buf, self.n, self.lw
+        if pos + lw > n:
+            return None
+        size = self.length.unpack_from(buf, pos)[0]
+        at = pos + lw + size
+        if size >= GGML_MAX_NAME or at + 4 > n:
+            return None
+        raw = buf[pos + lw : at]
+        n_dims = self.u32.unpack_from(buf, at)[0]
+        if raw in names or not 1 <= n_dims < len(self.shapes):
+            return None
+        at += 4
+        end = at + n_dims * self.dim_width + 12
+        if end > n:
+            return None
+        shape = self.shapes[n_dims].unpack_from(buf, at)
+        type_id, offset = self.type_and_offset.unpack_from(buf, end - 12)
+        info = TENSOR_TYPES.get(type_id)  # an IntEnum key is found by its int value
+        n_elements = 1
+        for dim in shape:
+            n_elements *= dim
+        if info is None or info.removed or not 0 < n_elements <= _MAX_I64 or shape[0] % info.block_size:
+            return None
+        n_bytes = n_elements // info.block_size * info.type_size
+        if n_bytes > self.limits.max_tensor_bytes or offset % self.alignment or offset + n_bytes > _MAX_I64:
+            return None
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        names.add(raw)
+        return (name, shape, info.type, offset, n_elements, n_bytes, pos), end
 
     def _element_count(self, name: str, shape: tuple[int, ...], field: str, offset: int) -> int:
         n_elements = 1

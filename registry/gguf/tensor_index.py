@@ -8,12 +8,14 @@ few kilobytes and well under a millisecond to encode.
 
 from __future__ import annotations
 
+import functools
 import json
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from registry.gguf.model import GGUFHeader
+from registry.gguf.types import GGMLType
 
 MAX_TENSORS = 65_536  # more than any published model has; a hostile header is cut here
 MAX_NAME = 256  # characters of a name kept (llama.cpp's own limit is 64 bytes)
@@ -31,46 +33,73 @@ class TensorRow:
     offset: int  # in its shard's tensor data section
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class TensorIndex:
     total: int  # tensors the artifact declares
-    rows: tuple[TensorRow, ...]  # the first MAX_TENSORS of them, in file order
+    stored: int  # of them kept: the first MAX_TENSORS, in file order
     # The rows as the catalog stores them, encoded once where the index is made (a reader,
-    # not the catalog's writer, which holds the database's write lock).
-    data: bytes = b""
+    # not the catalog's writer, which holds the database's write lock). A crawl only
+    # writes them: `rows` are decoded when first asked for.
+    data: bytes
+
+    @functools.cached_property
+    def rows(self) -> tuple[TensorRow, ...]:
+        rows = _rows(self.data)
+        if rows is None:
+            raise ValueError("not a tensor index")  # `decode` refuses such bytes before
+        return rows[1]
 
     @classmethod
-    def of(cls, total: int, rows: tuple[TensorRow, ...]) -> TensorIndex:
-        body = [VERSION, total, [[r.name, r.type, list(r.shape), r.bytes, r.shard, r.offset] for r in rows]]
-        return cls(total, rows, zlib.compress(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(), 1))
+    def of(cls, total: int, rows: Sequence[TensorRow]) -> TensorIndex:
+        return cls._encoded(total, [[r.name, r.type, list(r.shape), r.bytes, r.shard, r.offset] for r in rows])
+
+    @classmethod
+    def _encoded(cls, total: int, rows: list[list[object]]) -> TensorIndex:
+        body = json.dumps([VERSION, total, rows], separators=(",", ":"), ensure_ascii=False)
+        return cls(total, len(rows), zlib.compress(body.encode(), 1))
 
     @classmethod
     def decode(cls, data: bytes) -> TensorIndex | None:
         """An index `of` encoded; None for bytes of another shape (a corrupt or foreign row)."""
-        try:
-            inflater = zlib.decompressobj()
-            raw = inflater.decompress(data, MAX_DECODED)
-            if inflater.unconsumed_tail:
-                return None
-            version, total, rows = json.loads(raw)
-            if version != VERSION:
-                return None
-            return cls(int(total), tuple(
-                TensorRow(str(n), str(t), tuple(int(d) for d in shape), int(b), int(s), int(o))
-                for n, t, shape, b, s, o in rows
-            ), data)  # fmt: skip
-        except (zlib.error, ValueError, TypeError):
+        decoded = _rows(data)
+        if decoded is None:
             return None
+        index = cls(decoded[0], len(decoded[1]), data)
+        index.__dict__["rows"] = decoded[1]  # the cached_property's slot: decoded once
+        return index
+
+
+def _rows(data: bytes) -> tuple[int, tuple[TensorRow, ...]] | None:
+    try:
+        inflater = zlib.decompressobj()
+        raw = inflater.decompress(data, MAX_DECODED)
+        if inflater.unconsumed_tail:
+            return None
+        version, total, rows = json.loads(raw)
+        if version != VERSION:
+            return None
+        return int(total), tuple(
+            TensorRow(str(n), str(t), tuple(int(d) for d in shape), int(b), int(s), int(o))
+            for n, t, shape, b, s, o in rows
+        )
+    except (zlib.error, ValueError, TypeError):
+        return None
 
 
 def tensor_index(headers: Sequence[GGUFHeader]) -> TensorIndex:
     """The tensor table of an artifact whose shards' headers are `headers`, in split order."""
     total = sum(len(h.tensors) for h in headers)
-    rows: list[TensorRow] = []
+    rows: list[list[object]] = []
+    names = _TYPE_NAMES
     for shard, header in enumerate(headers):
-        for t in header.tensors[: MAX_TENSORS - len(rows)]:
-            rows.append(TensorRow(t.name[:MAX_NAME], t.type.name, t.shape, t.n_bytes, shard, t.offset))
-    return TensorIndex.of(total, tuple(rows))
+        rows += [
+            [t.name[:MAX_NAME], names[t.type], t.shape, t.n_bytes, shard, t.offset]
+            for t in header.tensors[: MAX_TENSORS - len(rows)]
+        ]
+    return TensorIndex._encoded(total, rows)
+
+
+_TYPE_NAMES = {t: t.name for t in GGMLType}
 
 
 __all__ = ["MAX_TENSORS", "TensorIndex", "TensorRow", "tensor_index"]

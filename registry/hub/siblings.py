@@ -361,25 +361,29 @@ class SiblingReader:
         return joined
 
     def _assemble(self, leader: Leader, answer: RangeAnswer, delta: int, size: int) -> tuple[bytes, int, int]:
-        """The sibling's header bytes as believed: the leader's large arrays, every byte
-        fetched written over them after the sampled ones are compared."""
+        """The sibling's header bytes as believed: every byte fetched in its place, after the
+        sampled ones are compared with the leader's, and zeros between them. The leader's
+        large arrays are not copied in: the parser takes them from the leader (`known`)."""
         end = min(size, max(at + len(data) for at, data in answer.parts.items()))
-        buf = bytearray(end)
         spans = [(s.body + delta, s.end + delta, s.array.raw) for s in leader.spans]
-        for lo, hi, raw in spans:
-            if hi > end:
-                raise SiblingFallback("layout", "the leader's arrays reach past the sibling's bytes")
-            buf[lo:hi] = raw
+        if any(hi > end for _, hi, _ in spans):
+            raise SiblingFallback("layout", "the leader's arrays reach past the sibling's bytes")
         sampled = 0
-        for at, data in answer.parts.items():
+        pieces: list[bytes] = []
+        pos = 0
+        for at, data in sorted(answer.parts.items()):
             for lo, hi, raw in spans:
                 a, b = max(at, lo), min(at + len(data), hi)
                 if a < b:
                     sampled += 1
                     if data[a - at : b - at] != raw[a - lo : b - lo]:
                         raise SiblingFallback("sample_differs", f"bytes {a}-{b} differ from the leader's")
-            buf[at : at + len(data)] = data
-        return bytes(buf), end, sampled
+            if at > pos:
+                pieces.append(bytes(at - pos))
+            if at + len(data) > pos:
+                pieces.append(data[max(0, pos - at) :])
+                pos = at + len(data)
+        return b"".join(pieces)[:end], end, sampled
 
 
 def _find_value(prefix: bytes, span: _Span) -> int:
