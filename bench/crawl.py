@@ -333,6 +333,7 @@ async def part1(endpoint: str) -> tuple[bool, list[Cost]]:
 async def _crawl_child(
     endpoint: str, repos: int, concurrency: int | None, per_host: int | None, reuse: bool
 ) -> dict[str, float]:
+    from registry import heap
     from registry.catalog.db import Database
     from registry.config import HubSettings
     from workers.crawl import CrawlParams, crawl_from_settings
@@ -344,6 +345,7 @@ async def _crawl_child(
         hub = replace(hub, per_host_concurrency=per_host)
     with tempfile.TemporaryDirectory() as tmp:
         db = Database.from_url(f"sqlite+aiosqlite:///{tmp}/catalog.db")
+        heap.settle()  # as `registry crawl` does once started
         start, cpu = time.perf_counter(), time.process_time()
         # --search mq: the multi-quant repos only, not part 1's corpus.
         report = await crawl_from_settings(db, hub, CrawlParams(search="mq", limit=repos))

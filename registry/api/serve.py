@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import signal
@@ -34,6 +33,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
+from registry import heap
 from registry.api.app import create_app
 from registry.api.balance import ConnectionShares
 from registry.api.errors import error_response, status_code
@@ -136,11 +136,8 @@ async def serve(
         if counts is not None:
             server = runner.server
             counts.watch(lambda: len(server.connections) if server is not None else 0)
-        # What is alive after start-up (modules, SQLAlchemy metadata, compiled statements)
-        # lives as long as the process; freezing it keeps every full collection from
-        # walking it again, which is what made the slowest requests slow.
-        gc.collect()
-        gc.freeze()
+        # Full collections walking what start-up left alive made the slowest requests slow.
+        heap.settle()
         log.info("listening on %s", ", ".join(str(a) for a in addresses))
         replicas = [
             _start_replica(host, bound, config, (str(counts.path), slot) if counts is not None else None)

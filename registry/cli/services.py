@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from registry import heap
 from registry.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -101,6 +102,7 @@ def _cmd_crawl(args: argparse.Namespace, settings: Settings) -> int:
 
     async def work() -> int:
         async with Database.from_settings(settings) as db:
+            heap.settle()
             report = await crawl_from_settings(db, hub, params, limits=parser_limits(settings), progress=progress)
             async with db.sessions() as session:
                 row = await session.get(CrawlRow, report.crawl_id)
@@ -283,6 +285,7 @@ def _cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     concurrency = args.concurrency or settings.jobs.concurrency
 
     async def work() -> int:
+        heap.settle()
         await run_worker(settings, queues, concurrency)
         return EXIT_OK
 

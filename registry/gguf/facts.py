@@ -21,7 +21,7 @@ from registry.gguf.facts_model import MODALITIES, BaseModel, Facts, QuantMixEntr
 from registry.gguf.kvcache import kv_cache
 from registry.gguf.memory_profile import memory_profile
 from registry.gguf.model import GGUFHeader, TensorInfo
-from registry.gguf.types import TENSOR_TYPES, ValueType, file_type_label
+from registry.gguf.types import TENSOR_TYPES, GGMLType, ValueType, file_type_label
 from registry.gguf.vocab import vocab_sha256
 
 # Arrays are summarised in `Facts.metadata` instead of copied, except small ones. Numeric
@@ -302,14 +302,14 @@ def _modalities(header: GGUFHeader) -> dict[str, str | None]:
 
 
 def _quant_mix(tensors: Sequence[TensorInfo]) -> dict[str, QuantMixEntry]:
-    acc: dict[str, list[int]] = {}
+    by_type: dict[GGMLType, list[int]] = {}  # keyed by the member: its `.name` is slow to ask per tensor
     for t in tensors:
-        entry = acc.setdefault(t.type.name, [0, 0, 0])
+        entry = by_type.setdefault(t.type, [0, 0, 0])
         entry[0] += 1
         entry[1] += t.n_elements
         entry[2] += t.n_bytes
     # Largest share first, so the first entry reads as the dominant type.
-    ordered = sorted(acc.items(), key=lambda kv: (-kv[1][2], kv[0]))
+    ordered = sorted(((k.name, v) for k, v in by_type.items()), key=lambda kv: (-kv[1][2], kv[0]))
     return {name: QuantMixEntry(tensors=n, elements=e, bytes=b) for name, (n, e, b) in ordered}
 
 

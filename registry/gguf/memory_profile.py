@@ -21,6 +21,7 @@ from typing import Any
 
 from registry.gguf.kvcache import MAX_LAYERS, NO_CACHE, AttentionLayer, attention_plan
 from registry.gguf.model import GGUFHeader, TensorInfo
+from registry.gguf.types import GGMLType
 
 # Purely recurrent architectures: every block keeps a state of a fixed size, none a KV cache.
 RECURRENT = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
@@ -142,9 +143,8 @@ def _recurrent_state(header: GGUFHeader, arch: str, n_embd: int) -> tuple[int, i
 
 def _weights(tensors: Sequence[TensorInfo]) -> tuple[int, int, bool, tuple[tuple[str, int], ...]]:
     total = inputs = 0
-    repackable: Counter[str] = Counter()
-    names = {t.name for t in tensors}
-    tied = "output.weight" not in names
+    repackable: Counter[GGMLType] = Counter()
+    tied = not any(t.name == "output.weight" for t in tensors)
     for t in tensors:
         total += t.n_bytes
         if t.name in INPUT_TENSORS:
@@ -154,10 +154,10 @@ def _weights(tensors: Sequence[TensorInfo]) -> tuple[int, int, bool, tuple[tuple
         )
         dims = len(t.shape)
         if ((matmul and dims == 2) or (dims == 3 and "_exps." in t.name)) and t.shape[1] % 8 == 0:
-            repackable[t.type.name] += t.n_bytes
+            repackable[t.type] += t.n_bytes
         if t.name == "token_embd.weight" and tied and dims == 2 and t.shape[1] % 8 == 0:
-            repackable[t.type.name] += t.n_bytes  # its second use, as the output layer, is a product
-    return total, inputs, tied, tuple(sorted(repackable.items()))
+            repackable[t.type] += t.n_bytes  # its second use, as the output layer, is a product
+    return total, inputs, tied, tuple(sorted((k.name, n) for k, n in repackable.items()))
 
 
 def memory_profile(header: GGUFHeader, tensors: Sequence[TensorInfo] | None = None) -> MemoryProfile | None:
