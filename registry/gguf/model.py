@@ -1,6 +1,6 @@
 """What the header parser produces: the parsed header of one GGUF file.
 
-Plain frozen dataclasses, no I/O. Large arrays stay as `GGUFArray` views over the bytes
+Plain frozen dataclasses (and a named tuple per tensor), no I/O. Large arrays stay as `GGUFArray` views over the bytes
 they came from and are decoded only when asked (see `registry.gguf.array`).
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from registry.gguf.types import GGMLType, ValueType
 
@@ -25,8 +25,10 @@ class Field:
     offset: int  # byte offset of the key's length prefix in the file
 
 
-@dataclass(frozen=True, slots=True)
-class TensorInfo:
+class TensorInfo(NamedTuple):
+    """One tensor's record. A named tuple rather than a frozen dataclass: a header makes
+    hundreds to thousands of them, and a tuple is built several times faster."""
+
     name: str
     shape: tuple[int, ...]  # ggml order: shape[0] is the fastest-varying dimension (ne[0])
     type: GGMLType
