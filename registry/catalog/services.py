@@ -354,13 +354,15 @@ async def _write_artifacts(
     if rewritten:
         for model in (Facts, QuantMix, Shard, ArtifactFinding, ArtifactTensors):
             await session.execute(delete(model).where(model.artifact_id.in_(rewritten)))
+    # The per-artifact rows go in as Core inserts of plain dicts: the ORM's bulk path adds
+    # nothing for them and cost a crawl a few percent of its CPU.
     # A revision that moved a shard between artifacts must not trip the (repo, revision, path) key.
     paths = [_path_key(s.path) for record, _ in todo for s in record.shards]
     if paths:
         await session.execute(
             delete(Shard).where(Shard.repo_pk == repo.id, Shard.revision == snap.revision, Shard.path.in_(paths))
         )
-        await session.execute(insert(Shard), [
+        await session.execute(insert(Shard.__table__), [
             _fit(Shard.__table__, {"artifact_id": artifact_id, "repo_pk": repo.id, "revision": snap.revision,
                                    "path": s.path, "split_no": s.split_no, "size": s.size, "sha256": s.sha256 and s.sha256.lower(),
                                    "header_bytes": s.header_bytes})
@@ -372,17 +374,17 @@ async def _write_artifacts(
         for i, f in enumerate(record.llama_cpp_findings or ())
     ]
     if findings:
-        await session.execute(insert(ArtifactFinding), findings)
+        await session.execute(insert(ArtifactFinding.__table__), findings)
     tensors = [
         {"artifact_id": artifact_id, "tensor_count": record.tensor_index.total,
          "stored": record.tensor_index.stored, "data": record.tensor_index.data}
         for (record, _), artifact_id in zip(todo, ids, strict=True) if record.tensor_index is not None
     ]  # fmt: skip
     if tensors:
-        await session.execute(insert(ArtifactTensors), tensors)
+        await session.execute(insert(ArtifactTensors.__table__), tensors)
     facts = [(artifact_id, record.facts) for (record, _), artifact_id in zip(todo, ids, strict=True) if record.facts]
     if facts:
-        await session.execute(insert(Facts), [_facts_row(artifact_id, f) for artifact_id, f in facts])
+        await session.execute(insert(Facts.__table__), [_facts_row(artifact_id, f) for artifact_id, f in facts])
         mix = [
             _fit(QuantMix.__table__, {"artifact_id": artifact_id, "tensor_type": name, "tensors": e.tensors,
                                       "elements": e.elements, "bytes": e.bytes})
@@ -390,7 +392,7 @@ async def _write_artifacts(
             for name, e in f.quant_mix.items()
         ]  # fmt: skip
         if mix:
-            await session.execute(insert(QuantMix), mix)
+            await session.execute(insert(QuantMix.__table__), mix)
 
 
 async def _sync_edges(
