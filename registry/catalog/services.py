@@ -13,6 +13,7 @@ the second sees the first's result, so concurrent writers never create duplicate
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, fields
@@ -106,8 +107,10 @@ def storable(value: Any) -> Any:
     """Make hostile values storable: text as `storable_text`, no NaN in JSON, bytes as hex."""
     if isinstance(value, str):
         return storable_text(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
+    if value is None or isinstance(value, int):  # most values; asked before the slower Mapping check
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
     if isinstance(value, Mapping):
         return {str(storable(k)): storable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -119,21 +122,32 @@ def storable(value: Any) -> Any:
 
 def _fit(table: Any, row: dict[str, Any]) -> dict[str, Any]:
     """Clamp integers and truncate strings to their column so a hostile header still stores."""
+    limits = _column_limits(table)
     out = {}
     for key, value in row.items():
-        column_type = table.c[key].type
         if isinstance(value, float) and not math.isfinite(value):
             value = None  # a float column cannot hold NaN on every database; JSON gets the text
         value = storable(value)
+        largest, length = limits[key]
         if isinstance(value, bool):
             pass
-        elif isinstance(value, int) and isinstance(column_type, Integer):
-            limit = _INT64 if isinstance(column_type, BigInteger) else _INT32
-            value = max(-limit, min(limit, value))
-        elif isinstance(value, str) and isinstance(column_type, String) and column_type.length:
-            value = value[: column_type.length]
+        elif isinstance(value, int) and largest:
+            value = max(-largest, min(largest, value))
+        elif isinstance(value, str) and length:
+            value = value[:length]
         out[key] = value
     return out
+
+
+@functools.cache
+def _column_limits(table: Any) -> dict[str, tuple[int, int]]:
+    """Per column of `table`: the largest integer it holds and the characters it keeps (0: no limit)."""
+    limits = {}
+    for column in table.c:
+        kind = column.type
+        largest = (_INT64 if isinstance(kind, BigInteger) else _INT32) if isinstance(kind, Integer) else 0
+        limits[column.key] = (largest, kind.length or 0 if isinstance(kind, String) else 0)
+    return limits
 
 
 def _path_key(path: str) -> str:
@@ -323,7 +337,7 @@ def _facts_row(artifact_id: int, facts: FactsData) -> dict[str, Any]:
              for k, v in data.items()
              if k not in _TYPED and k != "quant_mix"}  # fmt: skip
     extra["base_models"] = [asdict(b) for b in facts.base_models]
-    return _fit(Facts.__table__, {"artifact_id": artifact_id, **typed, "extra": storable(extra)})
+    return _fit(Facts.__table__, {"artifact_id": artifact_id, **typed, "extra": extra})  # made storable there
 
 
 async def _write_artifacts(
@@ -354,15 +368,13 @@ async def _write_artifacts(
     if rewritten:
         for model in (Facts, QuantMix, Shard, ArtifactFinding, ArtifactTensors):
             await session.execute(delete(model).where(model.artifact_id.in_(rewritten)))
-    # The per-artifact rows go in as Core inserts of plain dicts: the ORM's bulk path adds
-    # nothing for them and cost a crawl a few percent of its CPU.
     # A revision that moved a shard between artifacts must not trip the (repo, revision, path) key.
     paths = [_path_key(s.path) for record, _ in todo for s in record.shards]
     if paths:
         await session.execute(
             delete(Shard).where(Shard.repo_pk == repo.id, Shard.revision == snap.revision, Shard.path.in_(paths))
         )
-        await session.execute(insert(Shard.__table__), [
+        await session.execute(insert(Shard), [
             _fit(Shard.__table__, {"artifact_id": artifact_id, "repo_pk": repo.id, "revision": snap.revision,
                                    "path": s.path, "split_no": s.split_no, "size": s.size, "sha256": s.sha256 and s.sha256.lower(),
                                    "header_bytes": s.header_bytes})
@@ -374,17 +386,17 @@ async def _write_artifacts(
         for i, f in enumerate(record.llama_cpp_findings or ())
     ]
     if findings:
-        await session.execute(insert(ArtifactFinding.__table__), findings)
+        await session.execute(insert(ArtifactFinding), findings)
     tensors = [
         {"artifact_id": artifact_id, "tensor_count": record.tensor_index.total,
          "stored": record.tensor_index.stored, "data": record.tensor_index.data}
         for (record, _), artifact_id in zip(todo, ids, strict=True) if record.tensor_index is not None
     ]  # fmt: skip
     if tensors:
-        await session.execute(insert(ArtifactTensors.__table__), tensors)
+        await session.execute(insert(ArtifactTensors), tensors)
     facts = [(artifact_id, record.facts) for (record, _), artifact_id in zip(todo, ids, strict=True) if record.facts]
     if facts:
-        await session.execute(insert(Facts.__table__), [_facts_row(artifact_id, f) for artifact_id, f in facts])
+        await session.execute(insert(Facts), [_facts_row(artifact_id, f) for artifact_id, f in facts])
         mix = [
             _fit(QuantMix.__table__, {"artifact_id": artifact_id, "tensor_type": name, "tensors": e.tensors,
                                       "elements": e.elements, "bytes": e.bytes})
@@ -392,7 +404,7 @@ async def _write_artifacts(
             for name, e in f.quant_mix.items()
         ]  # fmt: skip
         if mix:
-            await session.execute(insert(QuantMix.__table__), mix)
+            await session.execute(insert(QuantMix), mix)
 
 
 async def _sync_edges(
