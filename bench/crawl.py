@@ -2,6 +2,7 @@
 
     python bench/crawl.py                     # both parts (a few minutes on 2 cores)
     python bench/crawl.py --repos 200         # a smaller crawl
+    python bench/crawl.py --per-host-too 16   # part 2 also with 16 requests per host in flight
     python bench/crawl.py --project 150000 1500000 50 --project-workers 8
                                               # part 1, then what a hub that size would cost
     python bench/crawl.py --workers 1,2,4     # distributed: 1, 2, 4 worker processes (PostgreSQL)
@@ -27,8 +28,11 @@ that the quants whose vocabulary differs from their leader's were told apart.
 
 Part 2 crawls `--repos` multi-quant repos (8 to 24 quants each, 32k to 262k token
 vocabularies) into a fresh SQLite catalog in a child process and reports files/s and that
-process's peak RSS (ru_maxrss), with the default settings (sibling reuse on);
-`--reuse-off-too` repeats it with `hub.sibling_reuse` off.
+process's peak RSS (ru_maxrss), with the default settings (sibling reuse on), and the
+ceiling the per-host limit puts on it: each file needs one request to the hub, so with
+`--latency` per request no more than per_host_concurrency / latency files a second;
+`--per-host-too N` repeats it with per_host_concurrency N and `--reuse-off-too` with
+`hub.sibling_reuse` off (both informational).
 """
 
 from __future__ import annotations
@@ -376,6 +380,7 @@ def part2(
     *,
     reuse: bool = True,
     hub_pid: int | None = None,
+    informational: bool = False,
 ) -> bool:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", endpoint, "--repos", str(repos)]
     if concurrency:
@@ -402,7 +407,11 @@ def part2(
     print(f"  crawling process: {r['cpu'] / max(r['files'], 1) * 1e3:.1f} ms CPU per file "
           f"({r['cpu'] / r['seconds']:.0%} of a core), peak RSS {r['rss_mb']:.0f} MB; the fake hub's process: "
           f"{hub_cpu / max(r['files'], 1) * 1e3:.1f} ms CPU per file ({hub_cpu / r['seconds']:.0%} of a core)")  # fmt: skip
-    if not reuse:
+    # Every file costs one request to the hub itself (its /resolve/ answer redirects to the
+    # CDN), each taking `latency`: at most per_host_concurrency of them are in flight.
+    print(f"  ceiling of per_host_concurrency {r['per_host']} at {latency * 1000:.0f} ms a request: "
+          f"{r['per_host'] / latency:.0f} hub requests/s, so at most {r['per_host'] / latency:.0f} files/s")  # fmt: skip
+    if not reuse or informational:
         return True  # informational: the targets are the default settings'
     ok_rate, ok_rss = rate >= FILES_PER_S_TARGET, r["rss_mb"] < RSS_TARGET_MB
     print(
@@ -443,6 +452,8 @@ def main() -> int:
     p.add_argument("--per-host-concurrency", type=int,
                    help="per_host_concurrency for part 2 (default: the setting's default)")  # fmt: skip
     p.add_argument("--skip-crawl", action="store_true", help="part 1 only")
+    p.add_argument("--per-host-too", type=int, metavar="N",
+                   help="also crawl part 2's repos with per_host_concurrency N (informational)")  # fmt: skip
     p.add_argument("--reuse-off-too", action="store_true",
                    help="also crawl part 2's repos with hub.sibling_reuse off (informational)")  # fmt: skip
     p.add_argument("--project", nargs=3, type=float, metavar=("REPOS", "FILES", "RATE"),
@@ -475,6 +486,9 @@ def main() -> int:
         elif not args.skip_crawl:
             per_host = args.per_host_concurrency
             ok = part2(endpoint, args.repos, args.latency, args.concurrency, per_host, hub_pid=proc.pid) and ok
+            if args.per_host_too:
+                part2(endpoint, args.repos, args.latency, args.concurrency, args.per_host_too, hub_pid=proc.pid,
+                      informational=True)  # fmt: skip
             if args.reuse_off_too:
                 part2(endpoint, args.repos, args.latency, args.concurrency, per_host, reuse=False, hub_pid=proc.pid)
     finally:
