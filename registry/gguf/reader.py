@@ -30,6 +30,7 @@ them as findings, which needs the rest of the header). A declared length reachin
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Mapping
 from typing import Any, NoReturn
@@ -158,6 +159,12 @@ def parse_header(
     return parser.parse()
 
 
+@functools.cache
+def _shape_structs(prefix: str, dim: str, most: int) -> tuple[struct.Struct, ...]:
+    """Structs of a tensor shape of 0..`most` dimensions, made once, not per parse."""
+    return tuple(struct.Struct(prefix + dim * n) for n in range(most + 1))
+
+
 def next_window(exc: NeedMoreData, *, margin: int) -> int:
     """How many bytes from the file start to have for the next attempt."""
     return max(exc.needed + margin, exc.have + 1)
@@ -204,8 +211,7 @@ class _Parser:
         self.length = struct.Struct(prefix + ("I" if length_width == 4 else "Q"))
         self.scalars = {vt: struct.Struct(prefix + fmt) for vt, (fmt, _) in SCALAR_FORMATS.items()}
         self.type_and_offset = struct.Struct(prefix + "IQ")
-        dim = "I" if self.dim_width == 4 else "Q"
-        self.shapes = [struct.Struct(prefix + dim * n) for n in range(min(self.limits.max_dims, 8) + 1)]
+        self.shapes = _shape_structs(prefix, "I" if self.dim_width == 4 else "Q", min(self.limits.max_dims, 8))
 
     # -- entry -----------------------------------------------------------------------------
 
@@ -625,21 +631,14 @@ class _Parser:
             self.tensor_pos = pos
             info, pos = self._tensor_info(pos, index, names)
             name, _, _, offset, _, n_bytes, info_offset = info
-            where = f"tensors[{index}].offset"
-            if offset < prev_offset:
-                raise InvalidTensor(
-                    f"tensor {name!r} at offset {offset} comes before the previous tensor's "
-                    f"offset {prev_offset}: tensor infos must be in data order",
-                    field=where,
-                    offset=info_offset,
-                )
-            if offset < prev_end:
-                raise InvalidTensor(
-                    f"tensor {name!r} at offset {offset} overlaps the previous tensor, "
-                    f"which ends at {prev_end}",
-                    field=where,
-                    offset=info_offset,
-                )
+            if offset < prev_offset or offset < prev_end:  # the field's name is built only then
+                where = f"tensors[{index}].offset"
+                if offset < prev_offset:
+                    raise InvalidTensor(f"tensor {name!r} at offset {offset} comes before the previous "
+                                        f"tensor's offset {prev_offset}: tensor infos must be in data order",
+                                        field=where, offset=info_offset)  # fmt: skip
+                raise InvalidTensor(f"tensor {name!r} at offset {offset} overlaps the previous tensor, which ends "
+                                    f"at {prev_end}", field=where, offset=info_offset)  # fmt: skip
             prev_offset, prev_end = offset, offset + n_bytes
             infos.append(info)
         return infos, pos

@@ -21,6 +21,7 @@ MAX_TENSORS = 65_536  # more than any published model has; a hostile header is c
 MAX_NAME = 256  # characters of a name kept (llama.cpp's own limit is 64 bytes)
 MAX_DECODED = 64 << 20  # bytes an index may inflate to when read back: a corrupt row is refused
 VERSION = 1
+_TYPE_NAMES = {t: t.name for t in GGMLType}  # an enum member's `.name` is slow to ask per tensor
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,17 +51,14 @@ class TensorIndex:
         return rows[1]
 
     @classmethod
-    def of(cls, total: int, rows: Sequence[TensorRow]) -> TensorIndex:
-        return cls._encoded(total, [[r.name, r.type, list(r.shape), r.bytes, r.shard, r.offset] for r in rows])
-
-    @classmethod
-    def _encoded(cls, total: int, rows: list[list[object]]) -> TensorIndex:
+    def encode(cls, total: int, rows: list[list[object]]) -> TensorIndex:
+        """The index of `rows`, each [name, type, shape, bytes, shard, offset] as TensorRow has them."""
         body = json.dumps([VERSION, total, rows], separators=(",", ":"), ensure_ascii=False)
         return cls(total, len(rows), zlib.compress(body.encode(), 1))
 
     @classmethod
     def decode(cls, data: bytes) -> TensorIndex | None:
-        """An index `of` encoded; None for bytes of another shape (a corrupt or foreign row)."""
+        """An index `encode` made; None for bytes of another shape (a corrupt or foreign row)."""
         decoded = _rows(data)
         if decoded is None:
             return None
@@ -90,16 +88,12 @@ def tensor_index(headers: Sequence[GGUFHeader]) -> TensorIndex:
     """The tensor table of an artifact whose shards' headers are `headers`, in split order."""
     total = sum(len(h.tensors) for h in headers)
     rows: list[list[object]] = []
-    names = _TYPE_NAMES
     for shard, header in enumerate(headers):
         rows += [
-            [t.name[:MAX_NAME], names[t.type], t.shape, t.n_bytes, shard, t.offset]
+            [t.name[:MAX_NAME], _TYPE_NAMES[t.type], t.shape, t.n_bytes, shard, t.offset]
             for t in header.tensors[: MAX_TENSORS - len(rows)]
         ]
-    return TensorIndex._encoded(total, rows)
-
-
-_TYPE_NAMES = {t: t.name for t in GGMLType}
+    return TensorIndex.encode(total, rows)
 
 
 __all__ = ["MAX_TENSORS", "TensorIndex", "TensorRow", "tensor_index"]
