@@ -54,10 +54,12 @@ from registry.gguf.errors import (
 from registry.gguf.limits import DEFAULT_LIMITS, Limits
 from registry.gguf.model import Anomaly, Endianness, Field, GGUFHeader, TensorInfo
 from registry.gguf.strings import walk_strings
+from registry.gguf.tensor_template import RawTensor, TensorTemplate
 from registry.gguf.types import (
     DEFAULT_ALIGNMENT,
     GGUF_MAGIC,
     INTEGER_VALUE_TYPES,
+    MAX_I64,
     SCALAR_FORMATS,
     TENSOR_TYPES,
     GGMLType,
@@ -67,7 +69,6 @@ from registry.gguf.types import (
 
 __all__ = ["GGML_MAX_NAME", "Limits", "next_window", "parse_header"]
 
-_MAX_I64 = 2**63 - 1  # ggml keeps element counts and byte sizes in int64_t
 GGML_MAX_NAME = 64  # a tensor name plus its terminating NUL
 SUPPORTED_VERSIONS = (1, 2, 3)
 
@@ -103,11 +104,6 @@ _DEFAULT_MERGES_PER_TOKEN = 1.0
 _PREAMBLE, _KVS, _TENSORS = 0, 1, 2
 
 
-# A tensor info before the data offset is known: name, shape, type, offset, elements, bytes,
-# and where its record starts.
-_RawTensor = tuple[str, tuple[int, ...], GGMLType, int, int, int, int]
-
-
 class ParseProgress:
     """What the attempts on shorter prefixes of one file have walked already.
 
@@ -131,6 +127,7 @@ def parse_header(
     limits: Limits | None = None,
     progress: ParseProgress | None = None,
     known: Mapping[int, GGUFArray] | None = None,
+    tensors_like: TensorTemplate | None = None,
 ) -> GGUFHeader:
     """Parse the header at the start of `data`, the first bytes of a GGUF file.
 
@@ -143,7 +140,8 @@ def parse_header(
     from bytes the caller has proven equal to those at that offset (a sibling's vocabulary
     read from the leader): where the element type and count agree it is taken as the value
     without walking its elements again. `data` must reach past its end, but its bytes there
-    are not read (a sibling's reader leaves zeros in their place).
+    are not read (a sibling's reader leaves zeros in their place). `tensors_like` is the
+    leader's tensor infos, which a sibling's are read against (see `TensorTemplate`).
 
     A non-`bytes` input is copied once, so that arrays in the result cannot change if the
     caller later mutates its buffer (a few MiB copy in about a millisecond).
@@ -155,7 +153,7 @@ def parse_header(
         if len(buf) > file_size:
             buf = buf[:file_size]
     parser = _Parser(buf, file_size, limits or DEFAULT_LIMITS, progress)
-    parser.known = known or {}
+    parser.known, parser.like = known or {}, tensors_like
     return parser.parse()
 
 
@@ -198,6 +196,7 @@ class _Parser:
         self.vocab_mean = float(_STRING_GUESS)
         self.alignment = DEFAULT_ALIGNMENT
         self.known: Mapping[int, GGUFArray] = {}
+        self.like: TensorTemplate | None = None
         self._init_format("<", 8, 3)
 
     def _init_format(self, prefix: str, length_width: int, version: int) -> None:
@@ -218,7 +217,7 @@ class _Parser:
     def parse(self) -> GGUFHeader:
         pos = self._preamble()
         pos = self._kvs(pos)
-        infos, end = self._tensor_infos(pos)
+        infos, end = self._like_infos(pos) or self._tensor_infos(pos)
         # Absolute offsets wait for the end of the last tensor info, which fixes data_offset.
         data_offset = -(-end // self.alignment) * self.alignment
         tensors = tuple(
@@ -279,17 +278,11 @@ class _Parser:
         lim = self.limits
         lw = self.lw
         if self.tensor_count > lim.max_tensor_count:
-            raise LimitExceeded(
-                f"tensor count {self.tensor_count} is above the limit {lim.max_tensor_count}",
-                field="tensor_count",
-                offset=8,
-            )
+            raise LimitExceeded(f"tensor count {self.tensor_count} is above the limit {lim.max_tensor_count}",
+                                field="tensor_count", offset=8)  # fmt: skip
         if self.kv_count > lim.max_kv_count:
-            raise LimitExceeded(
-                f"kv count {self.kv_count} is above the limit {lim.max_kv_count}",
-                field="kv_count",
-                offset=8 + lw,
-            )
+            raise LimitExceeded(f"kv count {self.kv_count} is above the limit {lim.max_kv_count}",
+                                field="kv_count", offset=8 + lw)  # fmt: skip
         # The smallest possible records: a one-byte key with a one-byte value, and a
         # tensor with an empty name and one dimension.
         min_kv = lw + 1 + 4 + 1
@@ -614,7 +607,13 @@ class _Parser:
 
     # -- tensor info section ---------------------------------------------------------------
 
-    def _tensor_infos(self, pos: int) -> tuple[list[_RawTensor], int]:
+    def _like_infos(self, pos: int) -> tuple[list[RawTensor], int] | None:
+        like, lim = self.like, self.limits
+        if like is None or like.encoding != (self.prefix, self.lw, self.dim_width) or like.most_dims > lim.max_dims:
+            return None
+        return like.read(self.buf, pos, self.tensor_count, self.alignment, lim.max_tensor_bytes)
+
+    def _tensor_infos(self, pos: int) -> tuple[list[RawTensor], int]:
         """Tensor infos with offsets aligned, in data order and not overlapping, as tuples:
         each becomes one TensorInfo once the data offset is known, not two.
 
@@ -623,7 +622,7 @@ class _Parser:
         """
         self.phase = _TENSORS
         self.tensors_start = pos
-        infos: list[_RawTensor] = []
+        infos: list[RawTensor] = []
         names: set[bytes] = set()
         prev_offset, prev_end = 0, 0
         for index in range(self.tensor_count):
@@ -643,7 +642,7 @@ class _Parser:
             infos.append(info)
         return infos, pos
 
-    def _tensor_info(self, pos: int, index: int, names: set[bytes]) -> tuple[_RawTensor, int]:
+    def _tensor_info(self, pos: int, index: int, names: set[bytes]) -> tuple[RawTensor, int]:
         fast = self._plain_tensor_info(pos, names)
         if fast is not None:
             return fast
@@ -694,7 +693,7 @@ class _Parser:
                 field=base + ".offset",
                 offset=pos,
             )
-        if offset + n_bytes > _MAX_I64:
+        if offset + n_bytes > MAX_I64:
             raise InvalidTensor(
                 f"tensor {name!r} offset {offset} + {n_bytes} bytes overflows int64",
                 field=base + ".offset",
@@ -703,7 +702,7 @@ class _Parser:
         pos += 8
         return (name, shape, ttype, offset, n_elements, n_bytes, info_offset), pos
 
-    def _plain_tensor_info(self, pos: int, names: set[bytes]) -> tuple[_RawTensor, int] | None:
+    def _plain_tensor_info(self, pos: int, names: set[bytes]) -> tuple[RawTensor, int] | None:
         """The common record in one pass (about twice as fast): all of it in the buffer, a new
         UTF-8 name, a known type whose block divides the first dimension, an aligned offset.
         None for anything else, read field by field by `_tensor_info` to name what is wrong."""
@@ -728,10 +727,10 @@ class _Parser:
         n_elements = 1
         for dim in shape:
             n_elements *= dim
-        if info is None or info.removed or not 0 < n_elements <= _MAX_I64 or shape[0] % info.block_size:
+        if info is None or info.removed or not 0 < n_elements <= MAX_I64 or shape[0] % info.block_size:
             return None
         n_bytes = n_elements // info.block_size * info.type_size
-        if n_bytes > self.limits.max_tensor_bytes or offset % self.alignment or offset + n_bytes > _MAX_I64:
+        if n_bytes > self.limits.max_tensor_bytes or offset % self.alignment or offset + n_bytes > MAX_I64:
             return None
         try:
             name = raw.decode("utf-8")
@@ -747,12 +746,12 @@ class _Parser:
                 raise InvalidTensor(
                     f"tensor {name!r} shape {shape} has zero elements", field=field, offset=offset
                 )
-            if dim > _MAX_I64:
+            if dim > MAX_I64:
                 raise InvalidTensor(
                     f"tensor {name!r} dimension {dim} overflows int64", field=field, offset=offset
                 )
             n_elements *= dim
-            if n_elements > _MAX_I64:
+            if n_elements > MAX_I64:
                 raise InvalidTensor(
                     f"tensor {name!r} shape {shape} has an element count that overflows int64",
                     field=field,
@@ -784,7 +783,7 @@ class _Parser:
                 offset=pos,
             )
         n_bytes = n_elements // info.block_size * info.type_size
-        if n_bytes > _MAX_I64:
+        if n_bytes > MAX_I64:
             raise InvalidTensor(
                 f"tensor {name!r} of {n_elements} {info.name} elements needs {n_bytes} bytes, overflowing int64",
                 field=field,

@@ -261,4 +261,5 @@ SCALAR_FORMATS: dict[ValueType, tuple[str, int]] = {
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
+MAX_I64 = 2**63 - 1  # ggml keeps element counts and byte sizes in int64_t
 MAX_DIMS = 4

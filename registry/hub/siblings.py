@@ -14,7 +14,8 @@ in full (`HubHttp.fetch_header`). For a sibling, one multi-range request asks fo
   leader's plus a margin (one more range when the sibling's is longer).
 
 The large arrays' bytes are taken from the leader, and the parser takes the leader's parsed
-arrays for them without walking them again (`parse_header(known=...)`). The sibling is
+arrays for them without walking them again (`parse_header(known=...)`); its tensor infos
+are read against the leader's names and shapes (`TensorTemplate`). The sibling is
 trusted only when every proof holds: the parse meets each large array exactly where the
 leader's layout puts it, with the same key, element type and count; every sampled byte
 equals the leader's; its data offset plus the aligned sizes of its tensors equals the size
@@ -45,6 +46,7 @@ from registry.gguf.array import GGUFArray
 from registry.gguf.errors import GGUFError, NeedMoreData
 from registry.gguf.filename import model_stem, parse_shard
 from registry.gguf.reader import parse_header
+from registry.gguf.tensor_template import TensorTemplate
 from registry.gguf.types import ValueType
 from registry.hub.errors import HubError
 from registry.hub.http import HubHttp, RemoteHeader
@@ -122,6 +124,7 @@ class Leader:
     remote: RemoteHeader
     facts: Facts | None
     spans: tuple[_Span, ...]
+    tensors: TensorTemplate | None
 
     @classmethod
     def of(cls, path: str, remote: RemoteHeader, facts: Facts | None) -> Leader:
@@ -132,7 +135,7 @@ class Leader:
             if f.type is ValueType.ARRAY and isinstance(value, GGUFArray) and value.nbytes >= LARGE_ARRAY:
                 lw = value.length_width
                 spans.append(_Span(f.key, value.offset - 4 - lw, value.offset, value))
-        return cls(path, remote, facts, tuple(spans))
+        return cls(path, remote, facts, tuple(spans), TensorTemplate.of(header))
 
     @property
     def header(self) -> GGUFHeader:
@@ -259,7 +262,7 @@ class SiblingReader:
         known = {s.value_at + delta: s.array for s in leader.spans}
         while True:
             try:
-                header = parse_header(buf, file_size=size, limits=limits, known=known)
+                header = parse_header(buf, file_size=size, limits=limits, known=known, tensors_like=leader.tensors)
                 break
             except NeedMoreData as need:
                 if end >= size or need.needed > self.http.options.max_header_bytes:
