@@ -87,8 +87,10 @@ class GGUFHeader:
 
     @property
     def data_size(self) -> int:
-        """Bytes of tensor data the tensor infos describe (end of the last tensor)."""
-        return max((t.offset + t.n_bytes for t in self.tensors), default=0)
+        """Bytes of tensor data the tensor infos describe (end of the last tensor: the parser
+        holds them in data order and not overlapping)."""
+        last = self.tensors[-1] if self.tensors else None
+        return last.offset + last.n_bytes if last else 0
 
     def get(self, key: str, default: Any = None) -> Any:
         f = self.fields.get(key)
