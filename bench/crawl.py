@@ -29,8 +29,9 @@ that the quants whose vocabulary differs from their leader's were told apart.
 Part 2 crawls `--repos` multi-quant repos (8 to 24 quants each, 32k to 262k token
 vocabularies) into a fresh SQLite catalog in a child process and reports files/s and that
 process's peak RSS (ru_maxrss), with the default settings (sibling reuse on), and the
-ceiling the per-host limit puts on it: each file needs one request to the hub, so with
-`--latency` per request no more than per_host_concurrency / latency files a second;
+ceilings the per-host limit puts on it: each file needs one request to the hub and its data
+requests to the CDN, so with `--latency` per request no more than per_host_concurrency /
+latency files a second by the hub, and that over the data requests per file by the CDN;
 `--per-host-too N` repeats it with per_host_concurrency N and `--reuse-off-too` with
 `hub.sibling_reuse` off (both informational).
 """
@@ -408,9 +409,13 @@ def part2(
           f"({r['cpu'] / r['seconds']:.0%} of a core), peak RSS {r['rss_mb']:.0f} MB; the fake hub's process: "
           f"{hub_cpu / max(r['files'], 1) * 1e3:.1f} ms CPU per file ({hub_cpu / r['seconds']:.0%} of a core)")  # fmt: skip
     # Every file costs one request to the hub itself (its /resolve/ answer redirects to the
-    # CDN), each taking `latency`: at most per_host_concurrency of them are in flight.
+    # CDN) and its data requests to the CDN, each taking `latency`; at most
+    # per_host_concurrency of them are in flight on each host.
+    per_s = r["per_host"] / latency
+    cdn = per_s / max(r["requests"] / max(r["files"], 1), 1e-9)
     print(f"  ceiling of per_host_concurrency {r['per_host']} at {latency * 1000:.0f} ms a request: "
-          f"{r['per_host'] / latency:.0f} hub requests/s, so at most {r['per_host'] / latency:.0f} files/s")  # fmt: skip
+          f"{per_s:.0f} requests/s a host, so at most {per_s:.0f} files/s by the hub (one request a file) "
+          f"and {cdn:.0f} by the CDN ({r['requests'] / max(r['files'], 1):.2f} requests a file)")  # fmt: skip
     if not reuse or informational:
         return True  # informational: the targets are the default settings'
     ok_rate, ok_rss = rate >= FILES_PER_S_TARGET, r["rss_mb"] < RSS_TARGET_MB
