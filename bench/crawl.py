@@ -411,11 +411,10 @@ def part2(
     # Every file costs one request to the hub itself (its /resolve/ answer redirects to the
     # CDN) and its data requests to the CDN, each taking `latency`; at most
     # per_host_concurrency of them are in flight on each host.
-    per_s = r["per_host"] / latency
-    cdn = per_s / max(r["requests"] / max(r["files"], 1), 1e-9)
+    per_s, per_file = r["per_host"] / latency, max(r["requests"] / max(r["files"], 1), 1e-9)
     print(f"  ceiling of per_host_concurrency {r['per_host']} at {latency * 1000:.0f} ms a request: "
           f"{per_s:.0f} requests/s a host, so at most {per_s:.0f} files/s by the hub (one request a file) "
-          f"and {cdn:.0f} by the CDN ({r['requests'] / max(r['files'], 1):.2f} requests a file)")  # fmt: skip
+          f"and {per_s / per_file:.0f} by the CDN ({per_file:.2f} requests a file)")  # fmt: skip
     if not reuse or informational:
         return True  # informational: the targets are the default settings'
     ok_rate, ok_rss = rate >= FILES_PER_S_TARGET, r["rss_mb"] < RSS_TARGET_MB

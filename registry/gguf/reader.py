@@ -61,9 +61,9 @@ from registry.gguf.types import (
     INTEGER_VALUE_TYPES,
     MAX_I64,
     SCALAR_FORMATS,
-    TENSOR_TYPES,
     GGMLType,
     ValueType,
+    plain_tensor,
     tensor_type_info,
 )
 
@@ -609,7 +609,7 @@ class _Parser:
 
     def _like_infos(self, pos: int) -> tuple[list[RawTensor], int] | None:
         like, lim = self.like, self.limits
-        if like is None or like.encoding != (self.prefix, self.lw, self.dim_width) or like.most_dims > lim.max_dims:
+        if like is None or like.encoding != (self.prefix, self.lw) or like.most_dims > lim.max_dims:
             return None
         return like.read(self.buf, pos, self.tensor_count, self.alignment, lim.max_tensor_bytes)
 
@@ -723,21 +723,18 @@ class _Parser:
             return None
         shape = self.shapes[n_dims].unpack_from(buf, at)
         type_id, offset = self.type_and_offset.unpack_from(buf, end - 12)
-        info = TENSOR_TYPES.get(type_id)  # an IntEnum key is found by its int value
         n_elements = 1
         for dim in shape:
             n_elements *= dim
-        if info is None or info.removed or not 0 < n_elements <= MAX_I64 or shape[0] % info.block_size:
-            return None
-        n_bytes = n_elements // info.block_size * info.type_size
-        if n_bytes > self.limits.max_tensor_bytes or offset % self.alignment or offset + n_bytes > MAX_I64:
+        sized = plain_tensor(type_id, shape, n_elements, offset, self.alignment, self.limits.max_tensor_bytes)
+        if sized is None:
             return None
         try:
             name = raw.decode("utf-8")
         except UnicodeDecodeError:
             return None
         names.add(raw)
-        return (name, shape, info.type, offset, n_elements, n_bytes, pos), end
+        return (name, shape, sized[0], offset, n_elements, sized[1], pos), end
 
     def _element_count(self, name: str, shape: tuple[int, ...], field: str, offset: int) -> int:
         n_elements = 1

@@ -17,7 +17,7 @@ import struct
 from dataclasses import dataclass
 
 from registry.gguf.model import GGUFHeader
-from registry.gguf.types import MAX_I64, TENSOR_TYPES, GGMLType
+from registry.gguf.types import GGMLType, plain_tensor
 
 # What the parser gives for one record: name, shape, type, offset, elements, bytes, and
 # where the record starts.
@@ -37,10 +37,11 @@ class _Record:
 class TensorTemplate:
     """The leader's tensor info records, for reading a sibling's (see the module docstring)."""
 
-    encoding: tuple[str, int, int]  # struct byte order, length width, dimension width
+    encoding: tuple[str, int]  # struct byte order; width of lengths and dimensions alike
     records: tuple[_Record, ...]
     size: int  # bytes of all records
     most_dims: int
+    type_and_offset: struct.Struct  # what each record has of its own
 
     @classmethod
     def of(cls, header: GGUFHeader) -> TensorTemplate | None:
@@ -50,21 +51,17 @@ class TensorTemplate:
         if not tensors or len({t.name for t in tensors}) != len(tensors):
             return None
         prefix = "<" if header.endianness == "little" else ">"
-        width = 4 if header.version == 1 else 8  # of lengths and dimensions alike
-        length, u32 = struct.Struct(prefix + ("I" if width == 4 else "Q")), struct.Struct(prefix + "I")
-        dim = "I" if width == 4 else "Q"
+        width = "I" if header.version == 1 else "Q"
+        length, u32 = struct.Struct(prefix + width), struct.Struct(prefix + "I")
         records, at = [], 0
         for t in tensors:
             name = t.name.encode("utf-8")
-            fixed = (
-                length.pack(len(name))
-                + name
-                + u32.pack(len(t.shape))
-                + struct.pack(prefix + dim * len(t.shape), *t.shape)
-            )
+            shape = struct.pack(prefix + width * len(t.shape), *t.shape)
+            fixed = length.pack(len(name)) + name + u32.pack(len(t.shape)) + shape
             records.append(_Record(at, fixed, t.name, t.shape, t.n_elements))
             at += len(fixed) + 12  # the type (uint32) and the offset (uint64)
-        return cls((prefix, width, width), tuple(records), at, max(len(t.shape) for t in tensors))
+        most = max(len(t.shape) for t in tensors)
+        return cls((prefix, length.size), tuple(records), at, most, struct.Struct(prefix + "IQ"))
 
     def read(
         self, buf: bytes, pos: int, count: int, alignment: int, max_tensor_bytes: int
@@ -74,28 +71,20 @@ class TensorTemplate:
         end = pos + self.size
         if count != len(self.records) or end > len(buf):
             return None
-        type_and_offset = struct.Struct(self.encoding[0] + "IQ")
+        unpack = self.type_and_offset.unpack_from
         infos: list[RawTensor] = []
         prev_end = 0
         for r in self.records:
             at = pos + r.at
             if not buf.startswith(r.fixed, at):
                 return None
-            type_id, offset = type_and_offset.unpack_from(buf, at + len(r.fixed))
-            info = TENSOR_TYPES.get(type_id)
-            if info is None or info.removed or r.shape[0] % info.block_size:
-                return None
-            n_bytes = r.n_elements // info.block_size * info.type_size
+            type_id, offset = unpack(buf, at + len(r.fixed))
+            sized = plain_tensor(type_id, r.shape, r.n_elements, offset, alignment, max_tensor_bytes)
             # In data order, not overlapping: each tensor starts at or after the previous one's end.
-            if (
-                n_bytes > max_tensor_bytes
-                or offset % alignment
-                or offset < prev_end
-                or offset + n_bytes > MAX_I64
-            ):
+            if sized is None or offset < prev_end:
                 return None
-            prev_end = offset + n_bytes
-            infos.append((r.name, r.shape, info.type, offset, r.n_elements, n_bytes, at))
+            prev_end = offset + sized[1]
+            infos.append((r.name, r.shape, sized[0], offset, r.n_elements, sized[1], at))
         return infos, end
 
 

@@ -132,6 +132,22 @@ TENSOR_TYPES: dict[GGMLType, TensorTypeInfo] = {
 assert set(TENSOR_TYPES) == set(GGMLType)
 
 
+def plain_tensor(
+    type_id: int, shape: tuple[int, ...], n_elements: int, offset: int, alignment: int, max_bytes: int
+) -> tuple[GGMLType, int] | None:
+    """The type and data size of a tensor record a parser can take as it stands: a known,
+    current type whose block divides the first dimension, a size within `max_bytes` and
+    int64, an aligned offset. None for anything else, which is read field by field to name
+    what is wrong."""
+    info = TENSOR_TYPES.get(type_id)  # type: ignore[call-overload]  # an IntEnum key is found by its int value
+    if info is None or info.removed or not 0 < n_elements <= MAX_I64 or shape[0] % info.block_size:
+        return None
+    n_bytes = n_elements // info.block_size * info.type_size
+    if n_bytes > max_bytes or offset % alignment or offset + n_bytes > MAX_I64:
+        return None
+    return info.type, n_bytes
+
+
 def tensor_type_info(type_id: int) -> TensorTypeInfo | None:
     """The table row for a ggml type id, or None when the id is not a ggml type."""
     try:

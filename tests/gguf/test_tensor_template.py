@@ -58,7 +58,7 @@ def _read(template: TensorTemplate, data: bytes) -> object:
     """The template's own answer for `data`, at the offset where a plain parse found its
     first tensor info."""
     plain = parse_header(data)
-    return template.read(data, plain.tensors[0].info_offset, len(plain.tensors), plain.alignment, 2**63 - 1)
+    return template.read(data, plain.tensors[0].info_offset, len(plain.tensors), plain.alignment, DEFAULT_LIMITS.max_tensor_bytes)
 
 
 @pytest.mark.parametrize("version", [1, 2, 3])
