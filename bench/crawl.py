@@ -2,7 +2,7 @@
 
     python bench/crawl.py                     # both parts (a few minutes on 2 cores)
     python bench/crawl.py --repos 200         # a smaller crawl
-    python bench/crawl.py --per-host-too 16   # part 2 also with 16 requests per host in flight
+    python bench/crawl.py --per-host-too 8    # part 2 also with 8 requests per host in flight
     python bench/crawl.py --project 150000 1500000 50 --project-workers 8
                                               # part 1, then what a hub that size would cost
     python bench/crawl.py --workers 1,2,4     # distributed: 1, 2, 4 worker processes (PostgreSQL)

@@ -102,8 +102,11 @@ class HubSettings:
         "model, projectors (mmproj) and LoRA adapters, told by their file names. At least 1.",
     )
     per_host_concurrency: int = _setting(
-        8,
-        "Most requests in flight to one host (the hub, the CDN) at a time. At least 1.",
+        16,
+        "Most requests in flight to one host (the hub, the CDN) at a time. Every file costs one request "
+        "to the hub (its redirect) and about one to the CDN, so this bounds a crawl at this many files "
+        "per request latency (docs/performance.md); a server's 429 and Retry-After are honoured at any "
+        "value. Lower it for a small server. At least 1.",
     )
     connect_timeout: float = _setting(10.0, "Seconds to wait for a connection to a host. Finite, above 0.")
     read_timeout: float = _setting(30.0, "Seconds to wait for the next bytes of a response. Finite, above 0.")

@@ -193,8 +193,8 @@ def test_every_setting_is_documented_with_its_default() -> None:
         assert info.key in data[info.section], f"{info.section}.{info.key} undocumented"
         assert data[info.section][info.key] == info.default, f"{info.section}.{info.key} default differs"
         assert type(data[info.section][info.key]) is info.type
-        # the comment above it names the environment variable
-        assert f"({info.env_var})" in text
+        # the comment above it is the setting's help, naming the environment variable
+        assert f"# {info.help} ({info.env_var})\n" in text, f"{info.section}.{info.key}: comment differs from its help"
     documented = {(s, k) for s, table in data.items() for k in table}
     assert documented == {(i.section, i.key) for i in infos}, "the file documents settings that do not exist"
     # The documented file itself loads to exactly the defaults.

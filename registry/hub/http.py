@@ -36,6 +36,7 @@ from urllib.parse import quote, unquote, urljoin, urlsplit, urlunsplit
 
 import aiohttp
 
+from registry.config import HubSettings
 from registry.gguf.errors import NeedMoreData, TruncatedFile
 from registry.gguf.filename import parse_shard
 from registry.gguf.reader import ParseProgress, parse_header
@@ -52,17 +53,17 @@ from registry.hub.errors import (
 )
 
 if TYPE_CHECKING:
-    from registry.config import HubSettings
     from registry.gguf.limits import Limits
     from registry.gguf.model import GGUFHeader
 
-MiB = 1024 * 1024
-FIRST_WINDOW = 2 * MiB
-SHARD_WINDOW = 256 * 1024
+# The settings' defaults, declared once in HubSettings.
+_HUB = HubSettings()
+FIRST_WINDOW = _HUB.first_window
+SHARD_WINDOW = _HUB.shard_window
 # Files whose header has no vocabulary: projectors (llama.cpp names them mmproj-*.gguf) and
 # LoRA adapters (convert_lora_to_gguf.py adds "-LoRA"). Their headers are tens of KiB.
 _NO_VOCAB_NAME = re.compile(r"(?:^|[-_.])(?:mmproj|lora|adapter)(?:[-_.]|$)", re.IGNORECASE)
-MAX_HEADER_BYTES = 64 * MiB
+MAX_HEADER_BYTES = _HUB.max_header_bytes
 _CHUNK = 256 * 1024
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
@@ -74,21 +75,21 @@ Sleep = Callable[[float], Awaitable[Any]]
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    max_attempts: int = 5  # per request, the first one included
-    base_delay: float = 0.5  # seconds before the first retry; doubles each time
-    max_delay: float = 30.0  # cap on one backoff wait (a server's Retry-After may exceed it)
-    max_total_wait: float = 120.0  # cap on all waits for one file; beyond it the error is raised
+    max_attempts: int = _HUB.max_attempts  # per request, the first one included
+    base_delay: float = _HUB.backoff_base  # seconds before the first retry; doubles each time
+    max_delay: float = _HUB.backoff_max  # cap on one backoff wait (a server's Retry-After may exceed it)
+    max_total_wait: float = _HUB.max_retry_wait  # cap on all waits for one file; beyond it the error is raised
 
 
 @dataclass(frozen=True)
 class HttpOptions:
-    endpoint: str = "https://huggingface.co"
+    endpoint: str = _HUB.endpoint
     token: str | None = None
     first_window: int = FIRST_WINDOW
     max_header_bytes: int = MAX_HEADER_BYTES
-    per_host_concurrency: int = 8
-    connect_timeout: float = 10.0
-    read_timeout: float = 30.0
+    per_host_concurrency: int = _HUB.per_host_concurrency
+    connect_timeout: float = _HUB.connect_timeout
+    read_timeout: float = _HUB.read_timeout
     max_redirects: int = 5
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     user_agent: str = "gguf-registry/0.1"

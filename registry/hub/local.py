@@ -19,13 +19,14 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from registry.config import HubSettings
 from registry.gguf.errors import GGUFError, LimitExceeded, NeedMoreData, TruncatedFile
 from registry.gguf.filename import parse_shard
 from registry.gguf.limits import DEFAULT_LIMITS, Limits
 from registry.gguf.model import GGUFHeader
 from registry.gguf.reader import next_window, parse_header
 
-DEFAULT_FIRST_WINDOW = 2 * 1024 * 1024
+DEFAULT_FIRST_WINDOW = HubSettings.first_window  # declared once, in the settings
 # Read a little past the parser's estimate: its estimate of the tensor-info section is a
 # guess, and 64 KiB more is far cheaper locally than another read and parse.
 READ_MARGIN = 64 * 1024
