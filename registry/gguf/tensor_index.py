@@ -14,6 +14,8 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import msgspec
+
 from registry.gguf.model import GGUFHeader
 from registry.gguf.types import GGMLType
 
@@ -22,6 +24,9 @@ MAX_NAME = 256  # characters of a name kept (llama.cpp's own limit is 64 bytes)
 MAX_DECODED = 64 << 20  # bytes an index may inflate to when read back: a corrupt row is refused
 VERSION = 1
 _TYPE_NAMES = {t: t.name for t in GGMLType}  # an enum member's `.name` is slow to ask per tensor
+# Compact UTF-8 JSON, the bytes json.dumps(separators=(",", ":"), ensure_ascii=False) makes, in
+# a tenth of its time: a crawl encodes one table per file.
+_ENCODER = msgspec.json.Encoder()
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +58,7 @@ class TensorIndex:
     @classmethod
     def encode(cls, total: int, rows: list[list[object]]) -> TensorIndex:
         """The index of `rows`, each [name, type, shape, bytes, shard, offset] as TensorRow has them."""
-        body = json.dumps([VERSION, total, rows], separators=(",", ":"), ensure_ascii=False)
-        return cls(total, len(rows), zlib.compress(body.encode(), 1))
+        return cls(total, len(rows), zlib.compress(_ENCODER.encode([VERSION, total, rows]), 1))
 
     @classmethod
     def decode(cls, data: bytes) -> TensorIndex | None:
