@@ -128,8 +128,9 @@ class RemoteHeader:
 
 
 @dataclass
-class _File:
-    """The state of one header read."""
+class FileRead:
+    """The state of one file's read (a header read, or ranges.py's range read): its bytes so
+    far, the URL they come from and what the read cost."""
 
     url: str
     final: str
@@ -278,7 +279,7 @@ class HubHttp(SessionOwner):
         # The default parser carries its string walks from one attempt to the next.
         parse = self._parser or functools.partial(parse_header, progress=ParseProgress())
         budget = max_header_bytes if max_header_bytes is not None else self.options.max_header_bytes
-        f = _File(url=url, final=url, expected_size=expected_size)
+        f = FileRead(url=url, final=url, expected_size=expected_size)
         window = first_window or self.options.first_window
         target = min(window, budget)
         try:
@@ -308,7 +309,7 @@ class HubHttp(SessionOwner):
         finally:
             f.close_stream()
 
-    def _next_target(self, f: _File, need: NeedMoreData, budget: int, margin: int) -> int:
+    def _next_target(self, f: FileRead, need: NeedMoreData, budget: int, margin: int) -> int:
         have = f.have
         if f.file_size is not None and have >= f.file_size:
             # The parser asks for bytes beyond the end of the file.
@@ -333,7 +334,7 @@ class HubHttp(SessionOwner):
             target = min(target, f.file_size)
         return target
 
-    async def _fill(self, f: _File, target: int, window: int) -> None:
+    async def _fill(self, f: FileRead, target: int, window: int) -> None:
         while f.have < target and (f.file_size is None or f.have < f.file_size):
             if f.stream is not None:
                 try:
@@ -351,23 +352,25 @@ class HubHttp(SessionOwner):
                 f.add([chunk], len(chunk))
                 continue
             end = target if f.file_size is None else min(target, f.file_size)
-            await self._with_retries(f, functools.partial(self._range_once, f, f.have, end))
+            await self.with_retries(f, functools.partial(self._range_once, f, f.have, end))
             if f.stream is not None:
                 # The server just ignored Range: from here on read a window at a time.
                 target = min(target, f.have + window)
 
-    async def _read_stream(self, f: _File, n: int) -> bytes:
+    async def _read_stream(self, f: FileRead, n: int) -> bytes:
         assert f.stream is not None
         try:
             chunk = await f.stream.content.read(n)
         except (TimeoutError, aiohttp.ClientError) as exc:
             f.close_stream()
-            raise _transport_error(exc, f.final) from exc
+            raise transport_error(exc, f.final) from exc
         f.bytes += len(chunk)
         return chunk
 
     # -- one request and its retries --------------------------------------------------
-    async def _with_retries(self, f: _File, op: Callable[[], Awaitable[None]]) -> None:
+    async def with_retries(self, f: FileRead, op: Callable[[], Awaitable[None]]) -> None:
+        """Run `op` (one request of the read `f`) again on a retryable error, within the retry
+        policy, counting retries and waits in `f`. Range reads (ranges.py) use it too."""
         policy = self.options.retry
         attempt = 0
         while True:
@@ -389,11 +392,11 @@ class HubHttp(SessionOwner):
                 f.retries += 1
                 await self._sleep(delay)
 
-    async def _range_once(self, f: _File, start: int, end: int) -> None:
+    async def _range_once(self, f: FileRead, start: int, end: int) -> None:
         headers = {"Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"}
         if f.etag is not None and not f.etag.startswith("W/"):
             headers["If-Range"] = f.etag  # a changed file answers 200 instead of a stale range
-        resp, release = await self._open(f, headers)
+        resp, release = await self.open_response(f, headers)
         keep = False
         try:
             f.requests += 1
@@ -430,15 +433,15 @@ class HubHttp(SessionOwner):
                 if start:
                     await self._skip(f, start)
             else:
-                raise self._status_error(resp, f.final)
+                raise self.status_error(resp, f.final)
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise _transport_error(exc, f.final) from exc
+            raise transport_error(exc, f.final) from exc
         finally:
             if not keep:
                 resp.release()
                 release()
 
-    async def _skip(self, f: _File, n: int) -> None:
+    async def _skip(self, f: FileRead, n: int) -> None:
         # A server that stopped honouring Range mid-read restarts at byte 0.
         while n > 0:
             chunk = await self._read_stream(f, min(_CHUNK, n))
@@ -447,7 +450,7 @@ class HubHttp(SessionOwner):
                 raise FileChanged("the file is now shorter than what was already read", url=f.url)
             n -= len(chunk)
 
-    async def _read_body(self, resp: aiohttp.ClientResponse, want: int, f: _File) -> tuple[list[bytes], int]:
+    async def _read_body(self, resp: aiohttp.ClientResponse, want: int, f: FileRead) -> tuple[list[bytes], int]:
         """At most `want` bytes of the body, as the chunks received, and their total."""
         # Never trust Content-Length: read at most what was asked for.
         parts: list[bytes] = []
@@ -461,7 +464,7 @@ class HubHttp(SessionOwner):
         f.bytes += got
         return parts, got
 
-    def _check_range(self, f: _File, resp: aiohttp.ClientResponse, start: int, etag: str | None) -> int:
+    def _check_range(self, f: FileRead, resp: aiohttp.ClientResponse, start: int, etag: str | None) -> int:
         """Validate a 206; returns the last byte offset it carries."""
         m = _CONTENT_RANGE.match(resp.headers.get("Content-Range", "").strip())
         if m is None or m.group(3) == "*" or int(m.group(1)) != start or int(m.group(2)) < start:
@@ -475,7 +478,7 @@ class HubHttp(SessionOwner):
         f.file_size = self._check_size(f, int(m.group(3)), resp)
         return min(int(m.group(2)), f.file_size - 1)
 
-    def _check_version(self, f: _File, etag: str | None, resp: aiohttp.ClientResponse) -> None:
+    def _check_version(self, f: FileRead, etag: str | None, resp: aiohttp.ClientResponse) -> None:
         # A 200 to a request with If-Range means "changed" only if the ETag moved too; the
         # same ETag means a server that ignores Range, which the stream path handles.
         if f.etag is None:
@@ -488,7 +491,7 @@ class HubHttp(SessionOwner):
                 request_id=resp.headers.get("X-Request-Id"),
             )
 
-    def _check_size(self, f: _File, size: int, resp: aiohttp.ClientResponse) -> int:
+    def _check_size(self, f: FileRead, size: int, resp: aiohttp.ClientResponse) -> int:
         if f.file_size is not None and size != f.file_size:
             raise FileChanged(
                 f"file size changed from {f.file_size} to {size} between reads",
@@ -521,8 +524,8 @@ class HubHttp(SessionOwner):
             return {"Authorization": f"Bearer {self.options.token}"}
         return {}
 
-    async def _open(
-        self, f: _File, headers: dict[str, str]
+    async def open_response(
+        self, f: FileRead, headers: dict[str, str]
     ) -> tuple[aiohttp.ClientResponse, Callable[[], None]]:
         """GET with redirects followed by hand; returns the response holding its host slot."""
         url = f.final
@@ -538,7 +541,7 @@ class HubHttp(SessionOwner):
                 )
             except (TimeoutError, aiohttp.ClientError) as exc:
                 sem.release()
-                raise _transport_error(exc, url) from exc
+                raise transport_error(exc, url) from exc
             except BaseException:
                 sem.release()
                 raise
@@ -566,7 +569,7 @@ class HubHttp(SessionOwner):
             f.final = url  # later ranges go straight to the CDN, saving the hub a request
             return resp, sem.release
 
-    def _status_error(self, resp: aiohttp.ClientResponse, url: str) -> HubError:
+    def status_error(self, resp: aiohttp.ClientResponse, url: str) -> HubError:
         h = resp.headers
         return error_for_status(
             resp.status,
@@ -578,7 +581,7 @@ class HubHttp(SessionOwner):
         )
 
 
-def _transport_error(exc: BaseException, url: str) -> HubError:
+def transport_error(exc: BaseException, url: str) -> HubError:
     if isinstance(exc, asyncio.TimeoutError):
         return HubTimeout(f"timed out: {exc}", url=url)
     return HubConnectionError(f"{type(exc).__name__}: {exc}", url=url)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from registry.hub.errors import FileChanged, HubError, InvalidResponse
-from registry.hub.http import HubHttp, _File, _transport_error
+from registry.hub.http import FileRead, HubHttp, transport_error
 
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 _CHUNK = 64 * 1024
@@ -88,26 +88,26 @@ async def fetch_ranges(
     wanted = merge(ranges)
     if not wanted or len(wanted) > MAX_RANGES:
         raise ValueError(f"between 1 and {MAX_RANGES} ranges, got {len(wanted)}")
-    f = _File(url=url, final=final_url or url, expected_size=expected_size, etag=etag)
+    f = FileRead(url=url, final=final_url or url, expected_size=expected_size, etag=etag)
     answer = RangeAnswer({}, 0, etag, 0, 0, url)
 
     async def once() -> None:
         answer.parts.clear()
         await _request(client, f, wanted, answer)
 
-    await client._with_retries(f, once)
+    await client.with_retries(f, once)
     answer.requests = f.requests
     answer.bytes = f.bytes
     answer.final_url = f.final
     return answer
 
 
-async def _request(client: HubHttp, f: _File, wanted: list[tuple[int, int]], answer: RangeAnswer) -> None:
+async def _request(client: HubHttp, f: FileRead, wanted: list[tuple[int, int]], answer: RangeAnswer) -> None:
     spec = ",".join(f"{s}-{e - 1}" for s, e in wanted)
     headers = {"Range": f"bytes={spec}", "Accept-Encoding": "identity"}
     if f.etag is not None and not f.etag.startswith("W/"):
         headers["If-Range"] = f.etag
-    resp, release = await client._open(f, headers)
+    resp, release = await client.open_response(f, headers)
     done = False
     try:
         f.requests += 1
@@ -117,7 +117,7 @@ async def _request(client: HubHttp, f: _File, wanted: list[tuple[int, int]], ans
                 raise NoMultiRange("the server sent the whole file for a range request", url=f.final)
             raise FileChanged(f"ETag changed from {f.etag} to {etag} between reads", url=f.url, status=200)
         if resp.status != 206:
-            raise client._status_error(resp, f.final)
+            raise client.status_error(resp, f.final)
         if f.etag is not None and etag != f.etag:
             raise FileChanged(f"ETag changed from {f.etag} to {etag} between reads", url=f.url, status=206)
         answer.etag = etag
@@ -137,7 +137,7 @@ async def _request(client: HubHttp, f: _File, wanted: list[tuple[int, int]], ans
             )
         done = True
     except (TimeoutError, aiohttp.ClientError) as exc:
-        raise _transport_error(exc, f.final) from exc
+        raise transport_error(exc, f.final) from exc
     finally:
         if done:
             resp.release()
@@ -146,7 +146,7 @@ async def _request(client: HubHttp, f: _File, wanted: list[tuple[int, int]], ans
         release()
 
 
-async def _read_multipart(resp: aiohttp.ClientResponse, f: _File, answer: RangeAnswer, budget: int) -> None:
+async def _read_multipart(resp: aiohttp.ClientResponse, f: FileRead, answer: RangeAnswer, budget: int) -> None:
     """Read a byteranges body whole (never more than `budget` bytes) and split it."""
     message = email.message.Message()
     message["Content-Type"] = resp.headers.get("Content-Type", "")
@@ -205,7 +205,7 @@ def split_byteranges(body: bytes, boundary: bytes, url: str) -> tuple[dict[int, 
     return parts, sizes.pop()
 
 
-async def _read_capped(content: aiohttp.StreamReader, want: int, budget: int, f: _File) -> bytes:
+async def _read_capped(content: aiohttp.StreamReader, want: int, budget: int, f: FileRead) -> bytes:
     if want > budget:
         raise NoMultiRange(f"the server answered with {want} bytes for {budget} asked", url=f.final)
     data = await content.read(want)  # at most `want`: never past what Content-Range says
